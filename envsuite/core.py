@@ -1,0 +1,363 @@
+"""The environment layer's contracts: the shapes every env, builder, dataset and completer must have.
+
+This is the one file to read before writing an env. Names and call signatures follow tinker-cookbook's
+``rl/types.py`` and ``completers.py`` so an env written for one works in the other; data travels as the
+Tinker SDK's types (``tinker.ModelInput`` for observations).
+
+Object graph (each arrow is "builds", each builder is a small picklable config object)::
+
+    RLDatasetBuilder --> RLDataset --get_batch(i)--> [EnvGroupBuilder]_P --make_envs()--> [Env]_G
+
+Shape suffixes name batched axes: ``_P`` problems (groups) in a batch, ``_G`` members of one group,
+``_T`` tokens, ``_D`` datums; a flattened axis is written ``_PG``.
+
+Invariants every implementation keeps:
+
+* An :class:`Env` is **single-use**: ``initial_observation`` once, then ``step`` until a result has
+  ``episode_done=True``; then the env is discarded. There is no ``reset``.
+* The final :class:`StepResult` of an episode carries a :class:`StopReason` in ``stop_reason`` and the
+  metric ``stop/<reason> = 1.0`` (use :meth:`StepResult.final`). Non-final steps carry neither.
+* A bad action (garbage tokens, empty, endless, invalid UTF-8, an illegal move) is a defined outcome
+  (a parse-error stop with a penalty, or a re-prompt), never an exception.
+* All members of one group share one episode (same seed, problem, secret, deal), so group-centred
+  advantages compare like with like. Each env owns its RNG; nothing reads or seeds global random state.
+* Builders and dataset builders pickle (rollouts may run in worker processes).
+
+``tinker`` is imported only for type checking here, so ``import envsuite`` stays light.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, NotRequired, TypeAlias, TypedDict
+
+if TYPE_CHECKING:
+    import tinker
+
+    from envsuite.renderers.base import Renderer
+
+# --------------------------------------------------------------------------------------------------
+# Basic aliases
+# --------------------------------------------------------------------------------------------------
+
+Action: TypeAlias = list[int]
+"""Token ids sampled by the policy for one turn (including the stop token when it stopped cleanly)."""
+
+Observation: TypeAlias = "tinker.ModelInput"
+"""What the policy conditions on: the full prompt so far, as tokens."""
+
+Logprobs: TypeAlias = list[float]
+"""Per-token log-probabilities of an :data:`Action` under the sampling policy."""
+
+StopCondition: TypeAlias = list[str] | list[int]
+"""Where the policy must stop sampling: stop strings or stop token ids (never mixed)."""
+
+Metrics: TypeAlias = dict[str, float | int]
+"""Numeric per-step or per-episode measurements; aggregated by the trainer and evals."""
+
+Logs: TypeAlias = dict[str, str | int | float]
+"""Human-readable diagnostics (the parsed reply, the answer key, ...); never aggregated."""
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+
+
+class Message(TypedDict):
+    """One chat message. ``thinking`` holds reasoning text for renderers that keep it separately."""
+
+    role: Role
+    content: str
+    thinking: NotRequired[str]
+
+
+# --------------------------------------------------------------------------------------------------
+# Outcomes
+# --------------------------------------------------------------------------------------------------
+
+
+class StopReason(enum.StrEnum):
+    """Why an episode ended. The final transition records it as the metric ``stop/<value>``."""
+
+    COMPLETED = "completed"
+    """The task reached its natural end (answer graded, game over, guess made)."""
+    PARSE_ERROR = "parse_error"
+    """The reply could not be understood (no answer, garbage tokens, invalid UTF-8, empty)."""
+    MAX_TOKENS = "max_tokens"
+    """The reply hit the sampling token limit without a stop sequence (truncated)."""
+    MAX_TURNS = "max_turns"
+    """The episode used its turn budget (e.g. 20 questions asked without a correct guess)."""
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The next observation would not fit the env's token budget."""
+    INVALID_MOVE = "invalid_move"
+    """A game ended because the player made an illegal move (after any allowed retries)."""
+    PARTNER_ERROR = "partner_error"
+    """A partner or opponent (answerer, fixed opponent) failed or timed out."""
+    ROLLOUT_TIMEOUT = "rollout_timeout"
+    """The rollout driver ended the episode because it ran past its time limit."""
+    ENV_ERROR = "env_error"
+    """The env itself raised; the driver recorded the failure instead of crashing the batch."""
+
+
+STOP_METRIC_PREFIX = "stop/"
+
+
+@dataclass(frozen=True)
+class InitialObservationOverflow:
+    """Sentinel returned by :meth:`Env.initial_observation` when the prompt exceeds the token budget.
+
+    Returning it (instead of raising) lets a rollout driver skip one episode without failing the group.
+    """
+
+    prompt_tokens: int
+    """Length of the prompt that did not fit."""
+    max_tokens: int
+    """The budget it had to fit in."""
+
+
+@dataclass
+class StepResult:
+    """What :meth:`Env.step` returns.
+
+    On the final step ``episode_done`` is True, ``stop_reason`` is set and ``metrics`` holds
+    ``stop/<reason>``; ``next_observation`` is then the conversation so far (it is not sampled from).
+    """
+
+    reward: float
+    """Immediate reward for the action just taken."""
+    episode_done: bool
+    """True when the episode is over; the env must not be stepped again."""
+    next_observation: Observation
+    """The prompt for the next turn (or the final context when done)."""
+    next_stop_condition: StopCondition
+    """Stop condition for the next turn (the same as before for most envs)."""
+    metrics: Metrics = field(default_factory=dict)
+    """Numbers for aggregation: correctness, format, turn counts, ``stop/<reason>``."""
+    logs: Logs = field(default_factory=dict)
+    """Text for humans: the parsed reply, the reference answer, the partner's response."""
+    stop_reason: StopReason | None = None
+    """Set exactly when ``episode_done`` is True."""
+
+    @classmethod
+    def final(
+        cls,
+        reward: float,
+        stop_reason: StopReason,
+        next_observation: Observation,
+        next_stop_condition: StopCondition,
+        metrics: Metrics | None = None,
+        logs: Logs | None = None,
+    ) -> StepResult:
+        """Build the last step of an episode, recording ``stop/<reason>`` in the metrics."""
+        all_metrics: Metrics = dict(metrics or {})
+        all_metrics[STOP_METRIC_PREFIX + stop_reason.value] = 1.0
+        return cls(
+            reward=reward,
+            episode_done=True,
+            next_observation=next_observation,
+            next_stop_condition=next_stop_condition,
+            metrics=all_metrics,
+            logs=dict(logs or {}),
+            stop_reason=stop_reason,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Policies
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokensWithLogprobs:
+    """A sampled reply: its tokens and, when the sampler reports them, their logprobs."""
+
+    tokens: list[int]
+    maybe_logprobs: list[float] | None = None
+
+    @property
+    def logprobs(self) -> list[float]:
+        """The logprobs; raises if the sampler did not report them (RL training needs them)."""
+        if self.maybe_logprobs is None:
+            raise ValueError("this completion carries no logprobs")
+        return self.maybe_logprobs
+
+
+class TokenCompleter(ABC):
+    """A policy over tokens, as RL needs it: the exact sampled tokens and their logprobs."""
+
+    @abstractmethod
+    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+        """Sample one reply to ``model_input``, stopping at ``stop``.
+
+        Called once per turn by the rollout driver, possibly with many calls in flight at once
+        (implementations should not block the event loop). The returned tokens include the stop
+        token when sampling stopped cleanly, so the env can tell a clean stop from truncation.
+        """
+
+
+class MessageCompleter(ABC):
+    """A policy over chat messages, for partners, judges and evaluation."""
+
+    @abstractmethod
+    async def __call__(self, messages: list[Message]) -> Message:
+        """Reply to a conversation with one assistant message."""
+
+    def identity(self) -> str:
+        """A stable description of this completer (model, settings) for result keys and logs."""
+        return type(self).__name__
+
+
+# --------------------------------------------------------------------------------------------------
+# Environments
+# --------------------------------------------------------------------------------------------------
+
+
+class Env(ABC):
+    """A token-level RL environment for one episode.
+
+    Lifecycle: construct (usually via an :class:`EnvGroupBuilder`), call :meth:`initial_observation`
+    once, then :meth:`step` with each sampled action until ``episode_done``; discard. Implementations
+    must be deterministic given their constructor arguments (seed included) and the actions taken.
+    """
+
+    @abstractmethod
+    async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
+        """Return the first prompt and its stop condition.
+
+        Called exactly once, before any :meth:`step`. Return :class:`InitialObservationOverflow` when the
+        prompt does not fit the env's token budget instead of raising.
+        """
+
+    @abstractmethod
+    async def step(self, action: Action) -> StepResult:
+        """Apply the policy's sampled tokens and return the reward and the next observation.
+
+        Called after :meth:`initial_observation` and after each non-final step. Any token sequence is a
+        legal argument: empty, random ids, ten thousand tokens, ids that decode to invalid UTF-8. Such
+        input yields a defined outcome (usually ``StopReason.PARSE_ERROR`` with a penalty), never an
+        exception. The final result must be built with :meth:`StepResult.final`.
+        """
+
+    def conversation(self) -> list[Message]:
+        """The episode so far as chat messages, for display, transcripts and the gym adapter's ``info``.
+
+        Envs that render messages should override this (the catalog's envs all do); the default says
+        nothing is known.
+        """
+        return []
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One turn of a rollout: what the policy saw, what it did, and what came back."""
+
+    ob: Observation
+    ac: TokensWithLogprobs
+    reward: float
+    episode_done: bool
+    metrics: Metrics = field(default_factory=dict)
+    logs: Logs = field(default_factory=dict)
+    stop_reason: StopReason | None = None
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """All transitions of one episode, plus the observation after the last one."""
+
+    transitions: list[Transition]
+    final_ob: Observation
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the per-step rewards (group rewards are added separately)."""
+        return sum(t.reward for t in self.transitions)
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """The final transition's stop reason (None for an empty trajectory)."""
+        return self.transitions[-1].stop_reason if self.transitions else None
+
+
+@dataclass
+class TrajectoryGroup:
+    """The trajectories of one group, with the group-level rewards computed after all finished."""
+
+    trajectories_G: list[Trajectory]
+    final_rewards_G: list[float]
+    metrics_G: list[Metrics]
+
+    def get_total_rewards(self) -> list[float]:
+        """Per-member return: step rewards plus the group reward."""
+        return [
+            traj.total_reward + final
+            for traj, final in zip(self.trajectories_G, self.final_rewards_G, strict=True)
+        ]
+
+
+class EnvGroupBuilder(ABC):
+    """Builds one group of envs that share an episode. A small picklable config object."""
+
+    @abstractmethod
+    async def make_envs(self) -> Sequence[Env]:
+        """Create the group's envs (fresh each call). All members share the same episode."""
+
+    async def compute_group_rewards(
+        self, trajectories_G: list[Trajectory], env_G: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        """Rewards that need the whole group (pairwise judges, zero-sum games). Default: none."""
+        return [(0.0, {}) for _ in trajectories_G]
+
+    async def cleanup(self) -> None:  # noqa: B027  (optional hook; most groups hold nothing)
+        """Release resources held for the group. Idempotent; called once the group is done."""
+
+    def logging_tags(self) -> list[str]:
+        """Tags (usually the env id) used to split metrics per env family."""
+        return []
+
+
+class RLDataset(ABC):
+    """An indexable sequence of batches of :class:`EnvGroupBuilder`."""
+
+    @abstractmethod
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        """Return batch ``index`` (``0 <= index < len(self)``). Deterministic for a given index."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of batches."""
+
+
+class RLDatasetBuilder(ABC):
+    """A picklable config object that builds the train dataset and an optional test dataset."""
+
+    @abstractmethod
+    async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        """Build ``(train, test)``; test may be None."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Catalog construction
+# --------------------------------------------------------------------------------------------------
+
+Split: TypeAlias = Literal["train", "test"]
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """What the catalog passes every env besides its own keyword arguments.
+
+    A catalog env's constructor is ``__init__(self, ctx: EnvContext, **env_kwargs)``. Two envs built
+    from equal contexts and kwargs must play the same episode.
+    """
+
+    seed: int
+    """The episode seed; the env derives all its randomness from it (its own RNG, never global)."""
+    renderer: Renderer
+    """How messages become tokens for the policy's model."""
+    split: Split = "train"
+    """Which part of the env's problem set to draw from; train and test never overlap."""
+    max_context_tokens: int = 4096
+    """Token budget for observations; an initial prompt over it yields the overflow sentinel."""
+    env_id: str = ""
+    """The catalog id the env was made from (for logging tags)."""

@@ -1,0 +1,26 @@
+"""Model names that resolve offline: the embedded SmolLM2, a tiny random test model, or any local HF dir.
+
+Heavy libraries (torch, transformers) load only when a model or tokenizer is actually materialized.
+"""
+
+from envsuite.models._resolve import (
+    KNOWN_MODELS,
+    ModelCard,
+    ResolvedModel,
+    UnknownModelError,
+    cache_dir,
+    default_renderer_name,
+    get_tokenizer,
+    resolve_model,
+)
+
+__all__ = [
+    "KNOWN_MODELS",
+    "ModelCard",
+    "ResolvedModel",
+    "UnknownModelError",
+    "cache_dir",
+    "default_renderer_name",
+    "get_tokenizer",
+    "resolve_model",
+]

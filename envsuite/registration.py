@@ -1,0 +1,301 @@
+"""The catalog: env specs keyed by versioned ids, plugin loading, and lookups that explain their misses.
+
+Ids have the form ``[namespace/]name[-vN]``. An unversioned id means the latest registered version that
+is not deprecated. Third-party packages add envs through the entry-point group ``envsuite.envs``; each
+entry point names a module (imported) or a callable (called) that calls :func:`register`. Plugins load
+lazily, on the first lookup, and a broken plugin is reported with its package name and skipped.
+
+A spec is data: ``entry_point`` names the env class (``"pkg.module:Class"``) whose constructor is
+``__init__(self, ctx: EnvContext, **kwargs)``; ``kwargs`` are its defaults. ``make`` and friends (in
+``envsuite._make``) do exactly what the spec says and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import importlib
+import inspect
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTRY_POINT_GROUP = "envsuite.envs"
+
+_ID_RE = re.compile(
+    r"^(?:(?P<namespace>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)(?:-v(?P<version>\d+))?$"
+)
+
+
+class EnvKind(enum.StrEnum):
+    """What shape of interaction an env has (used for docs, scaffolds and default wrappers)."""
+
+    SINGLE_TURN = "single-turn"
+    """One prompt, one reply, one reward (math problems)."""
+    MULTI_TURN = "multi-turn"
+    """Several turns against the env or a partner (twenty questions)."""
+    GAME = "game"
+    """A turn-based game with one or more seats (TextArena, chess)."""
+
+
+class RegistryError(LookupError):
+    """Base class of catalog lookup errors."""
+
+
+class UnknownEnvError(RegistryError):
+    """No env is registered under that id."""
+
+
+class DeprecatedEnvError(RegistryError):
+    """The requested version exists but is deprecated."""
+
+
+class UnavailableEnvError(RegistryError):
+    """The env is listed but cannot run on this machine (missing key, data or Python version)."""
+
+
+class EnvKwargsError(TypeError):
+    """An env was given keyword arguments its constructor does not accept."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything the catalog knows about one env version."""
+
+    id: str
+    entry_point: str | Callable[..., Any]
+    """``"module:Class"`` or the class itself; constructed as ``Class(ctx, **kwargs)``."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Default keyword arguments for the constructor; callers may override them."""
+    kind: EnvKind = EnvKind.SINGLE_TURN
+    description: str = ""
+    group_builder_entry_point: str | Callable[..., Any] | None = None
+    """Optional ``"module:Class"`` of a custom EnvGroupBuilder (multi-agent games); default: copies."""
+    reward_range: tuple[float, float] = (-1.0, 1.0)
+    """Bounds every per-episode return of this env falls in (checked by the conformance checker)."""
+    max_turns: int | None = None
+    """Upper bound on policy turns per episode (None: single-turn)."""
+    deprecated: str | None = None
+    """If set, the reason (and what to use instead); looking it up raises :class:`DeprecatedEnvError`."""
+    unavailable: str | None = None
+    """If set, why the env cannot run here; it is listed but not made."""
+    tags: tuple[str, ...] = ()
+    package: str = "envsuite"
+    """The distribution that registered it."""
+
+    @property
+    def namespace(self) -> str | None:
+        return parse_env_id(self.id)[0]
+
+    @property
+    def name(self) -> str:
+        return parse_env_id(self.id)[1]
+
+    @property
+    def version(self) -> int | None:
+        return parse_env_id(self.id)[2]
+
+    @property
+    def base_id(self) -> str:
+        """The id without its version suffix."""
+        namespace, name, _ = parse_env_id(self.id)
+        return f"{namespace}/{name}" if namespace else name
+
+    def load(self) -> Callable[..., Any]:
+        """Import and return the env class."""
+        return _load_entry_point(self.entry_point)
+
+    def load_group_builder(self) -> Callable[..., Any] | None:
+        if self.group_builder_entry_point is None:
+            return None
+        return _load_entry_point(self.group_builder_entry_point)
+
+    def accepted_kwargs(self) -> list[str] | None:
+        """Keyword arguments the env class accepts (None if it takes ``**kwargs``)."""
+        params = list(inspect.signature(self.load()).parameters.values())[1:]
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return None
+        return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def resolve_kwargs(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec's defaults updated with ``overrides``; unknown names fail listing the accepted ones."""
+        merged = {**self.kwargs, **overrides}
+        accepted = self.accepted_kwargs()
+        if accepted is not None:
+            unknown = sorted(set(merged) - set(accepted))
+            if unknown:
+                raise EnvKwargsError(
+                    f"{self.id} does not accept {', '.join(unknown)}; accepted keyword arguments: "
+                    f"{', '.join(accepted) or '(none)'}"
+                )
+        return merged
+
+
+def parse_env_id(env_id: str) -> tuple[str | None, str, int | None]:
+    """Split ``[namespace/]name[-vN]`` into its parts; raise ValueError on a malformed id."""
+    match = _ID_RE.match(env_id)
+    if not match:
+        raise ValueError(f"malformed env id {env_id!r}: expected [namespace/]name[-vN]")
+    version = match.group("version")
+    return match.group("namespace"), match.group("name"), int(version) if version else None
+
+
+class Registry:
+    """The set of registered specs. One module-level instance, :data:`registry`, backs the API."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, EnvSpec] = {}
+        self._plugins_loaded = False
+        self._listeners: list[Callable[[EnvSpec], None]] = []
+        self.plugin_errors: dict[str, str] = {}
+        """Broken plugins: entry-point name -> what went wrong (they were skipped)."""
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(self, env_spec: EnvSpec, *, override: bool = False) -> None:
+        parse_env_id(env_spec.id)
+        if env_spec.id in self._specs and not override:
+            existing = self._specs[env_spec.id]
+            raise RegistryError(
+                f"env id {env_spec.id!r} is already registered by {existing.package}; "
+                "pick another id or bump the version"
+            )
+        self._specs[env_spec.id] = env_spec
+        for listener in self._listeners:
+            listener(env_spec)
+
+    def add_listener(self, listener: Callable[[EnvSpec], None]) -> None:
+        """Call ``listener`` for every spec registered so far and every one registered later."""
+        self._listeners.append(listener)
+        for env_spec in list(self._specs.values()):
+            listener(env_spec)
+
+    def unregister(self, env_id: str) -> None:
+        self._specs.pop(env_id, None)
+
+    # -- lookup -------------------------------------------------------------------------------
+
+    def all_specs(self) -> list[EnvSpec]:
+        self.load_plugins()
+        return sorted(self._specs.values(), key=lambda s: s.id)
+
+    def __iter__(self) -> Iterator[EnvSpec]:
+        return iter(self.all_specs())
+
+    def __contains__(self, env_id: object) -> bool:
+        self.load_plugins()
+        return isinstance(env_id, str) and env_id in self._specs
+
+    def spec(self, env_id: str) -> EnvSpec:
+        """Look up a spec; unversioned ids resolve to the latest non-deprecated version."""
+        self.load_plugins()
+        namespace, name, version = parse_env_id(env_id)
+        found = self._specs.get(env_id)
+        if found is None and version is None:
+            found = self._latest(namespace, name)
+        if found is None:
+            raise UnknownEnvError(self._miss_message(env_id))
+        if found.deprecated:
+            raise DeprecatedEnvError(f"{found.id} is deprecated: {found.deprecated}")
+        return found
+
+    def _latest(self, namespace: str | None, name: str) -> EnvSpec | None:
+        versions = [
+            s
+            for s in self._specs.values()
+            if s.namespace == namespace and s.name == name and not s.deprecated
+        ]
+        if not versions:
+            deprecated = [s for s in self._specs.values() if s.namespace == namespace and s.name == name]
+            return max(deprecated, key=lambda s: s.version or 0) if deprecated else None
+        return max(versions, key=lambda s: s.version if s.version is not None else -1)
+
+    def _miss_message(self, env_id: str) -> str:
+        candidates = sorted({s.id for s in self._specs.values()} | {s.base_id for s in self._specs.values()})
+        close = difflib.get_close_matches(env_id, candidates, n=3, cutoff=0.5)
+        lowered = env_id.lower()
+        close += [c for c in candidates if c.lower() == lowered and c not in close]
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return f"no env registered as {env_id!r}.{hint} Run `envsuite list` to see the catalog."
+
+    # -- plugins ------------------------------------------------------------------------------
+
+    def load_plugins(self) -> None:
+        """Import every ``envsuite.envs`` entry point once; broken ones are reported and skipped."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            package = ep.dist.name if ep.dist is not None else ep.value
+            try:
+                loaded = ep.load()
+                if callable(loaded) and not inspect.ismodule(loaded):
+                    loaded()
+            except Exception as exc:
+                message = f"plugin {ep.name!r} from package {package!r} failed to load: {exc!r}"
+                self.plugin_errors[ep.name] = message
+                warnings.warn(message + " (skipped)", RuntimeWarning, stacklevel=2)
+
+
+registry = Registry()
+
+
+def register(
+    id: str,
+    entry_point: str | Callable[..., Any],
+    kwargs: Mapping[str, Any] | None = None,
+    **spec_fields: Any,
+) -> EnvSpec:
+    """Add an env to the catalog and return its spec.
+
+    ``spec_fields`` are the other :class:`EnvSpec` fields (``kind``, ``description``, ``reward_range``,
+    ``max_turns``, ``deprecated``, ``unavailable``, ``tags``, ``group_builder_entry_point``, ``package``).
+    """
+    field_names = {f.name for f in dataclasses.fields(EnvSpec)} - {"id", "entry_point", "kwargs"}
+    unknown = sorted(set(spec_fields) - field_names)
+    if unknown:
+        raise TypeError(f"register() got unknown spec fields {unknown}; known: {sorted(field_names)}")
+    env_spec = EnvSpec(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), **spec_fields)
+    registry.register(env_spec)
+    return env_spec
+
+
+def spec(env_id: str) -> EnvSpec:
+    """The spec registered under ``env_id`` (unversioned: the latest version)."""
+    return registry.spec(env_id)
+
+
+def pprint_registry(*, print_fn: Callable[[str], None] = print) -> None:
+    """Print the catalog grouped by namespace, with unavailable envs and their reasons."""
+    by_namespace: dict[str, list[EnvSpec]] = {}
+    for env_spec in registry.all_specs():
+        by_namespace.setdefault(env_spec.namespace or "(core)", []).append(env_spec)
+    for namespace in sorted(by_namespace):
+        print_fn(f"===== {namespace} =====")
+        for env_spec in by_namespace[namespace]:
+            status = ""
+            if env_spec.deprecated:
+                status = "  [deprecated]"
+            elif env_spec.unavailable:
+                status = f"  [unavailable: {env_spec.unavailable}]"
+            print_fn(f"{env_spec.id:40s} {env_spec.kind.value:12s}{status}")
+
+
+def _load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
+    if not isinstance(entry_point, str):
+        return entry_point
+    module_name, _, attr = entry_point.partition(":")
+    if not attr:
+        raise ValueError(f"entry point {entry_point!r} must look like 'package.module:Name'")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"entry point {entry_point!r} is not callable")
+    return obj

@@ -1,0 +1,127 @@
+"""The renderer contract: chat messages <-> tokens for one model family.
+
+A renderer turns a conversation into the exact tokens a model sees (generation prompts and supervised
+examples with per-token loss weights), says where sampling must stop, and parses a sampled reply back
+into a message while telling a clean stop from a truncated one.
+
+Invariants every renderer keeps:
+
+* ``build_generation_prompt(messages)`` followed by the tokens of a reply that ends in one of
+  ``get_stop_sequences()`` is exactly what ``build_supervised_example(messages + [reply])`` produces
+  for those positions (sampling and training see the same tokens).
+* ``has_extension_property`` is True only if, for every conversation, the generation prompt after an
+  assistant turn starts with the previous generation prompt + the sampled reply tokens. Multi-turn RL
+  merges such turns into one datum; the test suite checks each renderer's claim.
+* Messages are rendered piece by piece (one encode call per message part), so no token ever spans a
+  message boundary.
+* ``parse_response`` never raises: garbage tokens and invalid UTF-8 come back as a
+  :class:`ParsedResponse` with ``outcome`` telling what happened.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from envsuite.core import Message, Role, StopCondition
+
+if TYPE_CHECKING:
+    import tinker
+
+
+class Tokenizer(Protocol):
+    """The slice of a HF tokenizer renderers use."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def convert_tokens_to_ids(self, tokens: str) -> int | list[int]: ...
+
+
+class TrainOnWhat(enum.StrEnum):
+    """Which tokens of a supervised example get loss weight 1."""
+
+    LAST_ASSISTANT_MESSAGE = "last_assistant_message"
+    """Only the final assistant message (and its end-of-turn token)."""
+    ALL_ASSISTANT_MESSAGES = "all_assistant_messages"
+    """Every assistant message (and its end-of-turn token)."""
+
+
+class ParseOutcome(enum.StrEnum):
+    """How a sampled reply ended."""
+
+    STOP = "stop"
+    """The reply ended with a stop sequence (a clean end of turn)."""
+    TRUNCATED = "length"
+    """No stop sequence: the sampler ran out of tokens (the reply is cut off)."""
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    """A sampled reply as a message, and how it ended."""
+
+    message: Message
+    outcome: ParseOutcome
+    valid_utf8: bool = True
+    """False when the tokens decoded to invalid UTF-8 (replacement characters were inserted)."""
+
+    @property
+    def clean_stop(self) -> bool:
+        return self.outcome is ParseOutcome.STOP
+
+
+@dataclass(frozen=True)
+class SupervisedExample:
+    """Tokens of a whole conversation with one loss weight per token (``len(weights_T) == length``)."""
+
+    model_input: tinker.ModelInput
+    weights_T: list[float]
+
+
+class Renderer(ABC):
+    """Converts messages to tokens and back for one chat format."""
+
+    name: str
+    """Registry name of this renderer (e.g. ``chatml``)."""
+    has_extension_property: bool
+    """See the module docstring; proven per renderer in the test suite."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @abstractmethod
+    def build_generation_prompt(self, messages: list[Message], role: Role = "assistant") -> tinker.ModelInput:
+        """Tokens of ``messages`` followed by the header that opens a ``role`` turn."""
+
+    @abstractmethod
+    def build_supervised_example(
+        self,
+        messages: list[Message],
+        train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+    ) -> SupervisedExample:
+        """Tokens of the whole conversation, weighting assistant tokens as ``train_on_what`` says."""
+
+    @abstractmethod
+    def get_stop_sequences(self) -> StopCondition:
+        """Where sampling of an assistant turn must stop (token ids where possible)."""
+
+    @abstractmethod
+    def parse_response(self, tokens: list[int]) -> ParsedResponse:
+        """Decode sampled tokens into an assistant message; never raises."""
+
+    def build_next_prompt(
+        self, prev_prompt: tinker.ModelInput, reply_tokens: list[int], conversation: list[Message]
+    ) -> tinker.ModelInput:
+        """The prompt for the next assistant turn of a multi-turn episode.
+
+        ``prev_prompt`` is the prompt the reply was sampled from, ``reply_tokens`` the sampled tokens and
+        ``conversation`` the whole message list so far: it ends with the parsed reply followed by the new
+        messages (user turns, partner answers). Renderers with the extension property override this to
+        return ``prev_prompt + reply_tokens`` (plus the end-of-turn tokens when the reply was truncated)
+        + the new messages + the assistant header, so the next prompt extends the previous one token for
+        token and a whole episode trains as one datum. The default re-renders the conversation.
+        """
+        return self.build_generation_prompt(conversation)

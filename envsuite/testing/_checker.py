@@ -1,0 +1,334 @@
+"""The conformance checker: does a catalog env keep the contracts of ``envsuite.core``?
+
+Each check is a small async function returning a :class:`CheckResult`; an exception inside a check is
+itself a failure (with the error in the detail), so one broken behaviour never hides the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import pickle
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import tinker
+
+from envsuite._make import RendererConfig, make_dataset_builder, make_env, make_group_builder
+from envsuite.core import Env, InitialObservationOverflow, StepResult
+from envsuite.registration import EnvSpec, spec
+from envsuite.testing._episodes import (
+    PLAUSIBLE_REPLIES,
+    EpisodeRecord,
+    garbage_actions,
+    play_episode,
+    stop_invariant_violations,
+    text_actions,
+)
+
+
+class CheckOutcome(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    WARNED = "warned"
+    """Suspicious but allowed; a failure under ``strict``."""
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    outcome: CheckOutcome
+    detail: str = ""
+    fix: str = ""
+    """How to make the check pass (shown with failures)."""
+
+
+@dataclass
+class ConformanceReport:
+    """The outcome of :func:`check_env` for one env."""
+
+    env_id: str
+    strict: bool
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        bad = {CheckOutcome.FAILED} | ({CheckOutcome.WARNED} if self.strict else set())
+        return [r for r in self.results if r.outcome in bad]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def render(self) -> str:
+        """A plain-text report: one line per check, with details and fixes for the ones that failed."""
+        lines = [f"conformance of {self.env_id}{' (strict)' if self.strict else ''}:"]
+        for r in self.results:
+            lines.append(f"  [{r.outcome.value.upper():7s}] {r.name}" + (f": {r.detail}" if r.detail else ""))
+            if r.outcome in (CheckOutcome.FAILED, CheckOutcome.WARNED) and r.fix:
+                lines.append(f"             fix: {r.fix}")
+        verdict = "PASS" if self.passed else f"FAIL ({len(self.failures)} problem(s))"
+        lines.append(f"  => {verdict}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    env_spec: EnvSpec
+    renderer: RendererConfig
+    env_kwargs: dict[str, Any]
+    seeds: tuple[int, ...]
+    max_steps: int
+
+    def env(self, seed: int, **overrides: Any) -> Env:
+        return make_env(self.env_spec.id, seed=seed, renderer=self.renderer, **(self.env_kwargs | overrides))
+
+
+Check = Callable[[_Setup], Awaitable[CheckResult]]
+
+
+def _passed(name: str, detail: str = "") -> CheckResult:
+    return CheckResult(name, CheckOutcome.PASSED, detail)
+
+
+def _failed(name: str, detail: str, fix: str) -> CheckResult:
+    return CheckResult(name, CheckOutcome.FAILED, detail, fix)
+
+
+async def _check_contract_types(s: _Setup) -> CheckResult:
+    name = "contract types"
+    env = s.env(s.seeds[0])
+    start = await env.initial_observation()
+    if isinstance(start, InitialObservationOverflow):
+        return _failed(name, "default prompt overflows", "raise max_context_tokens or shorten the prompt")
+    if not (isinstance(start, tuple) and len(start) == 2 and isinstance(start[0], tinker.ModelInput)):
+        return _failed(
+            name, f"initial_observation returned {type(start).__name__}", "return (ModelInput, stop)"
+        )
+    stop = start[1]
+    if (
+        not isinstance(stop, list)
+        or len({type(x) for x in stop}) > 1
+        or not all(isinstance(x, str | int) for x in stop)
+    ):
+        return _failed(name, f"stop condition {stop!r}", "return a list of str or a list of int token ids")
+    result = await env.step(text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)(0))
+    if not isinstance(result, StepResult) or not isinstance(result.next_observation, tinker.ModelInput):
+        return _failed(name, f"step returned {type(result).__name__}", "return envsuite.StepResult")
+    if not isinstance(result.reward, int | float) or not isinstance(result.metrics, dict):
+        return _failed(name, "reward must be a number and metrics a dict", "see envsuite.core.StepResult")
+    return _passed(name)
+
+
+async def _check_determinism(s: _Setup) -> CheckResult:
+    name = "seeded determinism"
+    actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
+    for seed in s.seeds:
+        first = await play_episode(s.env(seed), actions, s.max_steps)
+        second = await play_episode(s.env(seed), actions, s.max_steps)
+        if first.signature() != second.signature():
+            return _failed(
+                name,
+                f"seed {seed}: two runs with the same actions differ",
+                "derive all randomness from ctx.seed with an env-owned RNG (never global random)",
+            )
+    return _passed(name, f"seeds {list(s.seeds)}")
+
+
+async def _check_seed_variety(s: _Setup) -> CheckResult:
+    name = "seeds vary episodes"
+    prompts = set()
+    for seed in range(8):
+        start = await s.env(seed).initial_observation()
+        if not isinstance(start, InitialObservationOverflow):
+            prompts.add(tuple(start[0].to_ints()))
+    if len(prompts) < 2:
+        return CheckResult(
+            name, CheckOutcome.WARNED, "8 seeds gave one prompt", "let the seed pick the episode"
+        )
+    return _passed(name, f"{len(prompts)} distinct prompts from 8 seeds")
+
+
+async def _check_group_shares_episode(s: _Setup) -> CheckResult:
+    name = "group shares one episode"
+    builder = make_group_builder(
+        s.env_spec.id, group_size=3, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
+    )
+    envs = await builder.make_envs()
+    if len(envs) != 3:
+        return _failed(name, f"group_size=3 made {len(envs)} envs", "make_envs must return group_size envs")
+    actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
+    records = [await play_episode(env, actions, s.max_steps) for env in envs]
+    if len({r.signature() for r in records}) != 1:
+        return _failed(
+            name, "members of one group played different episodes", "build every member from the same seed"
+        )
+    await builder.cleanup()
+    await builder.cleanup()  # idempotent
+    return _passed(name)
+
+
+async def _check_pickle(s: _Setup) -> CheckResult:
+    name = "builders pickle"
+    builder = make_group_builder(
+        s.env_spec.id, group_size=2, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
+    )
+    dataset_builder = make_dataset_builder(
+        s.env_spec.id,
+        batch_size=2,
+        group_size=2,
+        n_batches=2,
+        n_test_groups=2,
+        renderer=s.renderer,
+        **s.env_kwargs,
+    )
+    clone = pickle.loads(pickle.dumps(builder))
+    pickle.loads(pickle.dumps(dataset_builder))
+    original = await (await builder.make_envs())[0].initial_observation()
+    copied = await (await clone.make_envs())[0].initial_observation()
+    if _tokens(original) != _tokens(copied):
+        return _failed(name, "an unpickled builder makes a different episode", "keep builders plain data")
+    train, test = await dataset_builder()
+    batch = train.get_batch(0)
+    if len(batch) != 2 or test is None:
+        return _failed(
+            name, "dataset builder gave a wrong batch", "get_batch must return batch_size builders"
+        )
+    pickle.loads(pickle.dumps(batch[0]))
+    return _passed(name, "group builder, dataset builder and its groups")
+
+
+async def _check_garbage(s: _Setup) -> CheckResult:
+    name = "garbage actions"
+    renderer = s.renderer.build()
+    problems: list[str] = []
+    for kind, actions in garbage_actions(renderer, s.seeds[0]).items():
+        try:
+            record = await play_episode(s.env(s.seeds[0]), actions, s.max_steps)
+        except Exception as exc:
+            problems.append(f"{kind}: raised {exc!r}")
+            continue
+        problems += _episode_problems(s, kind, record)
+    if problems:
+        return _failed(
+            name, "; ".join(problems[:4]), "parse defensively: return a parse-error stop, never raise"
+        )
+    return _passed(name, "random, empty, 10k tokens, invalid UTF-8, out-of-vocab ids")
+
+
+def _episode_problems(s: _Setup, kind: str, record: EpisodeRecord) -> list[str]:
+    problems = [f"{kind}: {p}" for p in stop_invariant_violations(record)]
+    if not record.done:
+        problems.append(f"{kind}: episode not over after {s.max_steps} steps")
+    low, high = s.env_spec.reward_range
+    if not low - 1e-9 <= record.total_reward <= high + 1e-9:
+        problems.append(
+            f"{kind}: return {record.total_reward} outside reward_range {s.env_spec.reward_range}"
+        )
+    return problems
+
+
+async def _check_plausible_episode(s: _Setup) -> CheckResult:
+    name = "final transition has a stop reason"
+    record = await play_episode(
+        s.env(s.seeds[-1]), text_actions(s.renderer.build(), PLAUSIBLE_REPLIES), s.max_steps
+    )
+    problems = _episode_problems(s, "plausible replies", record)
+    if problems:
+        return _failed(name, "; ".join(problems), "end episodes with StepResult.final(...)")
+    reason = record.steps[-1].stop_reason
+    return _passed(name, f"{len(record.steps)} step(s), stop/{reason.value if reason else '?'}")
+
+
+async def _check_overflow(s: _Setup) -> CheckResult:
+    name = "prompt overflow sentinel"
+    env = make_env(s.env_spec.id, seed=s.seeds[0], renderer=s.renderer, max_context_tokens=4, **s.env_kwargs)
+    start = await env.initial_observation()
+    if not isinstance(start, InitialObservationOverflow):
+        return _failed(
+            name, "a 4-token budget did not overflow", "return InitialObservationOverflow when too long"
+        )
+    return _passed(name)
+
+
+CHECKS: tuple[Check, ...] = (
+    _check_contract_types,
+    _check_determinism,
+    _check_seed_variety,
+    _check_group_shares_episode,
+    _check_pickle,
+    _check_garbage,
+    _check_plausible_episode,
+    _check_overflow,
+)
+
+
+def _tokens(start: object) -> list[int] | None:
+    if isinstance(start, tuple):
+        return list(start[0].to_ints())
+    return None
+
+
+async def check_env_async(
+    env_id: str,
+    *,
+    model: str = "tiny-random",
+    seeds: tuple[int, ...] = (0, 1),
+    strict: bool = False,
+    **env_kwargs: Any,
+) -> ConformanceReport:
+    """Async form of :func:`check_env`."""
+    report = ConformanceReport(env_id=env_id, strict=strict)
+    try:
+        env_spec = spec(env_id)
+        env_spec.resolve_kwargs(env_kwargs)
+    except Exception as exc:
+        report.results.append(_failed("spec", str(exc), "register the env and pass only accepted kwargs"))
+        return report
+    if env_spec.unavailable:
+        report.results.append(
+            CheckResult("spec", CheckOutcome.SKIPPED, f"unavailable: {env_spec.unavailable}")
+        )
+        return report
+    report.results.append(_passed("spec", f"{env_spec.id} -> {env_spec.entry_point}"))
+    setup = _Setup(
+        env_spec=env_spec,
+        renderer=RendererConfig(model_name=model),
+        env_kwargs=dict(env_kwargs),
+        seeds=seeds,
+        max_steps=2 * (env_spec.max_turns or 1) + 5,
+    )
+    for check in CHECKS:
+        try:
+            result = await check(setup)
+        except Exception as exc:
+            tail = traceback.format_exception_only(exc)[-1].strip()
+            result = _failed(
+                check.__name__.removeprefix("_check_").replace("_", " "), f"raised {tail}", "see traceback"
+            )
+        report.results.append(result)
+    return report
+
+
+def check_env(
+    env_id: str,
+    *,
+    model: str = "tiny-random",
+    seeds: tuple[int, ...] = (0, 1),
+    strict: bool = False,
+    **env_kwargs: Any,
+) -> ConformanceReport:
+    """Run every conformance check on catalog env ``env_id`` and return the report.
+
+    Checks: contract types; seeded determinism (same seed and actions give the same observations and
+    rewards); seeds vary episodes (a warning unless ``strict``); every member of a group plays the same
+    episode; builders pickle; garbage actions (random ids, empty, 10k tokens, invalid UTF-8,
+    out-of-vocab ids) end in a defined outcome within the turn budget, never an exception; the final
+    transition carries exactly one stop reason; returns stay inside the spec's ``reward_range``; an
+    over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
+    shares SmolLM2's).
+    """
+    return asyncio.run(check_env_async(env_id, model=model, seeds=seeds, strict=strict, **env_kwargs))

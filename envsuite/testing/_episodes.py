@@ -1,0 +1,127 @@
+"""Playing scripted episodes for the conformance checker, and the garbage actions it throws at envs."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from envsuite.core import (
+    STOP_METRIC_PREFIX,
+    Env,
+    InitialObservationOverflow,
+    StepResult,
+    StopReason,
+)
+from envsuite.renderers.base import Renderer
+
+# Replies that make sense for some env in the catalog; every env must take all of them.
+PLAUSIBLE_REPLIES = (
+    "The answer is \\boxed{42}.",
+    "7",
+    "Is it an animal?",
+    "Guess: dog",
+    "[4]",
+    "e4",
+    "I am not sure.",
+)
+
+ActionSource = Callable[[int], list[int]]
+"""Given the turn index, the action tokens to send."""
+
+
+@dataclass
+class EpisodeRecord:
+    """Everything observable about one episode, for comparing two runs and checking invariants."""
+
+    initial_tokens: list[int] | None
+    """None when the env returned the overflow sentinel."""
+    steps: list[StepResult] = field(default_factory=list)
+    observations_T: list[list[int]] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].episode_done
+
+    @property
+    def total_reward(self) -> float:
+        return sum(step.reward for step in self.steps)
+
+    def signature(self) -> tuple[object, ...]:
+        """What two runs of the same seeded episode must agree on."""
+        return (
+            self.initial_tokens,
+            tuple(tuple(obs) for obs in self.observations_T),
+            tuple((s.reward, s.episode_done, s.stop_reason) for s in self.steps),
+        )
+
+
+async def play_episode(env: Env, actions: ActionSource, max_steps: int) -> EpisodeRecord:
+    """Run ``env`` with scripted actions until it is done or ``max_steps`` steps were taken."""
+    start = await env.initial_observation()
+    if isinstance(start, InitialObservationOverflow):
+        return EpisodeRecord(initial_tokens=None)
+    ob, _stop = start
+    record = EpisodeRecord(initial_tokens=ob.to_ints())
+    for turn in range(max_steps):
+        result = await env.step(actions(turn))
+        record.steps.append(result)
+        record.observations_T.append(result.next_observation.to_ints())
+        if result.episode_done:
+            break
+    return record
+
+
+def stop_invariant_violations(record: EpisodeRecord) -> list[str]:
+    """Broken stop-reason rules: only the final step has a reason, and exactly one ``stop/`` metric."""
+    problems: list[str] = []
+    for i, step in enumerate(record.steps):
+        stop_keys = [k for k in step.metrics if k.startswith(STOP_METRIC_PREFIX)]
+        if step.episode_done:
+            if not isinstance(step.stop_reason, StopReason):
+                problems.append(f"final step {i} has no StopReason (got {step.stop_reason!r})")
+            elif stop_keys != [STOP_METRIC_PREFIX + step.stop_reason.value]:
+                problems.append(
+                    f"final step {i} must carry exactly stop/{step.stop_reason.value}, has {stop_keys}"
+                )
+        elif step.stop_reason is not None or stop_keys:
+            problems.append(f"non-final step {i} carries a stop reason ({step.stop_reason!r}, {stop_keys})")
+    return problems
+
+
+def text_actions(renderer: Renderer, replies: Sequence[str]) -> ActionSource:
+    """Cycle through text replies, each as a cleanly stopped turn."""
+    from envsuite._text import reply_to_tokens
+
+    encoded = [reply_to_tokens(renderer, reply) for reply in replies]
+    return lambda turn: list(encoded[turn % len(encoded)])
+
+
+@functools.lru_cache(maxsize=8)
+def _invalid_utf8_ids(renderer: Renderer) -> tuple[int, ...]:
+    """Token ids that decode, alone, to invalid UTF-8 (lone byte tokens of multi-byte characters)."""
+    found: list[int] = []
+    vocab = len(renderer.tokenizer)  # type: ignore[arg-type]
+    for token_id in range(min(vocab, 5000)):
+        if "\ufffd" in renderer.tokenizer.decode([token_id]):
+            found.append(token_id)
+            if len(found) >= 8:
+                break
+    return tuple(found)
+
+
+def garbage_actions(renderer: Renderer, seed: int) -> dict[str, ActionSource]:
+    """Named families of malformed actions every env must survive."""
+    vocab = len(renderer.tokenizer)  # type: ignore[arg-type]
+    rng = random.Random(seed)
+    random_ids = [rng.randrange(vocab) for _ in range(48)]
+    huge = [rng.randrange(vocab) for _ in range(10_000)]
+    bad_utf8 = list(_invalid_utf8_ids(renderer)) or [0xFFFF % vocab]
+    return {
+        "random_tokens": lambda turn: random_ids[turn % 8 : turn % 8 + 40],
+        "empty": lambda turn: [],
+        "ten_thousand_tokens": lambda turn: huge,
+        "invalid_utf8": lambda turn: bad_utf8,
+        "out_of_vocab_ids": lambda turn: [vocab + 7, vocab * 3],
+    }

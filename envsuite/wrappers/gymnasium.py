@@ -1,0 +1,238 @@
+"""A catalog env as a real ``gymnasium.Env``, for users' own reset/step loops.
+
+Two modes:
+
+* ``mode="tokens"`` (default): observation = prompt token ids (``np.int64`` array), action = the reply's
+  token ids (include the end-of-turn token for a clean stop, as a sampler would).
+* ``mode="text"``: observation = the rendered prompt text, action = the reply text (the adapter tokenizes
+  it and appends the renderer's end-of-turn token, so a text reply is always a clean stop).
+
+``reset(seed=s)`` starts a fresh single-use catalog env on episode seed ``s`` (without a seed, the
+gym env's own ``np_random`` picks one). ``info`` carries the stop condition, the conversation as chat
+messages, the env's metrics and logs, and on the last step the stop reason. A prompt that does not fit
+``max_context_tokens`` gives an empty observation with ``info["prompt_overflow"]``; the next step ends
+the episode with ``stop_reason == "context_overflow"``.
+
+Catalog ids are mirrored into gymnasium's registry as ``envsuite/<id>`` (a namespaced id
+``ns/name-vN`` becomes ``envsuite-ns/name-vN``), so ``gymnasium.make("envsuite/arithmetic")`` works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+import string
+from collections.abc import Coroutine
+from typing import Any, Literal, TypeVar
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _check_renderer, make_env
+from envsuite._text import reply_to_tokens
+from envsuite.core import STOP_METRIC_PREFIX, Env, InitialObservationOverflow, StopCondition, StopReason
+from envsuite.registration import EnvSpec, spec
+
+Mode = Literal["tokens", "text"]
+_T = TypeVar("_T")
+GYM_NAMESPACE = "envsuite"
+_CHARS_PER_TOKEN_BOUND = 32
+
+
+class PromptText(spaces.Text):
+    """A text space for prompts: any Unicode string up to ``max_length`` (gymnasium's ``Text`` only
+    admits characters from a fixed charset). Samples are drawn from printable ASCII plus a few
+    non-ASCII letters."""
+
+    def __init__(self, max_length: int, seed: int | None = None) -> None:
+        charset = string.printable + "éüßøλπ中文"
+        super().__init__(max_length=max_length, min_length=0, charset=charset, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, str)
+            and len(x) <= self.max_length
+            and not any(0xD800 <= ord(c) <= 0xDFFF for c in x)
+        )
+
+
+class GymEnv(gymnasium.Env[Any, Any]):
+    """A catalog env behind the gymnasium API (see the module docstring)."""
+
+    metadata = {"render_modes": ["ansi", "human"]}  # noqa: RUF012  (gymnasium reads a class dict)
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        mode: Mode = "tokens",
+        model: str | None = None,
+        renderer: RendererConfig | str | None = None,
+        split: Literal["train", "test"] = "train",
+        max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+        render_mode: str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        if mode not in ("tokens", "text"):
+            raise ValueError(f"mode must be 'tokens' or 'text', not {mode!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self.env_spec: EnvSpec = spec(env_id)
+        self.env_kwargs = self.env_spec.resolve_kwargs(env_kwargs)
+        self.mode: Mode = mode
+        self.render_mode = render_mode
+        self.split: Literal["train", "test"] = split
+        self.max_context_tokens = max_context_tokens
+        self.renderer_config = _check_renderer(renderer, model)
+        self._renderer = self.renderer_config.build()
+        tokenizer = self._renderer.tokenizer
+        vocab_size = len(tokenizer)  # type: ignore[arg-type]
+        if mode == "tokens":
+            self.observation_space: spaces.Space[Any] = spaces.Sequence(
+                spaces.Discrete(vocab_size), stack=True
+            )
+            self.action_space: spaces.Space[Any] = spaces.Sequence(spaces.Discrete(vocab_size), stack=True)
+        else:
+            max_chars = max_context_tokens * _CHARS_PER_TOKEN_BOUND
+            self.observation_space = PromptText(max_chars)
+            self.action_space = PromptText(max_chars)
+        self._loop = asyncio.new_event_loop()
+        self._env: Env | None = None
+        self._stop: StopCondition = []
+        self._overflow: InitialObservationOverflow | None = None
+        self._done = True
+
+    # -- gymnasium API ----------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**62))
+        self._env = make_env(
+            self.env_spec.id,
+            seed=episode_seed,
+            split=self.split,
+            renderer=self.renderer_config,
+            max_context_tokens=self.max_context_tokens,
+            **self.env_kwargs,
+        )
+        start = self._run(self._env.initial_observation())
+        self._done = False
+        info: dict[str, Any] = {"episode_seed": episode_seed}
+        if isinstance(start, InitialObservationOverflow):
+            self._overflow, self._stop = start, []
+            info |= {"prompt_overflow": start, "stop_condition": [], "conversation": []}
+            return self._encode_observation([]), info
+        self._overflow = None
+        ob, self._stop = start
+        info |= {"stop_condition": list(self._stop), "conversation": self._env.conversation()}
+        return self._encode_observation(ob.to_ints()), info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self._env is None or self._done:
+            raise RuntimeError("call reset() before step(); the episode is over")
+        if self._overflow is not None:
+            self._done = True
+            reason = StopReason.CONTEXT_OVERFLOW
+            overflow_info = {"stop_reason": reason.value, "metrics": {STOP_METRIC_PREFIX + reason.value: 1.0}}
+            return self._encode_observation([]), 0.0, True, False, overflow_info
+        result = self._run(self._env.step(self._action_tokens(action)))
+        self._done = result.episode_done
+        self._stop = result.next_stop_condition
+        info: dict[str, Any] = {
+            "stop_condition": list(result.next_stop_condition),
+            "conversation": self._env.conversation(),
+            "metrics": dict(result.metrics),
+            "logs": dict(result.logs),
+        }
+        if result.stop_reason is not None:
+            info["stop_reason"] = result.stop_reason.value
+        obs = self._encode_observation(result.next_observation.to_ints())
+        return obs, float(result.reward), result.episode_done, False, info
+
+    def render(self) -> str | None:
+        text = self._conversation_text()
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.close()
+        super().close()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run a coroutine of the wrapped env; works even when called from inside a running loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(self._loop.run_until_complete, coro).result()
+
+    def _encode_observation(self, tokens: list[int]) -> Any:
+        if self.mode == "tokens":
+            return np.asarray(tokens, dtype=np.int64)
+        return self._renderer.tokenizer.decode(tokens, skip_special_tokens=False)
+
+    def _action_tokens(self, action: Any) -> list[int]:
+        if self.mode == "tokens":
+            return [int(t) for t in np.asarray(action, dtype=np.int64).reshape(-1)]
+        if not isinstance(action, str):
+            raise TypeError(f"text mode expects a str action, got {type(action).__name__}")
+        return reply_to_tokens(self._renderer, action, self._stop)
+
+    def _conversation_text(self) -> str:
+        if self._env is None:
+            return ""
+        return "\n".join(f"[{m['role']}] {m['content']}" for m in self._env.conversation())
+
+
+def make(
+    env_id: str,
+    *,
+    mode: Mode = "tokens",
+    model: str | None = None,
+    renderer: RendererConfig | str | None = None,
+    split: Literal["train", "test"] = "train",
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    render_mode: str | None = None,
+    **env_kwargs: Any,
+) -> GymEnv:
+    """A ``gymnasium.Env`` for catalog env ``env_id`` (see the module docstring for the two modes)."""
+    return GymEnv(
+        env_id,
+        mode=mode,
+        model=model,
+        renderer=renderer,
+        split=split,
+        max_context_tokens=max_context_tokens,
+        render_mode=render_mode,
+        **env_kwargs,
+    )
+
+
+def gymnasium_id(env_id: str) -> str:
+    """The id a catalog env has in gymnasium's registry."""
+    namespace, _, rest = env_id.rpartition("/")
+    if not namespace:
+        return f"{GYM_NAMESPACE}/{rest}"
+    return f"{GYM_NAMESPACE}-{re.sub(r'[^A-Za-z0-9_-]', '-', namespace)}/{rest}"
+
+
+def mirror_to_gymnasium(env_spec: EnvSpec) -> None:
+    """Register one catalog spec with gymnasium (idempotent)."""
+    gym_id = gymnasium_id(env_spec.id)
+    if gym_id in gymnasium.registry:
+        return
+    try:
+        gymnasium.register(id=gym_id, entry_point="envsuite.wrappers.gymnasium:GymEnv", kwargs={"env_id": env_spec.id})
+    except gymnasium.error.Error:
+        # An id gymnasium cannot express is still fully usable through envsuite.make.
+        return

@@ -1,0 +1,67 @@
+"""Small envs used by the registry, checker and gym tests (a good one and deliberately broken ones)."""
+
+from __future__ import annotations
+
+import random
+
+import tinker
+
+from envsuite import EnvContext, InitialObservationOverflow, Message, StepResult, StopReason
+from envsuite.core import Action, Env, StopCondition
+
+
+class EchoNumberEnv(Env):
+    """Asks the policy to repeat a seeded number; reward 1 when the reply contains it."""
+
+    def __init__(self, ctx: EnvContext, *, low: int = 0, high: int = 99) -> None:
+        self.ctx = ctx
+        self.number = random.Random(ctx.seed).randint(low, high)
+        self.messages: list[Message] = [{"role": "user", "content": f"Repeat this number: {self.number}"}]
+
+    async def initial_observation(self) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
+        prompt = self.ctx.renderer.build_generation_prompt(self.messages)
+        if prompt.length > self.ctx.max_context_tokens:
+            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+        self.prompt = prompt
+        return prompt, self.ctx.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        parsed = self.ctx.renderer.parse_response(action)
+        self.messages.append(parsed.message)
+        correct = str(self.number) in parsed.message["content"]
+        reason = StopReason.COMPLETED if parsed.clean_stop else StopReason.MAX_TOKENS
+        return StepResult.final(
+            reward=float(correct),
+            stop_reason=reason,
+            next_observation=self.prompt.append(tinker.EncodedTextChunk(tokens=list(action))),
+            next_stop_condition=self.ctx.renderer.get_stop_sequences(),
+            metrics={"correct": float(correct)},
+        )
+
+    def conversation(self) -> list[Message]:
+        return list(self.messages)
+
+
+class GlobalRandomEnv(EchoNumberEnv):
+    """Broken on purpose: draws its number from the global RNG, so seeds do not determine episodes."""
+
+    def __init__(self, ctx: EnvContext) -> None:
+        super().__init__(ctx)
+        self.number = random.randint(0, 10**9)  # noqa: S311
+
+
+class RaisingEnv(EchoNumberEnv):
+    """Broken on purpose: raises on an empty action instead of returning a parse error."""
+
+    async def step(self, action: Action) -> StepResult:
+        if not action:
+            raise ValueError("empty action")
+        return await super().step(action)
+
+
+class NoStopReasonEnv(EchoNumberEnv):
+    """Broken on purpose: ends episodes without a stop reason."""
+
+    async def step(self, action: Action) -> StepResult:
+        result = await super().step(action)
+        return StepResult(result.reward, True, result.next_observation, result.next_stop_condition)

@@ -1,0 +1,76 @@
+"""envsuite.make returns a real gymnasium.Env in token and text mode; both pass gymnasium's checker."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envsuite
+from tests.conftest import TEST_MODEL
+
+MATH_IDS = ["arithmetic", "math"]
+
+
+@pytest.mark.parametrize("env_id", MATH_IDS)
+@pytest.mark.parametrize("mode", ["tokens", "text"])
+def test_check_env_passes(env_id: str, mode: str) -> None:
+    env = envsuite.make(env_id, mode=mode, model=TEST_MODEL)  # type: ignore[arg-type]
+    check_env(env, skip_render_check=True)
+    env.close()
+
+
+def test_token_mode_episode_and_info() -> None:
+    env = envsuite.make("arithmetic", model=TEST_MODEL)
+    obs, info = env.reset(seed=7)
+    assert obs.dtype == np.int64 and obs.ndim == 1 and len(obs) > 5
+    assert info["stop_condition"] and info["conversation"][-1]["role"] == "user"
+    again, _ = env.reset(seed=7)
+    assert np.array_equal(obs, again)
+    obs2, reward, terminated, truncated, info = env.step(np.array([], dtype=np.int64))
+    assert terminated and not truncated
+    assert info["stop_reason"] in {r.value for r in envsuite.StopReason}
+    assert isinstance(reward, float)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.array([1, 2, 3]))
+
+
+def test_text_mode_scores_a_correct_reply() -> None:
+    env = envsuite.make("arithmetic", mode="text", model=TEST_MODEL, answer_format="number")
+    prompt, info = env.reset(seed=11)
+    assert isinstance(prompt, str) and "assistant" in prompt
+    question = info["conversation"][-1]["content"]
+    assert question in prompt
+    answer = _solve(env)
+    _, reward, terminated, _, info = env.step(str(answer))
+    assert terminated and reward == pytest.approx(1.0), info
+    assert info["conversation"][-1] == {"role": "assistant", "content": str(answer)}
+
+
+def _solve(env: gymnasium.Env) -> object:
+    inner = env.unwrapped._env  # type: ignore[attr-defined]
+    logs_answer = getattr(inner, "answer", None)
+    assert logs_answer is not None, "arithmetic env exposes its answer for tests"
+    return logs_answer
+
+
+def test_overflow_gives_empty_observation_then_context_overflow_stop() -> None:
+    env = envsuite.make("arithmetic", model=TEST_MODEL, max_context_tokens=4)
+    obs, info = env.reset(seed=0)
+    assert len(obs) == 0 and "prompt_overflow" in info
+    _, reward, terminated, _, info = env.step(np.array([1]))
+    assert terminated and reward == 0.0 and info["stop_reason"] == "context_overflow"
+
+
+def test_gymnasium_make_finds_catalog_ids() -> None:
+    env = gymnasium.make("envsuite/arithmetic", model=TEST_MODEL)
+    obs, _ = env.reset(seed=1)
+    assert len(obs) > 0
+    assert "envsuite/math-v0" in gymnasium.registry
+    env.close()
+
+
+def test_bad_mode_is_rejected() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        envsuite.make("arithmetic", mode="pixels", model=TEST_MODEL)  # type: ignore[arg-type]
