@@ -12,7 +12,7 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
 from envsuite.registration import EnvSpec, spec
@@ -48,9 +48,10 @@ class RendererConfig:
 @functools.lru_cache(maxsize=16)
 def _build_renderer(model_name: str, renderer_name: str) -> Renderer:
     from envsuite.models import get_tokenizer
-    from envsuite.renderers import get_renderer
+    from envsuite.renderers import Tokenizer, get_renderer
 
-    return get_renderer(renderer_name, get_tokenizer(model_name))
+    # HF tokenizers type decode() as str | list[str]; for a list of ids it always returns str.
+    return get_renderer(renderer_name, cast("Tokenizer", get_tokenizer(model_name)))
 
 
 def episode_seed(base_seed: int, *path: int | str) -> int:
