@@ -87,7 +87,7 @@ class _Setup:
         return make_env(self.env_spec.id, seed=seed, renderer=self.renderer, **(self.env_kwargs | overrides))
 
 
-Check = Callable[[_Setup], Awaitable[CheckResult]]
+Check = Callable[[_Setup, str], Awaitable[CheckResult]]
 
 
 def _passed(name: str, detail: str = "") -> CheckResult:
@@ -98,8 +98,7 @@ def _failed(name: str, detail: str, fix: str) -> CheckResult:
     return CheckResult(name, CheckOutcome.FAILED, detail, fix)
 
 
-async def _check_contract_types(s: _Setup) -> CheckResult:
-    name = "contract types"
+async def _check_contract_types(s: _Setup, name: str) -> CheckResult:
     env = s.env(s.seeds[0])
     start = await env.initial_observation()
     if isinstance(start, InitialObservationOverflow):
@@ -123,8 +122,7 @@ async def _check_contract_types(s: _Setup) -> CheckResult:
     return _passed(name)
 
 
-async def _check_determinism(s: _Setup) -> CheckResult:
-    name = "seeded determinism"
+async def _check_determinism(s: _Setup, name: str) -> CheckResult:
     actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
     for seed in s.seeds:
         first = await play_episode(s.env(seed), actions, s.max_steps)
@@ -138,8 +136,7 @@ async def _check_determinism(s: _Setup) -> CheckResult:
     return _passed(name, f"seeds {list(s.seeds)}")
 
 
-async def _check_seed_variety(s: _Setup) -> CheckResult:
-    name = "seeds vary episodes"
+async def _check_seed_variety(s: _Setup, name: str) -> CheckResult:
     prompts = set()
     for seed in range(8):
         start = await s.env(seed).initial_observation()
@@ -152,8 +149,7 @@ async def _check_seed_variety(s: _Setup) -> CheckResult:
     return _passed(name, f"{len(prompts)} distinct prompts from 8 seeds")
 
 
-async def _check_group_shares_episode(s: _Setup) -> CheckResult:
-    name = "group shares one episode"
+async def _check_group_shares_episode(s: _Setup, name: str) -> CheckResult:
     builder = make_group_builder(
         s.env_spec.id, group_size=3, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
     )
@@ -171,8 +167,7 @@ async def _check_group_shares_episode(s: _Setup) -> CheckResult:
     return _passed(name)
 
 
-async def _check_pickle(s: _Setup) -> CheckResult:
-    name = "builders pickle"
+async def _check_pickle(s: _Setup, name: str) -> CheckResult:
     builder = make_group_builder(
         s.env_spec.id, group_size=2, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
     )
@@ -201,8 +196,7 @@ async def _check_pickle(s: _Setup) -> CheckResult:
     return _passed(name, "group builder, dataset builder and its groups")
 
 
-async def _check_garbage(s: _Setup) -> CheckResult:
-    name = "garbage actions"
+async def _check_garbage(s: _Setup, name: str) -> CheckResult:
     renderer = s.renderer.build()
     problems: list[str] = []
     for kind, actions in garbage_actions(renderer, s.seeds[0]).items():
@@ -231,8 +225,7 @@ def _episode_problems(s: _Setup, kind: str, record: EpisodeRecord) -> list[str]:
     return problems
 
 
-async def _check_plausible_episode(s: _Setup) -> CheckResult:
-    name = "final transition has a stop reason"
+async def _check_plausible_episode(s: _Setup, name: str) -> CheckResult:
     record = await play_episode(
         s.env(s.seeds[-1]), text_actions(s.renderer.build(), PLAUSIBLE_REPLIES), s.max_steps
     )
@@ -243,8 +236,7 @@ async def _check_plausible_episode(s: _Setup) -> CheckResult:
     return _passed(name, f"{len(record.steps)} step(s), stop/{reason.value if reason else '?'}")
 
 
-async def _check_overflow(s: _Setup) -> CheckResult:
-    name = "prompt overflow sentinel"
+async def _check_overflow(s: _Setup, name: str) -> CheckResult:
     env = make_env(s.env_spec.id, seed=s.seeds[0], renderer=s.renderer, max_context_tokens=4, **s.env_kwargs)
     start = await env.initial_observation()
     if not isinstance(start, InitialObservationOverflow):
@@ -254,16 +246,17 @@ async def _check_overflow(s: _Setup) -> CheckResult:
     return _passed(name)
 
 
-CHECKS: tuple[Check, ...] = (
-    _check_contract_types,
-    _check_determinism,
-    _check_seed_variety,
-    _check_group_shares_episode,
-    _check_pickle,
-    _check_garbage,
-    _check_plausible_episode,
-    _check_overflow,
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("contract types", _check_contract_types),
+    ("seeded determinism", _check_determinism),
+    ("seeds vary episodes", _check_seed_variety),
+    ("group shares one episode", _check_group_shares_episode),
+    ("builders pickle", _check_pickle),
+    ("garbage actions", _check_garbage),
+    ("final transition has a stop reason", _check_plausible_episode),
+    ("prompt overflow sentinel", _check_overflow),
 )
+"""Every check, by the name it reports under."""
 
 
 def _tokens(start: object) -> list[int] | None:
@@ -301,14 +294,12 @@ async def check_env_async(
         seeds=seeds,
         max_steps=2 * (env_spec.max_turns or 1) + 5,
     )
-    for check in CHECKS:
+    for name, check in CHECKS:
         try:
-            result = await check(setup)
+            result = await check(setup, name)
         except Exception as exc:
             tail = traceback.format_exception_only(exc)[-1].strip()
-            result = _failed(
-                check.__name__.removeprefix("_check_").replace("_", " "), f"raised {tail}", "see traceback"
-            )
+            result = _failed(name, f"raised {tail}", "the env must not raise here; see the error")
         report.results.append(result)
     return report
 

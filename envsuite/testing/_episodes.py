@@ -51,7 +51,7 @@ class EpisodeRecord:
     def signature(self) -> tuple[object, ...]:
         """What two runs of the same seeded episode must agree on."""
         return (
-            self.initial_tokens,
+            tuple(self.initial_tokens) if self.initial_tokens is not None else None,
             tuple(tuple(obs) for obs in self.observations_T),
             tuple((s.reward, s.episode_done, s.stop_reason) for s in self.steps),
         )

@@ -47,7 +47,8 @@ class GlobalRandomEnv(EchoNumberEnv):
 
     def __init__(self, ctx: EnvContext) -> None:
         super().__init__(ctx)
-        self.number = random.randint(0, 10**9)  # noqa: S311
+        self.number = random.randint(0, 10**9)
+        self.messages = [{"role": "user", "content": f"Repeat this number: {self.number}"}]
 
 
 class RaisingEnv(EchoNumberEnv):
