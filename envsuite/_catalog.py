@@ -27,5 +27,6 @@ register(
     description="Ask yes/no questions, then 'Guess: <word>'; offline deterministic answerer by default.",
     reward_range=(0.0, 1.0),
     max_turns=20,
+    partner_kwarg="answerer",
     tags=("game", "dialogue"),
 )

@@ -78,6 +78,8 @@ class EnvSpec:
     """Bounds every per-episode return of this env falls in (checked by the conformance checker)."""
     max_turns: int | None = None
     """Upper bound on policy turns per episode (None: single-turn)."""
+    partner_kwarg: str | None = None
+    """The constructor argument that takes a partner/opponent (a MessageCompleter), if the env has one."""
     deprecated: str | None = None
     """If set, the reason (and what to use instead); looking it up raises :class:`DeprecatedEnvError`."""
     unavailable: str | None = None

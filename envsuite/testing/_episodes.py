@@ -53,7 +53,9 @@ class EpisodeRecord:
         return (
             tuple(self.initial_tokens) if self.initial_tokens is not None else None,
             tuple(tuple(obs) for obs in self.observations_T),
-            tuple((s.reward, s.episode_done, s.stop_reason) for s in self.steps),
+            tuple(
+                (s.reward, s.episode_done, s.stop_reason, tuple(sorted(s.logs.items()))) for s in self.steps
+            ),
         )
 
 

@@ -1,0 +1,213 @@
+"""Twenty questions as a token-level multi-turn env (catalog id ``twenty_questions-v0``).
+
+Rules: the player has ``max_questions`` turns. Each turn is either a question (answered "Yes.", "No."
+or "I can't answer that.") or a guess ``Guess: <word>``. A correct guess ends the game with reward 1
+(minus the optional ``question_penalty`` per question asked, floored at 0). A wrong guess is answered
+"No." and counts as a question, like a malformed turn (empty, garbage, invalid UTF-8, truncated),
+which is answered "I can't answer that.". When the turns run out the game ends with reward 0
+(``StopReason.MAX_TURNS``). Each observation extends the previous one plus the action's tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from dataclasses import dataclass
+
+from envsuite.core import (
+    Action,
+    Env,
+    EnvContext,
+    InitialObservationOverflow,
+    Message,
+    MessageCompleter,
+    Metrics,
+    Observation,
+    StepResult,
+    StopCondition,
+    StopReason,
+)
+from games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer
+from games.twenty_questions._kb import load_knowledge_base, normalize_phrase
+from games.twenty_questions._rules import RuleAnswerer
+
+_GUESS_RE = re.compile(r"^\s*\**\s*guess\s*\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ARTICLES = ("a ", "an ", "the ")
+RULES_PROMPT = (
+    "Let's play twenty questions. I am thinking of a common noun: an animal, a food, a plant, an object, "
+    "a place, a body part, ... Ask me yes/no questions, one per message; I answer 'Yes.', 'No.' or "
+    "\"I can't answer that.\". You have {n} turns. When you know the word, reply 'Guess: <word>'. "
+    "A correct guess wins; a wrong guess uses up a turn."
+)
+
+
+@dataclass
+class _Tally:
+    questions: int = 0
+    unanswerable: int = 0
+    malformed: int = 0
+    wrong_guesses: int = 0
+
+
+def guess_in(text: str) -> str | None:
+    """The last ``Guess: <word>`` line of a reply, normalized (articles and trailing punctuation dropped)."""
+    found = _GUESS_RE.findall(text)
+    if not found:
+        return None
+    guess = normalize_phrase(found[-1])
+    for article in _ARTICLES:
+        guess = guess.removeprefix(article)
+    return guess or None
+
+
+def _as_answerer(answerer: Answerer | MessageCompleter | None) -> Answerer:
+    if answerer is None:
+        return RuleAnswerer()
+    if isinstance(answerer, Answerer):
+        return answerer
+    if isinstance(answerer, MessageCompleter):
+        return CompleterAnswerer(answerer)
+    raise TypeError(
+        f"answerer must be an Answerer, a MessageCompleter or None, not {type(answerer).__name__}"
+    )
+
+
+class TwentyQuestionsEnv(Env):
+    """One game of twenty questions against an answerer (offline rules by default)."""
+
+    def __init__(
+        self,
+        ctx: EnvContext,
+        *,
+        secret: str | None = None,
+        max_questions: int = 20,
+        answerer: Answerer | MessageCompleter | None = None,
+        question_penalty: float = 0.0,
+        answer_timeout_s: float = 60.0,
+    ) -> None:
+        if max_questions < 1:
+            raise ValueError(f"max_questions must be >= 1, got {max_questions}")
+        if not 0.0 <= question_penalty <= 1.0:
+            raise ValueError(f"question_penalty must be in [0, 1], got {question_penalty}")
+        self.ctx = ctx
+        self.max_questions = max_questions
+        self.question_penalty = question_penalty
+        self.answer_timeout_s = answer_timeout_s
+        self.answerer = _as_answerer(answerer)
+        kb = load_knowledge_base()
+        if secret is None:
+            # Own RNG from the seed only, so every member of a group draws the same word.
+            secret = random.Random(ctx.seed).choice(kb.words(ctx.split))
+        elif not self.answerer.knows(secret):
+            raise ValueError(f"secret {secret!r} is unknown to answerer {self.answerer.identity()}")
+        self.secret = normalize_phrase(secret)
+        self._names = kb.entity(self.secret).names if self.secret in kb else frozenset({self.secret})
+        self._tally = _Tally()
+        self._turns = 0
+        self._conversation: list[Message] = []
+        self._prompt: Observation | None = None
+
+    @property
+    def answerer_identity(self) -> str:
+        """Which answerer judged this game (results are keyed by it)."""
+        return self.answerer.identity()
+
+    @property
+    def stop_condition(self) -> StopCondition:
+        return self.ctx.renderer.get_stop_sequences()
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
+        self._conversation = [{"role": "user", "content": RULES_PROMPT.format(n=self.max_questions)}]
+        prompt = self.ctx.renderer.build_generation_prompt(self._conversation)
+        if prompt.length > self.ctx.max_context_tokens:
+            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+        self._prompt = prompt
+        return prompt, self.stop_condition
+
+    async def step(self, action: Action) -> StepResult:
+        if self._prompt is None:
+            raise RuntimeError("call initial_observation() before step()")
+        self._turns += 1
+        parsed = self.ctx.renderer.parse_response(list(action))
+        text = parsed.message.get("content", "")
+        malformed = not parsed.clean_stop or not parsed.valid_utf8 or not text.strip()
+        guess = None if malformed else guess_in(text)
+        if guess is not None and guess in self._names:
+            return self._finish(action, parsed.message, won=True, reply="Correct!")
+        try:
+            answer = await self._answer(text, guess, malformed)
+        except Exception as exc:  # a failing partner ends the episode, never the run
+            return self._finish(action, parsed.message, won=False, reply="", error=repr(exc))
+        self._count(answer, guess, malformed)
+        left = self.max_questions - self._turns
+        reply = f"{answer.value} ({left} question{'s' if left != 1 else ''} left)"
+        if left <= 0:
+            return self._finish(action, parsed.message, won=False, reply=answer.value)
+        return self._continue(action, parsed.message, reply, text, answer)
+
+    async def _answer(self, text: str, guess: str | None, malformed: bool) -> Answer:
+        if malformed:
+            return Answer.UNKNOWN
+        if guess is not None:
+            return Answer.NO
+        return await asyncio.wait_for(self.answerer.answer(self.secret, text), self.answer_timeout_s)
+
+    def _count(self, answer: Answer, guess: str | None, malformed: bool) -> None:
+        self._tally.questions += 1
+        self._tally.unanswerable += answer is Answer.UNKNOWN
+        self._tally.malformed += malformed
+        self._tally.wrong_guesses += guess is not None
+
+    def conversation(self) -> list[Message]:
+        return list(self._conversation)
+
+    def _extend(self, action: Action, message: Message, reply: str) -> Observation:
+        assert self._prompt is not None
+        self._conversation += [{"role": "assistant", "content": message.get("content", "")}]
+        if reply:
+            self._conversation.append({"role": "user", "content": reply})
+        return self.ctx.renderer.build_next_prompt(self._prompt, list(action), self._conversation)
+
+    def _continue(
+        self, action: Action, message: Message, reply: str, text: str, answer: Answer
+    ) -> StepResult:
+        observation = self._extend(action, message, reply)
+        logs: dict[str, str | int | float] = {
+            "question": text[:500],
+            "answer": answer.value,
+            "answerer": self.answerer_identity,
+        }
+        if observation.length > self.ctx.max_context_tokens:
+            return StepResult.final(
+                0.0,
+                StopReason.CONTEXT_OVERFLOW,
+                observation,
+                self.stop_condition,
+                self._metrics(won=False),
+                {**logs, "secret": self.secret},
+            )
+        self._prompt = observation
+        return StepResult(0.0, False, observation, self.stop_condition, {}, logs)
+
+    def _finish(
+        self, action: Action, message: Message, *, won: bool, reply: str, error: str = ""
+    ) -> StepResult:
+        observation = self._extend(action, message, reply)
+        reward = max(0.0, 1.0 - self.question_penalty * self._tally.questions) if won else 0.0
+        reason = StopReason.COMPLETED if won else StopReason.MAX_TURNS
+        logs: dict[str, str | int | float] = {"secret": self.secret, "answerer": self.answerer_identity}
+        if error:
+            reason, logs["error"] = StopReason.PARTNER_ERROR, error[:500]
+        return StepResult.final(reward, reason, observation, self.stop_condition, self._metrics(won), logs)
+
+    def _metrics(self, won: bool) -> Metrics:
+        t = self._tally
+        return {
+            "success": float(won),
+            "questions_asked": t.questions,
+            "turns": self._turns,
+            "unanswerable_rate": t.unanswerable / t.questions if t.questions else 0.0,
+            "malformed_turns": t.malformed,
+            "wrong_guesses": t.wrong_guesses,
+        }
