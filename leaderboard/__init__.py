@@ -1,0 +1,112 @@
+"""leaderboard: a result store for evaluations and games, rankings with confidence intervals, and views.
+
+Producers (``evals/``, a user's loop) write :class:`RunRecord` + :class:`EpisodeResult` rows and
+:class:`MatchResult` games into a :class:`ResultStore`; :func:`build_leaderboard` ranks them and
+:func:`render_terminal` / :func:`write_html` show them. See docs/leaderboard.md.
+"""
+
+from __future__ import annotations
+
+from leaderboard._board import Leaderboard, OverallScore, build_leaderboard
+from leaderboard._cli import add_arguments, cli_main, run
+from leaderboard._db import (
+    Backend,
+    DatabaseURL,
+    MissingDriverError,
+    StoreURLError,
+    default_url,
+    parse_url,
+)
+from leaderboard._html import HtmlReport, render_html, write_html
+from leaderboard._ratings import ALL_GAMES, compute_ratings, recompute_ratings
+from leaderboard._records import (
+    AddRunResult,
+    Entrant,
+    EpisodeResult,
+    MatchResult,
+    Rating,
+    ResultKey,
+    RunRecord,
+    SampleId,
+    StoredEpisode,
+    StoredRun,
+    canonical_json,
+    canonical_seeds,
+    file_identity,
+    split_env_id,
+)
+from leaderboard._sanitize import REDACTED, is_secret_name, redact_text, sanitize
+from leaderboard._schema import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, migrate
+from leaderboard._stats import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_CONFIDENCE,
+    Estimate,
+    KeySummary,
+    NoPairsError,
+    PairedComparison,
+    paired_comparison,
+)
+from leaderboard._store import ResultStore, RunConflictError
+from leaderboard._terminal import render_overall, render_ratings, render_terminal
+
+__all__ = [
+    # records (what producers write)
+    "ResultKey",
+    "Entrant",
+    "SampleId",
+    "RunRecord",
+    "EpisodeResult",
+    "MatchResult",
+    "canonical_json",
+    "canonical_seeds",
+    "file_identity",
+    "split_env_id",
+    # the store
+    "ResultStore",
+    "AddRunResult",
+    "StoredRun",
+    "StoredEpisode",
+    "RunConflictError",
+    "Backend",
+    "DatabaseURL",
+    "MissingDriverError",
+    "StoreURLError",
+    "default_url",
+    "parse_url",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Migration",
+    "SchemaTooNewError",
+    "migrate",
+    # secrets
+    "REDACTED",
+    "is_secret_name",
+    "redact_text",
+    "sanitize",
+    # ranking
+    "DEFAULT_BOOTSTRAP",
+    "DEFAULT_CONFIDENCE",
+    "Estimate",
+    "KeySummary",
+    "Leaderboard",
+    "OverallScore",
+    "build_leaderboard",
+    "NoPairsError",
+    "PairedComparison",
+    "paired_comparison",
+    # ratings
+    "ALL_GAMES",
+    "Rating",
+    "compute_ratings",
+    "recompute_ratings",
+    # views and CLI
+    "render_terminal",
+    "render_overall",
+    "render_ratings",
+    "HtmlReport",
+    "render_html",
+    "write_html",
+    "add_arguments",
+    "cli_main",
+    "run",
+]

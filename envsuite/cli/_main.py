@@ -55,10 +55,17 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    import leaderboard
+
+    p = sub.add_parser("leaderboard", help="show the leaderboard (terminal table, or --html DIR for a page)")
+    leaderboard.add_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envsuite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_list, _add_show, _add_check, _add_play, _add_demo):
+    for add in (_add_list, _add_show, _add_check, _add_play, _add_demo, _add_leaderboard):
         add(sub)
     return parser
 
@@ -77,6 +84,10 @@ def _handler(command: str) -> Handler:
         from envsuite.cli import _play_cmd
 
         return _play_cmd.run_play
+    if command == "leaderboard":
+        import leaderboard
+
+        return leaderboard.run
     from envsuite.cli import _demo_cmd
 
     return _demo_cmd.run_demo

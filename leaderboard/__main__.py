@@ -1,0 +1,9 @@
+"""``python -m leaderboard``: the same as ``envsuite leaderboard``."""
+
+from __future__ import annotations
+
+import sys
+
+from leaderboard._cli import cli_main
+
+sys.exit(cli_main())

@@ -1,0 +1,152 @@
+"""Assemble a leaderboard from a store: per-key rows, the overall score across envs, and ratings.
+
+Overall score (per entrant = model + renderer + sampling + package version):
+
+    overall(m) = mean over E of  mean over keys k of m in env e of  (mean_reward(k) - lo_e) / (hi_e - lo_e)
+
+where E is the set of env versions that *every* ranked entrant has results for, and [lo_e, hi_e] is
+the env's reward range (from the run records, else the catalog spec, else the observed min/max).
+Its CI averages the per-key bootstrap replicates the same way, so it is a percentile bootstrap
+of the overall score with samples resampled independently within each env.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from leaderboard._records import Entrant, Rating, StoredRun
+from leaderboard._stats import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_CONFIDENCE,
+    Estimate,
+    FloatArray,
+    KeySummary,
+    group_by_key,
+    observed_ranges,
+    percentile_estimate,
+    summarize_key,
+)
+from leaderboard._store import ResultStore
+
+
+@dataclass(frozen=True)
+class OverallScore:
+    """An entrant's normalised score averaged over the shared envs, with its rank (1 = best)."""
+
+    rank: int
+    entrant: Entrant
+    score: Estimate
+    envs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """Everything the views render; built by :func:`build_leaderboard`."""
+
+    entries: tuple[KeySummary, ...]
+    """One row per result key, grouped by env, best mean reward first."""
+    overall: tuple[OverallScore, ...]
+    shared_envs: tuple[str, ...]
+    """The env versions the overall score averages over (those every entrant has)."""
+    ratings: tuple[Rating, ...]
+    n_boot: int
+    confidence: float
+    seed: int
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return tuple(sorted({e.key.versioned_env_id for e in self.entries}))
+
+
+def _catalog_range(versioned_env_id: str) -> tuple[float, float] | None:
+    try:
+        import envsuite
+
+        lo, hi = envsuite.spec(versioned_env_id).reward_range
+    except Exception:  # an env unknown to this install (a plugin not installed): fall back
+        return None
+    return (float(lo), float(hi)) if hi > lo else None
+
+
+def reward_ranges(
+    runs: Sequence[StoredRun], observed: Mapping[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]]:
+    """Per env version: the range stored with a run, else the catalog's, else the observed one."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for run in runs:
+        if run.reward_range is not None:
+            ranges.setdefault(run.key.versioned_env_id, run.reward_range)
+    for env in observed:
+        if env not in ranges:
+            ranges[env] = _catalog_range(env) or observed[env]
+    return ranges
+
+
+def overall_scores(entries: Sequence[KeySummary], confidence: float) -> tuple[list[OverallScore], list[str]]:
+    by_entrant: dict[Entrant, dict[str, list[KeySummary]]] = defaultdict(lambda: defaultdict(list))
+    for entry in entries:
+        by_entrant[entry.key.entrant][entry.key.versioned_env_id].append(entry)
+    if not by_entrant:
+        return [], []
+    shared = sorted(set.intersection(*(set(envs) for envs in by_entrant.values())))
+    if not shared:
+        return [], []
+    scored: list[tuple[Entrant, Estimate]] = []
+    for entrant, per_env in by_entrant.items():
+        points = [np.mean([k.normalized.mean for k in per_env[env]]) for env in shared]
+        boots: list[FloatArray] = [
+            np.mean([k.normalized_boot for k in per_env[env]], axis=0) for env in shared
+        ]
+        n = sum(k.n_samples for env in shared for k in per_env[env])
+        boot: FloatArray = np.mean(boots, axis=0)
+        scored.append((entrant, percentile_estimate(float(np.mean(points)), boot, confidence, n)))
+    scored.sort(key=lambda item: (-item[1].mean, item[0].model, item[0].renderer, item[0].sampling))
+    ranked = [OverallScore(i + 1, entrant, est, tuple(shared)) for i, (entrant, est) in enumerate(scored)]
+    return ranked, shared
+
+
+def build_leaderboard(
+    store: ResultStore,
+    *,
+    env_ids: Iterable[str] | None = None,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> Leaderboard:
+    """Summarise every key in the store (or only ``env_ids``), rank entrants, attach ratings."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    env_list = None if env_ids is None else list(env_ids)
+    episodes = store.episodes(env_list)
+    ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes))
+    entries = [
+        summarize_key(
+            key,
+            eps,
+            ranges[key.versioned_env_id],
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+        )
+        for key, eps in group_by_key(episodes).items()
+    ]
+    entries.sort(key=lambda s: (s.key.versioned_env_id, -s.reward.mean, s.key.model, s.key.key_id))
+    overall, shared = overall_scores(entries, confidence)
+    ratings = store.ratings()
+    if env_list is not None:
+        # The all-games pool mixes in envs that were filtered out, so only per-env pools remain.
+        wanted = set(env_list)
+        ratings = [r for r in ratings if r.pool in wanted]
+    return Leaderboard(
+        entries=tuple(entries),
+        overall=tuple(overall),
+        shared_envs=tuple(shared),
+        ratings=tuple(ratings),
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
+    )

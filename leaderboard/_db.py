@@ -1,0 +1,181 @@
+"""Database connections: SQLite files (the default) and, through an optional driver, PostgreSQL.
+
+The store speaks one portable SQL dialect (``?`` placeholders, ``ON CONFLICT DO NOTHING``, TEXT /
+BIGINT / DOUBLE PRECISION columns); this module adapts placeholders and transactions per backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+BUSY_TIMEOUT_S = 60.0
+"""How long a writer waits for another writer's lock before failing."""
+
+DEFAULT_DB_ENV = "ENVSUITE_LEADERBOARD_DB"
+DEFAULT_DB_PATH = Path("runs") / "leaderboard.sqlite"
+
+Params = Sequence[Any]
+Row = tuple[Any, ...]
+
+
+class Backend(StrEnum):
+    """Which database a URL points at."""
+
+    SQLITE = "sqlite"
+    POSTGRES = "postgresql"
+
+
+class StoreURLError(ValueError):
+    """A database URL the store cannot open."""
+
+
+class MissingDriverError(ImportError):
+    """The URL needs an optional database driver that is not installed."""
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed store location."""
+
+    backend: Backend
+    target: str
+    """A filesystem path (or ``:memory:``) for SQLite, the DSN for PostgreSQL."""
+
+
+def default_url() -> str:
+    """``$ENVSUITE_LEADERBOARD_DB`` if set, else ``runs/leaderboard.sqlite`` under the working dir."""
+    return os.environ.get(DEFAULT_DB_ENV) or str(DEFAULT_DB_PATH)
+
+
+def parse_url(url: str | os.PathLike[str]) -> DatabaseURL:
+    """Accept ``sqlite:///rel.db``, ``sqlite:////abs.db``, plain paths and ``postgresql://...``."""
+    text = os.fspath(url)
+    if not text:
+        raise StoreURLError("empty database URL")
+    if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        return DatabaseURL(Backend.POSTGRES, text.replace("postgresql+psycopg://", "postgresql://", 1))
+    if text in ("sqlite://", "sqlite:///:memory:", ":memory:"):
+        return DatabaseURL(Backend.SQLITE, ":memory:")
+    if text.startswith("sqlite:///"):
+        return DatabaseURL(Backend.SQLITE, text[len("sqlite:///") :])
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreURLError(
+            f"unsupported database URL scheme {scheme!r}: use a file path, sqlite:///PATH or postgresql://..."
+        )
+    return DatabaseURL(Backend.SQLITE, text)
+
+
+class Connection(Protocol):
+    """What the store needs from a database connection."""
+
+    backend: Backend
+
+    def query(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def close(self) -> None: ...
+
+
+class SQLiteConnection:
+    """SQLite in WAL mode with a busy timeout: concurrent writers queue instead of failing."""
+
+    backend = Backend.SQLITE
+
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a writer takes the write lock
+        # up front (and waits for it) instead of failing on a read-to-write upgrade.
+        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._depth = 0
+
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
+        return [tuple(row) for row in self._conn.execute(sql, tuple(params)).fetchall()]
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        return self._conn.execute(sql, tuple(params)).rowcount
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._depth:
+            yield  # nested: the outer transaction commits
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PostgresConnection:
+    """PostgreSQL through psycopg 3 (optional; imported only when a postgresql:// URL is opened)."""
+
+    backend = Backend.POSTGRES
+
+    def __init__(self, dsn: str) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise MissingDriverError(
+                "a postgresql:// leaderboard store needs the psycopg driver: pip install 'psycopg[binary]'"
+            ) from exc
+        self._conn: Any = psycopg.connect(dsn, autocommit=True)
+        self._depth = 0
+
+    def query(self, sql: str, params: Params = ()) -> list[Row]:
+        with self._conn.cursor() as cur:
+            cur.execute(adapt_placeholders(sql), tuple(params))
+            return [tuple(row) for row in cur.fetchall()]
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        with self._conn.cursor() as cur:
+            cur.execute(adapt_placeholders(sql), tuple(params))
+            return int(cur.rowcount)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._conn.transaction():
+            yield
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def adapt_placeholders(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s`` (the store's SQL has no ``?`` or ``%`` in literals)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def connect(url: str | os.PathLike[str]) -> Connection:
+    """Open a connection for a store URL or path."""
+    parsed = parse_url(url)
+    if parsed.backend is Backend.POSTGRES:
+        return PostgresConnection(parsed.target)
+    return SQLiteConnection(parsed.target)
