@@ -56,6 +56,11 @@ from envsuite.wrappers.gymnasium import mirror_to_gymnasium as _mirror_to_gymnas
 # Mirror catalog ids into gymnasium's registry so gymnasium.make("envsuite/<id>") works.
 registry.add_listener(_mirror_to_gymnasium)
 
+# Games register from their own package (which builds on envsuite, hence last); no game library loads.
+from games._catalog import register_games as _register_games  # noqa: E402
+
+_register_games()
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
-from envsuite.registration import EnvSpec, spec
+from envsuite.registration import EnvSpec, UnavailableEnvError, spec
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import Renderer
@@ -54,6 +54,14 @@ def _build_renderer(model_name: str, renderer_name: str) -> Renderer:
     return get_renderer(renderer_name, cast("Tokenizer", get_tokenizer(model_name)))
 
 
+def available_spec(env_id: str) -> EnvSpec:
+    """The spec for ``env_id``, refusing envs the catalog lists as unable to run here."""
+    env_spec = spec(env_id)
+    if env_spec.unavailable:
+        raise UnavailableEnvError(f"{env_spec.id} cannot run here: {env_spec.unavailable}")
+    return env_spec
+
+
 def episode_seed(base_seed: int, *path: int | str) -> int:
     """A 63-bit seed derived from ``base_seed`` and a path (split, batch, problem): stable across runs."""
     digest = hashlib.blake2b(repr((base_seed, *path)).encode(), digest_size=8).digest()
@@ -89,7 +97,7 @@ def make_env(
     **env_kwargs: Any,
 ) -> Env:
     """One single-use async env for ``env_id`` playing the episode chosen by ``seed``."""
-    env_spec = spec(env_id)
+    env_spec = available_spec(env_id)
     return CatalogGroupBuilder(
         env_id=env_spec.id,
         env_kwargs=env_spec.resolve_kwargs(env_kwargs),
@@ -113,7 +121,7 @@ def make_group_builder(
     **env_kwargs: Any,
 ) -> EnvGroupBuilder:
     """An EnvGroupBuilder of ``group_size`` envs that all play the episode chosen by ``seed``."""
-    env_spec = spec(env_id)
+    env_spec = available_spec(env_id)
     builder_cls = env_spec.load_group_builder() or CatalogGroupBuilder
     builder = builder_cls(
         env_id=env_spec.id,
@@ -145,7 +153,7 @@ def make_dataset_builder(
     """An RLDatasetBuilder: ``n_batches`` train batches of ``batch_size`` groups, plus a test set."""
     if batch_size < 1 or group_size < 1 or n_batches < 1 or n_test_groups < 0:
         raise ValueError("batch_size, group_size and n_batches must be >= 1 and n_test_groups >= 0")
-    env_spec = spec(env_id)
+    env_spec = available_spec(env_id)
     return CatalogDatasetBuilder(
         env_id=env_spec.id,
         env_kwargs=env_spec.resolve_kwargs(env_kwargs),

@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from envsuite.wrappers.gymnasium import GymEnv, make
+    from envsuite.wrappers.pettingzoo import aec_env, parallel_env
 
 __all__ = [
     # gymnasium
     "GymEnv",
     "make",
+    # pettingzoo
+    "aec_env",
+    "parallel_env",
 ]
 
 
@@ -22,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from envsuite.wrappers import gymnasium
 
         return getattr(gymnasium, name)
+    if name in ("aec_env", "parallel_env"):
+        from envsuite.wrappers import pettingzoo
+
+        return getattr(pettingzoo, name)
     raise AttributeError(f"module 'envsuite.wrappers' has no attribute {name!r}")

@@ -232,7 +232,9 @@ def mirror_to_gymnasium(env_spec: EnvSpec) -> None:
     if gym_id in gymnasium.registry:
         return
     try:
-        gymnasium.register(id=gym_id, entry_point="envsuite.wrappers.gymnasium:GymEnv", kwargs={"env_id": env_spec.id})
+        gymnasium.register(
+            id=gym_id, entry_point="envsuite.wrappers.gymnasium:GymEnv", kwargs={"env_id": env_spec.id}
+        )
     except gymnasium.error.Error:
         # An id gymnasium cannot express is still fully usable through envsuite.make.
         return

@@ -1,0 +1,53 @@
+"""Catalog entries for the games: every textarena game (runnable or not), chess and tic-tac-toe.
+
+``register_games`` is cheap: the textarena entries come from the probed static table, so textarena
+itself is imported only when one of its envs is made.
+"""
+
+from __future__ import annotations
+
+from envsuite.registration import EnvKind, register, registry
+from games.textarena._table import all_games
+
+
+def register_games() -> None:
+    """Register ``chess-v0``, ``tictactoe-v0`` and ``textarena/<Game>-v0`` for every probed game.
+
+    Idempotent: a second call (the package catalog and a test both asking) changes nothing.
+    """
+    if "chess-v0" in registry:
+        return
+    register(
+        "chess-v0",
+        entry_point="games.chess:ChessEnv",
+        kind=EnvKind.GAME,
+        description="Chess on python-chess (SAN or UCI moves, full draw rules) against an opponent seat.",
+        reward_range=(-1.0, 1.0),
+        max_turns=150,
+        partner_kwarg="opponent",
+        tags=("game", "two-player"),
+    )
+    register(
+        "tictactoe-v0",
+        entry_point="games.multiagent:TicTacToeEnv",
+        kind=EnvKind.GAME,
+        description="Tic-tac-toe against a random, fixed or optimal (minimax) opponent.",
+        reward_range=(-1.0, 1.0),
+        max_turns=100,
+        partner_kwarg="opponent",
+        tags=("game", "two-player"),
+    )
+    for game in all_games():
+        players = f"{game.num_players}-player" if game.num_players else "unknown players"
+        register(
+            game.env_id,
+            entry_point="games.textarena:TextArenaEnv",
+            kwargs={"game": game.name},
+            kind=EnvKind.GAME,
+            description=f"TextArena {game.name} ({players}); other seats played by an opponent.",
+            reward_range=(-1.0, 1.0),
+            max_turns=100,
+            partner_kwarg="opponent",
+            unavailable=game.unavailable,
+            tags=("game", "textarena"),
+        )

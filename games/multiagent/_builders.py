@@ -1,0 +1,132 @@
+"""EnvGroupBuilders for games: self-play, play against a fixed opponent, and opponent pools.
+
+All three are small frozen dataclasses holding configs only (a game factory, an opponent config, a
+renderer config), so they pickle; games, coordinators and opponents are built fresh in ``make_envs``.
+Every member of a group plays the same seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from envsuite import RendererConfig
+from envsuite.core import Env, EnvContext, EnvGroupBuilder, Split
+from games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT, DEFAULT_TURN_TIMEOUT, GameCoordinator
+from games.multiagent._opponents import OpponentConfig, OpponentPool, opponent_config
+from games.multiagent._protocol import GameFactory
+from games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
+
+DEFAULT_MAX_CONTEXT_TOKENS = 4096
+
+
+def _context(
+    renderer: RendererConfig, seed: int, split: Split, max_context_tokens: int, tag: str
+) -> EnvContext:
+    return EnvContext(
+        seed=seed,
+        renderer=renderer.build(),
+        split=split,
+        max_context_tokens=max_context_tokens,
+        env_id=tag,
+    )
+
+
+@dataclass(frozen=True)
+class SelfPlayGroupBuilder(EnvGroupBuilder):
+    """Every seat is the trained policy: ``games_per_group`` games, one env per seat of each.
+
+    Envs are ordered game by game, seat by seat (member ``i`` plays seat ``i % num_players``). A seat's
+    ``step`` returns once the other seats have moved, so the rollout driver must step the group's
+    envs concurrently (as ``asyncio.gather`` does); a seat left waiting longer than ``turn_timeout``
+    ends the game with ``PARTNER_ERROR``.
+    """
+
+    game: GameFactory
+    seed: int
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    games_per_group: int = 1
+    split: Split = "train"
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    max_turns: int = DEFAULT_MAX_TURNS
+    turn_timeout: float = DEFAULT_TURN_TIMEOUT
+
+    async def make_envs(self) -> Sequence[Env]:
+        if self.games_per_group < 1:
+            raise ValueError("games_per_group must be >= 1")
+        ctx = _context(self.renderer, self.seed, self.split, self.max_context_tokens, self.game.name)
+        envs: list[Env] = []
+        for _ in range(self.games_per_group):
+            game = self.game.make(self.seed)
+            coordinator = GameCoordinator(game, turn_timeout=self.turn_timeout)
+            envs.extend(
+                SeatEnv(ctx, coordinator, seat, max_turns=self.max_turns) for seat in range(game.num_players)
+            )
+        return envs
+
+    def logging_tags(self) -> list[str]:
+        return [self.game.name, "selfplay"]
+
+
+@dataclass(frozen=True)
+class VsOpponentGroupBuilder(EnvGroupBuilder):
+    """``group_size`` games where the policy plays ``seat`` and ``opponent`` plays every other seat."""
+
+    game: GameFactory
+    seed: int
+    opponent: str | OpponentConfig = "random"
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    group_size: int = 1
+    seat: int = 0
+    split: Split = "train"
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    max_turns: int = DEFAULT_MAX_TURNS
+    opponent_timeout: float = DEFAULT_OPPONENT_TIMEOUT
+
+    async def make_envs(self) -> Sequence[Env]:
+        return _envs_against(self, opponent_config(self.opponent))
+
+    def logging_tags(self) -> list[str]:
+        return [self.game.name, f"vs:{opponent_config(self.opponent).name}"]
+
+
+@dataclass(frozen=True)
+class OpponentPoolGroupBuilder(EnvGroupBuilder):
+    """Like :class:`VsOpponentGroupBuilder`, with the opponent drawn from ``pool`` by the group's seed."""
+
+    game: GameFactory
+    seed: int
+    pool: OpponentPool
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    group_size: int = 1
+    seat: int = 0
+    split: Split = "train"
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+    max_turns: int = DEFAULT_MAX_TURNS
+    opponent_timeout: float = DEFAULT_OPPONENT_TIMEOUT
+
+    @property
+    def opponent(self) -> OpponentConfig:
+        """The pool member this group plays (fixed by the seed)."""
+        return self.pool.choose(self.seed)
+
+    async def make_envs(self) -> Sequence[Env]:
+        return _envs_against(self, self.opponent)
+
+    def logging_tags(self) -> list[str]:
+        return [self.game.name, f"vs:{self.opponent.name}"]
+
+
+def _envs_against(
+    b: VsOpponentGroupBuilder | OpponentPoolGroupBuilder, opponent: OpponentConfig
+) -> list[Env]:
+    if b.group_size < 1:
+        raise ValueError("group_size must be >= 1")
+    ctx = _context(b.renderer, b.seed, b.split, b.max_context_tokens, b.game.name)
+    envs: list[Env] = []
+    for _ in range(b.group_size):
+        coordinator = coordinator_against(
+            b.game.make(b.seed), b.seat, opponent, b.seed, opponent_timeout=b.opponent_timeout
+        )
+        envs.append(SeatEnv(ctx, coordinator, b.seat, max_turns=b.max_turns))
+    return envs
