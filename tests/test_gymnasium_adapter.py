@@ -28,7 +28,7 @@ def test_token_mode_episode_and_info() -> None:
     assert info["stop_condition"] and info["conversation"][-1]["role"] == "user"
     again, _ = env.reset(seed=7)
     assert np.array_equal(obs, again)
-    obs2, reward, terminated, truncated, info = env.step(np.array([], dtype=np.int64))
+    _, reward, terminated, truncated, info = env.step(np.array([], dtype=np.int64))
     assert terminated and not truncated
     assert info["stop_reason"] in {r.value for r in envsuite.StopReason}
     assert isinstance(reward, float)
