@@ -40,6 +40,10 @@ class SeatResult:
     detail: str
 
 
+MAX_OPPONENT_MOVES_PER_TURN = 200
+"""Opponent moves in a row before the game is ended as a partner error."""
+
+
 class GameCoordinator:
     """Turn-taking for one game between external seats and opponents (single event loop)."""
 
@@ -138,10 +142,18 @@ class GameCoordinator:
 
     async def _drive_opponents(self) -> None:
         async with self._drive_lock:
-            moved = False
+            moved = 0
             while not self.over and self.game.current_player() in self.opponents:
+                if moved >= MAX_OPPONENT_MOVES_PER_TURN:
+                    # Some games let a seat act until it ends its own turn; a policy that never does
+                    # would otherwise hold the game forever.
+                    await self.abort(
+                        StopReason.PARTNER_ERROR, f"opponents made {moved} moves without passing the turn"
+                    )
+                    break
                 await self._opponent_move(self.game.current_player())
-                moved = True
+                moved += 1
+                await asyncio.sleep(0)  # let timeouts and other games run between opponent moves
             if moved or self.over:
                 await self._notify()
 
