@@ -79,16 +79,22 @@ async def _time_env(env_id: str, steps: int, renderer: RendererConfig) -> EnvSte
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=300, help="steps measured per env")
     parser.add_argument("--envs", nargs="*", help="env ids (default: every available env)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="tokenizer to render with")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args()
-    env_ids = args.envs or [s.id for s in envsuite.registry.all_specs() if not s.unavailable and not s.deprecated]
+    env_ids = args.envs or [
+        s.id for s in envsuite.registry.all_specs() if not s.unavailable and not s.deprecated
+    ]
     renderer = RendererConfig(model_name=args.model)
     results = []
-    print(f"{'env':36s} {'steps':>6s} {'reset us':>10s} {'step us':>10s} {'tokenize us':>12s} {'step/tok':>9s}")
+    print(
+        f"{'env':36s} {'steps':>6s} {'reset us':>10s} {'step us':>10s} {'tokenize us':>12s} {'step/tok':>9s}"
+    )
     for env_id in env_ids:
         timing = asyncio.run(_time_env(env_id, args.steps, renderer))
         results.append(timing)

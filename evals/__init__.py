@@ -1,0 +1,25 @@
+"""Inspect AI integration: a model provider for envsuite models, a task per catalog env, partners.
+
+``inspect eval ... --model envsuite/smollm2-135m-instruct`` works from the shell through the package's
+``inspect_ai`` entry point. Importing this package imports inspect_ai.
+"""
+
+from evals._bench import BenchConfig, BenchReport, import_log, run_bench
+from evals._partners import InspectMessageCompleter
+from evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
+
+__all__ = [
+    # tasks, solvers and scorers
+    "env_reward",
+    "envsuite_env",
+    "episode_seeds",
+    "play_env",
+    "sample_id",
+    # partners
+    "InspectMessageCompleter",
+    # envsuite bench
+    "BenchConfig",
+    "BenchReport",
+    "import_log",
+    "run_bench",
+]

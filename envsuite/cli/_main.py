@@ -55,6 +55,26 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._train_cmd import add_train_parser
+
+    add_train_parser(sub)
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect runs -> leaderboard)")
+    p.add_argument("--model", required=True, help="envsuite model/checkpoint dir, or an Inspect model")
+    p.add_argument("--envs", nargs="*", default=[], help="env ids, or 'all' (default: all available)")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--partner", default=None, help="Inspect model to use as partner/opponent")
+    p.add_argument("--log-dir", default="runs/bench", help="root of the Inspect log directories")
+    p.add_argument("--db", default=None, help="leaderboard store (path or URL)")
+    p.add_argument("--label", default=None, help="name on the leaderboard (default: the model)")
+
+
 def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     import leaderboard
 
@@ -65,7 +85,16 @@ def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envsuite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_list, _add_show, _add_check, _add_play, _add_demo, _add_leaderboard):
+    for add in (
+        _add_list,
+        _add_show,
+        _add_check,
+        _add_play,
+        _add_demo,
+        _add_train,
+        _add_bench,
+        _add_leaderboard,
+    ):
         add(sub)
     return parser
 
@@ -84,6 +113,14 @@ def _handler(command: str) -> Handler:
         from envsuite.cli import _play_cmd
 
         return _play_cmd.run_play
+    if command == "train":
+        from envsuite.cli._train_cmd import run_train
+
+        return run_train
+    if command == "bench":
+        from evals._bench import bench_main
+
+        return bench_main
     if command == "leaderboard":
         import leaderboard
 

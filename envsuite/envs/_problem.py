@@ -124,7 +124,9 @@ class ProblemEnv(Env):
         return [*system, {"role": "user", "content": self.prompt}]
 
     def conversation(self) -> list[Message]:
-        replied: list[Message] = [] if self._reply is None else [{"role": "assistant", "content": self._reply}]
+        replied: list[Message] = (
+            [] if self._reply is None else [{"role": "assistant", "content": self._reply}]
+        )
         return [*self.messages(), *replied]
 
     async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:

@@ -18,7 +18,9 @@ class EchoNumberEnv(Env):
         self.number = random.Random(ctx.seed).randint(low, high)
         self.messages: list[Message] = [{"role": "user", "content": f"Repeat this number: {self.number}"}]
 
-    async def initial_observation(self) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
+    async def initial_observation(
+        self,
+    ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
         prompt = self.ctx.renderer.build_generation_prompt(self.messages)
         if prompt.length > self.ctx.max_context_tokens:
             return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)

@@ -1,0 +1,42 @@
+"""The one place that picks a compute backend."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tinker
+
+    from envsuite.backends.local import LocalServiceClient
+
+
+class Backend(StrEnum):
+    """Where training and sampling run."""
+
+    LOCAL = "local"
+    """PyTorch in this process (CPU or GPU); no key, no network."""
+    TINKER = "tinker"
+    """The hosted Tinker service; needs ``TINKER_API_KEY``."""
+
+
+def make_service_client(
+    backend: Backend | str = Backend.LOCAL, **kwargs: Any
+) -> LocalServiceClient | tinker.ServiceClient:
+    """A service client for ``backend``; ``kwargs`` go to its constructor.
+
+    ``local`` takes ``log_dir`` (where checkpoints go); ``tinker`` takes the SDK's arguments and is
+    used only when asked for and a key is set (:class:`HostedBackendUnavailable` otherwise).
+    """
+    try:
+        chosen = Backend(backend)
+    except ValueError:
+        known = ", ".join(repr(b.value) for b in Backend)
+        raise ValueError(f"unknown backend {backend!r}; choose one of {known}") from None
+    if chosen is Backend.TINKER:
+        from envsuite.backends._hosted import hosted_service_client
+
+        return hosted_service_client(**kwargs)
+    from envsuite.backends.local import LocalServiceClient
+
+    return LocalServiceClient(**kwargs)

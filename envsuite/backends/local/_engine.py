@@ -1,0 +1,391 @@
+"""The sampling engine: one background thread that owns a model and batches every request it is given.
+
+Requests come from any thread or event loop through :meth:`SamplingEngine.submit` and are answered
+through ``concurrent.futures.Future`` objects. The engine thread loops over three moves:
+
+1. **collect** new requests (blocking only while nothing is running);
+2. **admit** waiting requests into the running batch: their prompts are prefilled together in one
+   left-padded forward pass, each prompt once however many samples it asks for (its KV-cache row is
+   copied per sample), and the first tokens are sampled from the prefill logits;
+3. **decode** one token for every running row in one forward pass over the shared KV cache.
+
+Rows leave the batch as soon as they stop, and new requests join between two decode steps
+(continuous batching). A request whose future was cancelled loses its rows at the next step. A request
+that cannot run (prompt over the context, bad token ids) fails alone; a forward pass that raises fails
+the requests in that pass, and the thread goes on serving the others. The thread exits after a short
+idle period and restarts on the next request, so an unused engine holds no thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import logging
+import queue
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import torch
+from transformers import PreTrainedModel
+
+from envsuite.backends.local._engine_batch import KVBatch, prefill
+from envsuite.backends.local._engine_sampler import (
+    RowSampling,
+    StopMatcher,
+    choose_tokens,
+    make_generator,
+    row_seed,
+)
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+
+class FinishReason(enum.StrEnum):
+    """Why a sampled sequence ended (the values are Tinker's ``stop_reason`` strings)."""
+
+    STOP = "stop"
+    """A stop token or stop string was sampled (it is the last token of the sequence)."""
+    LENGTH = "length"
+    """``max_tokens`` (or the model context) was reached."""
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for a new token within the model context."""
+
+
+class EngineClosedError(RuntimeError):
+    """The engine was closed before the request finished."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Limits of one sampling engine. Small and picklable; the engine is built from it."""
+
+    max_batch_size: int = 64
+    """Rows (samples) decoded together at most; further requests wait for free rows."""
+    max_prefill_tokens: int = 16384
+    """Padded prompt tokens per prefill pass at most (bounds activation memory)."""
+    max_context: int | None = None
+    """Prompt plus sampled tokens at most; None uses the model's ``max_position_embeddings``."""
+    default_max_tokens: int = 1024
+    """Token budget of requests whose ``SamplingParams.max_tokens`` is None."""
+    idle_shutdown_s: float = 2.0
+    """The engine thread exits after this long without work (it restarts on the next request)."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One sampling (or, with ``max_tokens == 0``, prompt-scoring) request, already validated."""
+
+    prompt_T: tuple[int, ...]
+    num_samples: int
+    max_tokens: int
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: StopMatcher = field(default_factory=lambda: StopMatcher.build(frozenset(), ()))
+    prompt_logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class GeneratedSequence:
+    tokens: list[int]
+    logprobs: list[float]
+    finish: FinishReason
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    sequences: list[GeneratedSequence]
+    prompt_logprobs: list[float | None] | None
+
+
+@dataclass
+class _Job(Generic[R]):
+    request: EngineRequest
+    future: concurrent.futures.Future[R]
+    convert: Callable[[EngineResult], R]
+    open_rows: int = 0
+    sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
+    prompt_logprobs: list[float | None] | None = None
+
+    def finish(self) -> None:
+        result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
+        try:
+            value = self.convert(result)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        if self.future.set_running_or_notify_cancel():
+            self.future.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done() and self.future.set_running_or_notify_cancel():
+            self.future.set_exception(error)
+
+
+@dataclass
+class _Row:
+    job: _Job[Any]
+    index: int
+    sampling: RowSampling
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class SamplingEngine:
+    """Batches sampling requests for one model on a background thread (see module docstring)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        decode: Callable[[list[int]], str],
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.model = model.eval()
+        self.config = config or EngineConfig()
+        self.max_context = self.config.max_context or int(
+            getattr(model.config, "max_position_embeddings", None) or 2048
+        )
+        weight = model.get_input_embeddings().weight
+        assert isinstance(weight, torch.Tensor)
+        self.vocab_size = int(weight.shape[0])
+        self._decode = decode
+        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        # Seeds for unseeded requests come from this engine's own RNG, never the global one.
+        self._seed_rng = random.Random()
+        self._waiting: deque[_Job[Any]] = deque()
+        self._batch: KVBatch | None = None
+        self._rows: list[_Row] = []
+
+    # ------------------------------------------------------------------ public, any thread
+
+    def submit(
+        self, request: EngineRequest, convert: Callable[[EngineResult], R]
+    ) -> concurrent.futures.Future[R]:
+        """Queue ``request``; the future resolves to ``convert(result)`` or raises the request's error."""
+        future: concurrent.futures.Future[R] = concurrent.futures.Future()
+        error = self._check(request)
+        if error is not None:
+            future.set_exception(error)
+            return future
+        with self._lock:
+            if self._closed:
+                future.set_exception(EngineClosedError("the sampling engine is closed"))
+                return future
+            self._queue.put(_Job(request, future, convert))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="envsuite-sampling-engine", daemon=True
+                )
+                self._thread.start()
+        return future
+
+    def close(self) -> None:
+        """Fail queued and running requests with :class:`EngineClosedError` and stop the thread."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _check(self, request: EngineRequest) -> Exception | None:
+        prompt = request.prompt_T
+        if not prompt:
+            return ValueError("the prompt is empty: sampling needs at least one prompt token")
+        if len(prompt) >= self.max_context:
+            return PromptTooLongError(
+                f"the prompt has {len(prompt)} tokens but the model context is {self.max_context} tokens "
+                "(prompt plus at least one new token must fit)"
+            )
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            return ValueError(f"prompt token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        return None
+
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while self._collect():
+                try:
+                    self._admit()
+                    if self._batch is not None:
+                        self._decode_step()
+                except Exception as exc:  # keep serving: fail only the requests in flight
+                    logger.exception("sampling engine step failed")
+                    self._fail_running(exc)
+
+    def _collect(self) -> bool:
+        """Move queued jobs to the waiting list; False when the engine must stop."""
+        idle = self._batch is None and not self._waiting
+        while True:
+            try:
+                job = (
+                    self._queue.get(timeout=self.config.idle_shutdown_s) if idle else self._queue.get_nowait()
+                )
+            except queue.Empty:
+                if not idle:
+                    return True
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return False
+                continue
+            if job is None:
+                self._shutdown()
+                return False
+            self._waiting.append(job)
+            idle = False
+
+    def _shutdown(self) -> None:
+        error = EngineClosedError("the sampling engine was closed")
+        self._fail_running(error)
+        while self._waiting:
+            self._waiting.popleft().fail(error)
+        while not self._queue.empty():
+            job = self._queue.get_nowait()
+            if job is not None:
+                job.fail(error)
+
+    def _fail_running(self, error: BaseException) -> None:
+        for row in self._rows:
+            row.job.fail(error)
+        self._rows, self._batch = [], None
+
+    def _next_group(self) -> list[_Job[Any]]:
+        group: list[_Job[Any]] = []
+        free_rows = self.config.max_batch_size - len(self._rows)
+        longest = 0
+        while self._waiting:
+            job = self._waiting[0]
+            if job.future.done():
+                self._waiting.popleft()
+                continue
+            request = job.request
+            rows = request.num_samples if request.max_tokens > 0 else 0
+            longest_after = max(longest, len(request.prompt_T))
+            if not group:
+                # The first request waits only for free rows; one prompt may exceed the prefill budget.
+                if rows > free_rows and self._rows:
+                    break
+            elif (
+                rows > free_rows
+                or longest_after * (len(group) + 1) > self.config.max_prefill_tokens
+                # Full-sequence logits are large, so a request wanting prompt logprobs is prefilled alone.
+                or request.prompt_logprobs
+                or group[0].request.prompt_logprobs
+            ):
+                break
+            group.append(self._waiting.popleft())
+            free_rows -= rows
+            longest = longest_after
+        return group
+
+    def _admit(self) -> None:
+        group = self._next_group()
+        if not group:
+            return
+        try:
+            self._admit_group(group)
+        except Exception as exc:
+            logger.exception("admitting %d requests failed", len(group))
+            for job in group:
+                job.fail(exc)
+
+    def _admit_group(self, group: list[_Job[Any]]) -> None:
+        out = prefill(self.model, [job.request.prompt_T for job in group], group[0].request.prompt_logprobs)
+        counts = [job.request.num_samples if job.request.max_tokens > 0 else 0 for job in group]
+        new_rows: list[_Row] = []
+        for slot, job in enumerate(group):
+            if out.prompt_logprobs_B is not None:
+                job.prompt_logprobs = out.prompt_logprobs_B[slot]
+            job.open_rows = counts[slot]
+            new_rows.extend(self._make_row(job, i) for i in range(counts[slot]))
+            if counts[slot] == 0:
+                job.finish()
+        if not new_rows:
+            return
+        slots = torch.repeat_interleave(torch.arange(len(group)), torch.tensor(counts))
+        logits = out.last_logits_B_V.index_select(0, slots.to(out.last_logits_B_V.device))
+        batch = out.batch
+        batch.repeat_rows(counts)
+        keep = self._advance(new_rows, logits, batch)
+        batch.select(keep)
+        new_rows = [new_rows[i] for i in keep]
+        if not new_rows:
+            return
+        if self._batch is None:
+            self._batch = batch
+        else:
+            self._batch.extend(batch)
+        self._rows.extend(new_rows)
+
+    def _make_row(self, job: _Job[Any], index: int) -> _Row:
+        request = job.request
+        generator = None
+        if request.temperature > 0:
+            base = request.seed if request.seed is not None else self._seed_rng.getrandbits(63)
+            generator = make_generator(row_seed(base, index))
+        sampling = RowSampling(request.temperature, request.top_k, request.top_p, generator)
+        return _Row(job, index, sampling)
+
+    def _decode_step(self) -> None:
+        assert self._batch is not None
+        live = [i for i, row in enumerate(self._rows) if not row.job.future.done()]
+        if len(live) < len(self._rows):
+            self._batch.select(live)
+            self._rows = [self._rows[i] for i in live]
+        if not self._rows:
+            self._batch = None
+            return
+        logits = self._batch.step(self.model)
+        keep = self._advance(self._rows, logits, self._batch)
+        self._batch.select(keep)
+        self._rows = [self._rows[i] for i in keep]
+        if not self._rows:
+            self._batch = None
+
+    def _advance(self, rows: Sequence[_Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
+        """Append one sampled token to each row; finish rows that stopped; return the rows to keep."""
+        choice = choose_tokens(logits_B_V, [row.sampling for row in rows])
+        keep: list[int] = []
+        for i, row in enumerate(rows):
+            row.tokens.append(choice.tokens_B[i])
+            row.logprobs.append(choice.logprobs_B[i])
+            batch.pending_B[i] = choice.tokens_B[i]
+            try:
+                finish = self._finish_reason(row)
+            except Exception as exc:
+                row.job.fail(exc)
+                continue
+            if finish is None:
+                if not row.job.future.done():
+                    keep.append(i)
+                continue
+            row.job.sequences[row.index] = GeneratedSequence(row.tokens, row.logprobs, finish)
+            row.job.open_rows -= 1
+            if row.job.open_rows == 0 and not row.job.future.done():
+                row.job.finish()
+        return keep
+
+    def _finish_reason(self, row: _Row) -> FinishReason | None:
+        request = row.job.request
+        if request.stop.is_stop(row.tokens, self._decode):
+            return FinishReason.STOP
+        if len(row.tokens) >= request.max_tokens:
+            return FinishReason.LENGTH
+        if len(request.prompt_T) + len(row.tokens) >= self.max_context:
+            return FinishReason.LENGTH
+        return None

@@ -1,0 +1,194 @@
+"""The running batch of the sampling engine: rows of different lengths sharing one left-padded KV cache.
+
+Layout: every row's tokens are right-aligned in a ``(B, L)`` attention mask (zeros on the left are
+padding), the KV cache holds ``L`` positions per row, and each row has its own position ids (the count
+of its real tokens), so padding changes neither attention nor rotary positions. Rows join by
+left-padding the shorter of two caches and concatenating them on the batch axis; rows leave by index
+selection, after which columns that are padding in every row are trimmed from the left.
+
+Each row's next input token is pending (sampled, not yet in the cache); one :meth:`KVBatch.step` feeds
+all pending tokens at once and returns the next-token logits of every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+
+@dataclass
+class PrefillOutput:
+    """A prefilled group of prompts (one row per prompt) and their next-token logits."""
+
+    batch: KVBatch
+    last_logits_B_V: torch.Tensor
+    prompt_logprobs_B: list[list[float | None]] | None
+    """Per prompt: ``None`` for the first token, then the logprob of each prompt token given the ones
+    before it; only when requested."""
+
+
+class KVBatch:
+    """Rows sharing one left-padded KV cache (see module docstring)."""
+
+    def __init__(self, cache: DynamicCache, mask_B_L: torch.Tensor, next_pos_B: torch.Tensor) -> None:
+        self.cache = cache
+        self.mask_B_L = mask_B_L
+        self.next_pos_B = next_pos_B
+        self.pending_B: list[int] = [0] * mask_B_L.shape[0]
+
+    @property
+    def size(self) -> int:
+        return int(self.mask_B_L.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.mask_B_L.shape[1])
+
+    def step(self, model: PreTrainedModel) -> torch.Tensor:
+        """Feed every row's pending token; return the next-token logits ``(B, V)``."""
+        device = self.mask_B_L.device
+        input_ids = torch.tensor(self.pending_B, dtype=torch.long, device=device)[:, None]
+        ones = torch.ones((self.size, 1), dtype=self.mask_B_L.dtype, device=device)
+        mask = torch.cat([self.mask_B_L, ones], dim=1)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=self.next_pos_B[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.mask_B_L = mask
+        self.next_pos_B = self.next_pos_B + 1
+        return out.logits[:, -1, :]
+
+    def repeat_rows(self, counts: Sequence[int]) -> None:
+        """Replace row ``i`` by ``counts[i]`` copies of it (samples sharing one prefill)."""
+        if all(c == 1 for c in counts):
+            return
+        index = torch.repeat_interleave(
+            torch.arange(len(counts), device=self.mask_B_L.device),
+            torch.tensor(counts, device=self.mask_B_L.device),
+        )
+        self._index_rows(index)
+        self.pending_B = [self.pending_B[i] for i in index.tolist()]
+
+    def select(self, keep: Sequence[int]) -> None:
+        """Keep only rows ``keep`` (in that order), then drop left columns that hold no real token."""
+        if len(keep) == self.size:
+            return
+        index = torch.tensor(list(keep), dtype=torch.long, device=self.mask_B_L.device)
+        self._index_rows(index)
+        self.pending_B = [self.pending_B[i] for i in keep]
+        self._trim_left()
+
+    def extend(self, other: KVBatch) -> None:
+        """Append ``other``'s rows after this batch's rows."""
+        length = max(self.length, other.length)
+        for mine, theirs in zip(_kv_layers(self.cache), _kv_layers(other.cache), strict=True):
+            mine.keys = torch.cat([_pad_left(mine.keys, length), _pad_left(theirs.keys, length)], dim=0)
+            mine.values = torch.cat([_pad_left(mine.values, length), _pad_left(theirs.values, length)], dim=0)
+        self.mask_B_L = torch.cat(
+            [_pad_mask_left(self.mask_B_L, length), _pad_mask_left(other.mask_B_L, length)], dim=0
+        )
+        self.next_pos_B = torch.cat([self.next_pos_B, other.next_pos_B])
+        self.pending_B = self.pending_B + other.pending_B
+
+    def _index_rows(self, index: torch.Tensor) -> None:
+        for layer in _kv_layers(self.cache):
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        self.mask_B_L = self.mask_B_L.index_select(0, index)
+        self.next_pos_B = self.next_pos_B.index_select(0, index)
+
+    def _trim_left(self) -> None:
+        used = self.mask_B_L.any(dim=0)
+        if bool(used[0]) or not bool(used.any()):
+            return
+        start = int(used.long().argmax())
+        for layer in _kv_layers(self.cache):
+            layer.keys = layer.keys[:, :, start:, :].contiguous()
+            layer.values = layer.values[:, :, start:, :].contiguous()
+        self.mask_B_L = self.mask_B_L[:, start:].contiguous()
+
+
+def prefill(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], want_prompt_logprobs: bool
+) -> PrefillOutput:
+    """Run the prompts (left-padded into one batch) through the model, filling a fresh KV cache."""
+    device = model.device
+    length = max(len(p) for p in prompts)
+    input_ids = torch.zeros((len(prompts), length), dtype=torch.long)
+    mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, length - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        mask[row, length - len(prompt) :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(dim=1) - 1).clamp_(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=0 if want_prompt_logprobs else 1,
+    )
+    logits = out.logits
+    prompt_logprobs = _prompt_logprobs(logits, input_ids, prompts) if want_prompt_logprobs else None
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    _kv_layers(cache)
+    batch = KVBatch(cache, mask, next_pos)
+    return PrefillOutput(batch=batch, last_logits_B_V=logits[:, -1, :], prompt_logprobs_B=prompt_logprobs)
+
+
+def _prompt_logprobs(
+    logits_B_L_V: torch.Tensor, input_ids_B_L: torch.Tensor, prompts: Sequence[Sequence[int]]
+) -> list[list[float | None]]:
+    length = input_ids_B_L.shape[1]
+    result: list[list[float | None]] = []
+    for row, prompt in enumerate(prompts):
+        start = length - len(prompt)
+        logits = logits_B_L_V[row, start : length - 1].float()
+        targets = input_ids_B_L[row, start + 1 :]
+        picked = logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+        scored: list[float | None] = [None]
+        scored.extend(float(x) for x in picked.tolist())
+        result.append(scored)
+    return result
+
+
+def _kv_layers(cache: DynamicCache) -> list[_FullLayer]:
+    layers = []
+    for layer in cache.layers:
+        # Sliding-window and linear-attention layers keep positions differently; left-padding and
+        # merging rows is only valid for plain full-attention layers.
+        if type(layer) is not DynamicLayer or layer.keys is None or layer.values is None:
+            raise TypeError(
+                f"the local sampling engine supports full-attention KV caches only, got {type(layer).__name__}"
+            )
+        layers.append(cast(_FullLayer, layer))
+    return layers
+
+
+class _FullLayer(Protocol):
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+def _pad_left(tensor_B_H_L_D: torch.Tensor, length: int) -> torch.Tensor:
+    missing = length - tensor_B_H_L_D.shape[2]
+    if missing == 0:
+        return tensor_B_H_L_D
+    return torch.nn.functional.pad(tensor_B_H_L_D, (0, 0, missing, 0))
+
+
+def _pad_mask_left(mask_B_L: torch.Tensor, length: int) -> torch.Tensor:
+    missing = length - mask_B_L.shape[1]
+    if missing == 0:
+        return mask_B_L
+    return torch.nn.functional.pad(mask_B_L, (missing, 0))

@@ -1,0 +1,160 @@
+"""Next-token choice for a batch of rows with their own sampling settings, and stop detection.
+
+Each row carries its own ``torch.Generator``: a row's random draws never depend on which other rows
+share the batch, and nothing touches torch's global RNG. Sampling is inverse-CDF: one uniform draw per
+row from its generator, then one batched ``searchsorted`` over the cumulative probabilities.
+
+Reported logprobs (documented in docs/backend_sampling.md): for ``temperature > 0`` the logprob of the
+chosen token under the distribution it was sampled from (logits / temperature, then top-k and top-p
+truncation, renormalized), as the hosted Tinker sampler reports it. With ``temperature == 1``,
+``top_k == -1`` and ``top_p == 1`` that is exactly the model's own log-softmax, which is what a
+training forward pass computes. Greedy rows (``temperature == 0``) report the model's own logprob
+(temperature-1 log-softmax), since the greedy distribution is degenerate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """How one row picks its next token."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    generator: torch.Generator | None
+    """None exactly for greedy rows (temperature 0)."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """The tokens chosen for a batch of rows (``_B``) and their logprobs."""
+
+    tokens_B: list[int]
+    logprobs_B: list[float]
+
+
+def row_seed(seed: int, sample_index: int) -> int:
+    """The generator seed of sample ``sample_index`` of a request seeded with ``seed`` (63-bit)."""
+    digest = hashlib.blake2b(repr((seed, sample_index)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def make_generator(seed: int) -> torch.Generator:
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
+
+
+def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> TokenChoice:
+    """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings."""
+    logits_B_V = logits_B_V.float()
+    n_rows = logits_B_V.shape[0]
+    tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
+    logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
+    greedy_idx = [i for i, row in enumerate(rows) if row.greedy]
+    sample_idx = [i for i, row in enumerate(rows) if not row.greedy]
+    if greedy_idx:
+        index = torch.tensor(greedy_idx, device=logits_B_V.device)
+        logits = logits_B_V.index_select(0, index) if len(greedy_idx) < n_rows else logits_B_V
+        chosen = logits.argmax(dim=-1)
+        tokens_B[index] = chosen
+        logprobs_B[index] = _gather_logprobs(logits, chosen)
+    if sample_idx:
+        index = torch.tensor(sample_idx, device=logits_B_V.device)
+        logits = logits_B_V.index_select(0, index) if len(sample_idx) < n_rows else logits_B_V
+        chosen, chosen_logprobs = _sample_rows(logits, [rows[i] for i in sample_idx])
+        tokens_B[index] = chosen
+        logprobs_B[index] = chosen_logprobs
+    return TokenChoice(tokens_B=tokens_B.tolist(), logprobs_B=logprobs_B.tolist())
+
+
+def _gather_logprobs(logits_B_V: torch.Tensor, tokens_B: torch.Tensor) -> torch.Tensor:
+    # logsumexp over the row avoids materializing a second (B, V) log-softmax tensor.
+    picked = logits_B_V.gather(1, tokens_B[:, None]).squeeze(1)
+    return picked - torch.logsumexp(logits_B_V, dim=-1)
+
+
+def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple[torch.Tensor, torch.Tensor]:
+    device = logits_B_V.device
+    temperatures = torch.tensor([row.temperature for row in rows], dtype=torch.float32, device=device)
+    scaled_B_V = logits_B_V if bool((temperatures == 1.0).all()) else logits_B_V / temperatures[:, None]
+    if any(row.top_k > 0 for row in rows):
+        scaled_B_V = _apply_top_k(scaled_B_V, [row.top_k for row in rows])
+    if any(row.top_p < 1.0 for row in rows):
+        scaled_B_V = _apply_top_p(scaled_B_V, [row.top_p for row in rows])
+    log_norm_B = torch.logsumexp(scaled_B_V, dim=-1, keepdim=True)
+    probs_B_V = torch.exp(scaled_B_V - log_norm_B)
+    cdf_B_V = probs_B_V.cumsum(dim=-1)
+    # One draw in (0, 1] per row from the row's own generator; a draw of exactly 0 could land on a
+    # leading zero-probability token, 1 - U(0, 1] cannot.
+    draws = [1.0 - float(torch.rand((), generator=row.generator).item()) for row in rows]
+    uniform_B = torch.tensor(draws, dtype=torch.float32, device=device)
+    targets_B = (uniform_B * cdf_B_V[:, -1]).unsqueeze(1)
+    chosen_B = torch.searchsorted(cdf_B_V, targets_B).squeeze(1).clamp_(max=logits_B_V.shape[1] - 1)
+    # Rounding in the cumulative sum can put the target on a masked token at the very end; step back
+    # to the last token that had probability mass.
+    masked = probs_B_V.gather(1, chosen_B[:, None]).squeeze(1) <= 0
+    if bool(masked.any()):
+        last_live = (probs_B_V > 0).long().cumsum(dim=-1).argmax(dim=-1)
+        chosen_B = torch.where(masked, last_live, chosen_B)
+    logprobs_B = scaled_B_V.gather(1, chosen_B[:, None]).squeeze(1) - log_norm_B.squeeze(1)
+    return chosen_B, logprobs_B
+
+
+def _apply_top_k(scaled_B_V: torch.Tensor, top_k_B: list[int]) -> torch.Tensor:
+    vocab = scaled_B_V.shape[1]
+    ks = [min(k, vocab) if k > 0 else vocab for k in top_k_B]
+    kth_values = torch.topk(scaled_B_V, max(ks), dim=-1).values
+    index = torch.tensor([k - 1 for k in ks], device=scaled_B_V.device)
+    threshold_B = kth_values.gather(1, index[:, None])
+    unlimited = torch.tensor([k <= 0 for k in top_k_B], device=scaled_B_V.device)
+    keep = (scaled_B_V >= threshold_B) | unlimited[:, None]
+    return scaled_B_V.masked_fill(~keep, float("-inf"))
+
+
+def _apply_top_p(scaled_B_V: torch.Tensor, top_p_B: list[float]) -> torch.Tensor:
+    sorted_B_V, order_B_V = scaled_B_V.sort(dim=-1, descending=True)
+    probs_B_V = torch.softmax(sorted_B_V, dim=-1)
+    mass_before_B_V = probs_B_V.cumsum(dim=-1) - probs_B_V
+    top_p = torch.tensor(top_p_B, dtype=probs_B_V.dtype, device=scaled_B_V.device)
+    # A token stays while the mass of the tokens ranked above it is below top_p, so the top token
+    # always stays and the kept set is the smallest prefix reaching top_p.
+    drop_sorted = mass_before_B_V >= top_p[:, None]
+    drop = torch.zeros_like(drop_sorted).scatter(1, order_B_V, drop_sorted)
+    return scaled_B_V.masked_fill(drop, float("-inf"))
+
+
+class StopMatcher:
+    """Decides whether a row's generated tokens end in one of its stop conditions."""
+
+    def __init__(self, stop_token_ids: frozenset[int], stop_strings: tuple[str, ...], decode_window: int):
+        self.stop_token_ids = stop_token_ids
+        self.stop_strings = stop_strings
+        self._decode_window = decode_window
+
+    @classmethod
+    def build(cls, stop_token_ids: frozenset[int], stop_strings: tuple[str, ...]) -> StopMatcher:
+        # A stop string spans at most one token per character, plus a few tokens that may each hold
+        # only part of a multi-byte character.
+        longest = max((len(s) for s in stop_strings), default=0)
+        return cls(stop_token_ids, stop_strings, decode_window=longest + 4)
+
+    def is_stop(self, generated_T: list[int], decode: Callable[[list[int]], str]) -> bool:
+        """True when the last token is a stop token or completes a stop string."""
+        if generated_T and generated_T[-1] in self.stop_token_ids:
+            return True
+        if not self.stop_strings or not generated_T:
+            return False
+        tail = decode(generated_T[-self._decode_window :])
+        return any(s in tail for s in self.stop_strings)

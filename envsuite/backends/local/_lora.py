@@ -1,0 +1,182 @@
+"""Model construction for training: base weights in fp32, LoRA adapters through peft, merging for sampling.
+
+LoRA targets (Tinker's switches): ``train_attn`` adds adapters to ``q/k/v/o_proj``, ``train_mlp`` to
+``gate/up/down_proj`` and ``train_unembed`` to ``lm_head``. The scale is ``alpha / rank`` with ``alpha``
+fixed at 32, so rank 32 trains at scale 1 and smaller ranks at a larger scale (the convention
+tinker-cookbook's learning-rate formulas assume).
+
+Tied embeddings (SmolLM2, tiny-random): the ``lm_head`` adapter is added to the *unembedding only*; the
+shared input embedding stays frozen. Merging such an adapter for sampling would also change the input
+embedding through the shared tensor, so the merged model gets its own, untied ``lm_head`` weight.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import warnings
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+
+ATTN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+UNEMBED_MODULES = ("lm_head",)
+LORA_ALPHA = 32
+_ADAPTER = "default"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """A LoRA adapter's configuration (what a checkpoint records to rebuild it)."""
+
+    rank: int
+    seed: int
+    train_mlp: bool = True
+    train_attn: bool = True
+    train_unembed: bool = True
+    alpha: int = LORA_ALPHA
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise ValueError(f"LoRA rank must be a positive integer, got {self.rank}")
+        if not (self.train_mlp or self.train_attn or self.train_unembed):
+            raise ValueError("LoRA needs at least one of train_mlp, train_attn, train_unembed")
+
+    def target_modules(self) -> list[str]:
+        """Module-name suffixes that get an adapter."""
+        targets: list[str] = []
+        if self.train_attn:
+            targets += ATTN_MODULES
+        if self.train_mlp:
+            targets += MLP_MODULES
+        if self.train_unembed:
+            targets += UNEMBED_MODULES
+        return targets
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> LoraSpec:
+        return LoraSpec(
+            rank=int(data["rank"]),
+            seed=int(data["seed"]),
+            train_mlp=bool(data["train_mlp"]),
+            train_attn=bool(data["train_attn"]),
+            train_unembed=bool(data["train_unembed"]),
+            alpha=int(data["alpha"]),
+        )
+
+
+def fresh_seed() -> int:
+    """A seed for ``seed=None`` (recorded in checkpoints and ``get_info``, so runs can be repeated)."""
+    return random.SystemRandom().randrange(2**31)
+
+
+def load_base_model(path: str) -> PreTrainedModel:
+    """An HF causal LM from a local directory, in fp32, with dropout off."""
+    from transformers import AutoModelForCausalLM
+
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def add_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
+    """Wrap ``model`` with fresh adapters (base weights frozen), initialized from ``spec.seed``.
+
+    Only the forked RNG is seeded, so the caller's global torch RNG is untouched.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        target_modules=spec.target_modules(),
+        lora_dropout=0.0,
+        bias="none",
+    )
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft warns that the tied lm_head is adapted; merge_lora unties it before merging.
+        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
+        torch.manual_seed(spec.seed)
+        peft_model = get_peft_model(model, config)
+    peft_model.eval()
+    return peft_model
+
+
+def _lora_layers(peft_model: PeftModel) -> dict[str, Any]:
+    """peft's LoRA layers by base-module name (typed Any: peft builds their attributes dynamically)."""
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+
+
+def adapter_state(peft_model: PeftModel) -> dict[str, torch.Tensor]:
+    """The adapter weights by base-module name: ``{name}.lora_A`` ([r, in]) and ``{name}.lora_B`` ([out, r])."""
+    state: dict[str, torch.Tensor] = {}
+    for name, layer in _lora_layers(peft_model).items():
+        state[f"{name}.lora_A"] = layer.lora_A[_ADAPTER].weight.detach().clone().contiguous()
+        state[f"{name}.lora_B"] = layer.lora_B[_ADAPTER].weight.detach().clone().contiguous()
+    return state
+
+
+def load_adapter_state(peft_model: PeftModel, state: dict[str, torch.Tensor]) -> None:
+    """Copy saved adapter weights in; a missing, extra or misshapen tensor is a ``ValueError``."""
+    layers = _lora_layers(peft_model)
+    expected = {f"{name}.lora_{part}" for name in layers for part in ("A", "B")}
+    if set(state) != expected:
+        missing = sorted(expected - set(state))[:3]
+        extra = sorted(set(state) - expected)[:3]
+        raise ValueError(f"adapter does not match the model: missing {missing}, unexpected {extra}")
+    with torch.no_grad():
+        for name, layer in layers.items():
+            for part, holder in (("A", layer.lora_A), ("B", layer.lora_B)):
+                target = holder[_ADAPTER].weight
+                source = state[f"{name}.lora_{part}"]
+                if target.shape != source.shape:
+                    raise ValueError(
+                        f"adapter tensor {name}.lora_{part} has shape {tuple(source.shape)}, "
+                        f"the model needs {tuple(target.shape)}"
+                    )
+                target.copy_(source)
+
+
+def merge_lora(peft_model: PeftModel, *, share_frozen: bool) -> PreTrainedModel:
+    """A plain model with the adapters folded in, for sampling; ``peft_model`` itself is left as is.
+
+    With ``share_frozen`` the result reuses (in memory) every frozen tensor the merge does not change,
+    which makes a sampling snapshot of a LoRA run cost little more than the adapted matrices.
+    """
+    memo: dict[int, Any] = {}
+    if share_frozen:
+        adapted = {id(layer.base_layer.weight) for layer in _lora_layers(peft_model).values()}
+        for param in peft_model.parameters():
+            if not param.requires_grad and id(param) not in adapted:
+                memo[id(param)] = param
+    work = copy.deepcopy(peft_model, memo)
+    base: Any = work.get_base_model()
+    output = base.get_output_embeddings()
+    if base.config.tie_word_embeddings and "lm_head" in _lora_layers(work):
+        layer = output.base_layer
+        layer.weight = torch.nn.Parameter(layer.weight.detach().clone(), requires_grad=False)
+        base.config.tie_word_embeddings = False
+    merged: PreTrainedModel = work.merge_and_unload()
+    merged.eval()
+    merged.requires_grad_(False)
+    return merged
+
+
+def snapshot_full(model: PreTrainedModel) -> PreTrainedModel:
+    """A frozen copy of a fully fine-tuned model (its weights keep changing under training)."""
+    frozen = copy.deepcopy(model)
+    frozen.eval()
+    frozen.requires_grad_(False)
+    return frozen

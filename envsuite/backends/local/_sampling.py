@@ -1,0 +1,247 @@
+"""``LocalSamplingClient``: the Tinker SDK's SamplingClient interface over a local PyTorch model.
+
+Methods and arguments follow ``tinker.SamplingClient`` (0.38): ``sample`` returns a future of a real
+``tinker.SampleResponse``, ``compute_logprobs`` a future of per-token prompt logprobs. Every request
+goes to one :class:`~envsuite.backends.local._engine.SamplingEngine` per client, which batches
+concurrent requests (see that module). A request that cannot be served (an over-long prompt, bad
+settings, an option the local backend lacks) comes back as a future that raises a clear error; it
+never affects other requests.
+
+Stop semantics (``SamplingParams.stop``): ``None`` stops at the tokenizer's end-of-sequence token(s);
+``[]`` disables stopping (sampling runs to ``max_tokens``); a string or a list of strings stops once the
+decoded sampled text contains one of them; a list of ints stops at any of those token ids. An explicit
+list replaces the end-of-sequence default. The returned tokens include the stop token(s).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import tinker
+
+from envsuite.backends.local._engine import (
+    EngineConfig,
+    EngineRequest,
+    EngineResult,
+    SamplingEngine,
+)
+from envsuite.backends.local._engine_sampler import StopMatcher
+from envsuite.backends.local._futures import LocalFuture, failed_future
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+_UNSUPPORTED = "the local sampling backend does not support {} (only the hosted Tinker service does)"
+
+
+class LocalSamplingClient:
+    """Samples from an in-memory model; a drop-in for ``tinker.SamplingClient``.
+
+    The client takes ownership of ``model`` (its engine thread runs it in eval/inference mode):
+    pass a copy if the same weights are being trained.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        base_model: str,
+        *,
+        model_path: str | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._base_model = base_model
+        self.model_path = model_path
+        """The checkpoint path these weights came from (None for base weights)."""
+        self._engine = SamplingEngine(model, self._decode, config)
+        self._client_id = next(self._ids)
+        self._sequence_ids = itertools.count()
+        self._eos_ids = _eos_token_ids(model, tokenizer)
+
+    @classmethod
+    def load(
+        cls,
+        base_model: str | None = None,
+        model_path: str | None = None,
+        *,
+        config: EngineConfig | None = None,
+    ) -> LocalSamplingClient:
+        """Sample from ``base_model`` (a model name, local dir or hub id) or a checkpoint at ``model_path``."""
+        from envsuite.backends.local._checkpoint import load_sampling_model
+
+        loaded = load_sampling_model(base_model=base_model, model_path=model_path)
+        return cls(
+            loaded.model, loaded.tokenizer, loaded.base_model, model_path=loaded.model_path, config=config
+        )
+
+    @property
+    def max_context(self) -> int:
+        """Prompt plus sampled tokens at most."""
+        return self._engine.max_context
+
+    def get_tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    def get_base_model(self) -> str:
+        return self._base_model
+
+    def close(self) -> None:
+        """Stop the engine; requests still in flight fail with ``EngineClosedError``."""
+        self._engine.close()
+
+    def sample(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: tinker.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> LocalFuture[tinker.SampleResponse]:
+        """Sample ``num_samples`` continuations of ``prompt`` (one shared prefill)."""
+        unsupported = {
+            "topk_prompt_logprobs": topk_prompt_logprobs != 0,
+            "topk_sample_logprobs": topk_sample_logprobs != 0,
+            "target_prompt_logprobs": target_prompt_logprobs is not None,
+            "prompt_alt_tokens_k": prompt_alt_tokens_k != 0,
+        }
+        for option, used in unsupported.items():
+            if used:
+                return failed_future(NotImplementedError(_UNSUPPORTED.format(option)))
+        try:
+            request = self._build_request(prompt, num_samples, sampling_params, include_prompt_logprobs)
+            _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs, len(request.prompt_T))
+        except (ValueError, TypeError) as exc:
+            return failed_future(exc)
+
+        def convert(result: EngineResult) -> tinker.SampleResponse:
+            return self._to_response(result, prompt_logprobs_last_n)
+
+        return LocalFuture(self._engine.submit(request, convert))
+
+    def compute_logprobs(
+        self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> LocalFuture[list[float | None]]:
+        """Logprob of each prompt token given the ones before it (``None`` for the first token)."""
+        try:
+            tokens = _prompt_tokens(prompt)
+            _check_last_n(prompt_logprobs_last_n, True, len(tokens))
+        except (ValueError, TypeError) as exc:
+            return failed_future(exc)
+        request = EngineRequest(prompt_T=tokens, num_samples=1, max_tokens=0, prompt_logprobs=True)
+
+        def convert(result: EngineResult) -> list[float | None]:
+            assert result.prompt_logprobs is not None
+            return _keep_last_n(result.prompt_logprobs, prompt_logprobs_last_n)
+
+        return LocalFuture(self._engine.submit(request, convert))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _decode(self, tokens: list[int]) -> str:
+        return str(self._tokenizer.decode(tokens, skip_special_tokens=False))
+
+    def _build_request(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        params: tinker.SamplingParams,
+        include_prompt_logprobs: bool,
+    ) -> EngineRequest:
+        if not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        max_tokens = (
+            self._engine.config.default_max_tokens if params.max_tokens is None else params.max_tokens
+        )
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if params.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+        if not 0 < params.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+        return EngineRequest(
+            prompt_T=_prompt_tokens(prompt),
+            num_samples=num_samples,
+            max_tokens=max_tokens,
+            temperature=float(params.temperature),
+            top_k=int(params.top_k),
+            top_p=float(params.top_p),
+            seed=params.seed,
+            stop=self._stop_matcher(params.stop),
+            prompt_logprobs=include_prompt_logprobs,
+        )
+
+    def _stop_matcher(self, stop: str | Sequence[str] | Sequence[int] | None) -> StopMatcher:
+        if stop is None:
+            return StopMatcher.build(self._eos_ids, ())
+        if isinstance(stop, str):
+            stop = [stop]
+        if all(isinstance(s, str) for s in stop):
+            strings = tuple(str(s) for s in stop)
+            if any(not s for s in strings):
+                raise ValueError("stop strings must be non-empty")
+            return StopMatcher.build(frozenset(), strings)
+        if all(isinstance(s, int) and not isinstance(s, bool) for s in stop):
+            return StopMatcher.build(frozenset(int(s) for s in stop), ())
+        raise TypeError(f"stop must be strings or token ids, not a mix: {list(stop)!r}")
+
+    def _to_response(self, result: EngineResult, last_n: int | None) -> tinker.SampleResponse:
+        sequences = [
+            tinker.SampledSequence(
+                stop_reason=seq.finish.value,
+                sequence_id=f"local-{self._client_id}-{next(self._sequence_ids)}",
+                tokens_np=np.asarray(seq.tokens, dtype=np.int32),
+                logprobs_np=np.asarray(seq.logprobs, dtype=np.float32),
+            )
+            for seq in result.sequences
+        ]
+        prompt_logprobs_np = None
+        if result.prompt_logprobs is not None:
+            kept = _keep_last_n(result.prompt_logprobs, last_n)
+            prompt_logprobs_np = np.asarray([np.nan if x is None else x for x in kept], dtype=np.float32)
+        return tinker.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_logprobs_np)
+
+
+def _prompt_tokens(prompt: tinker.ModelInput) -> tuple[int, ...]:
+    if not isinstance(prompt, tinker.ModelInput):
+        raise TypeError(f"prompt must be a tinker.ModelInput, got {type(prompt).__name__}")
+    try:
+        return tuple(prompt.to_ints())
+    except ValueError as exc:
+        raise ValueError(f"the local backend samples from token-only prompts: {exc}") from exc
+
+
+def _check_last_n(last_n: int | None, include_prompt_logprobs: bool, prompt_length: int) -> None:
+    if last_n is None:
+        return
+    if not include_prompt_logprobs:
+        raise ValueError("prompt_logprobs_last_n needs include_prompt_logprobs=True")
+    if not 1 <= last_n <= prompt_length - 1:
+        raise ValueError(f"prompt_logprobs_last_n must be in [1, {prompt_length - 1}], got {last_n}")
+
+
+def _keep_last_n(logprobs: list[float | None], last_n: int | None) -> list[float | None]:
+    if last_n is None:
+        return list(logprobs)
+    cut = len(logprobs) - last_n
+    return [None] * cut + list(logprobs[cut:])
+
+
+def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    ids: set[int] = set()
+    generation_config = getattr(model, "generation_config", None)
+    for source in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list):
+            ids.update(int(x) for x in source)
+    return frozenset(ids)

@@ -1,0 +1,134 @@
+"""Completers backed by a Tinker-style sampling client (the hosted service or the local backend).
+
+Both completers await the client's future, so many calls can be in flight on one event loop and the
+local engine batches them together. A ``seed`` makes a completer reproducible as a whole: the
+completer owns a ``random.Random(seed)`` and gives each call its own seed drawn from it, so repeated
+calls still differ (group members must not all get the same reply) while a rerun repeats them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Protocol
+
+from envsuite.core import (
+    Message,
+    MessageCompleter,
+    Observation,
+    StopCondition,
+    TokenCompleter,
+    TokensWithLogprobs,
+)
+
+if TYPE_CHECKING:
+    import tinker
+
+    from envsuite.renderers.base import Renderer
+
+
+class SamplingClientLike(Protocol):
+    """The slice of ``tinker.SamplingClient`` (or ``LocalSamplingClient``) the completers use."""
+
+    def sample(
+        self, prompt: tinker.ModelInput, num_samples: int, sampling_params: tinker.SamplingParams
+    ) -> Awaitable[tinker.SampleResponse]: ...
+
+    def get_base_model(self) -> str: ...
+
+
+class _SamplingSettings:
+    def __init__(
+        self, max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None
+    ) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.seed = seed
+        self._rng = random.Random(seed) if seed is not None else None
+
+    def params(self, stop: StopCondition) -> tinker.SamplingParams:
+        import tinker
+
+        return tinker.SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop=stop,
+            seed=self._rng.getrandbits(63) if self._rng is not None else None,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"max_tokens={self.max_tokens}, temperature={self.temperature}, top_p={self.top_p}, "
+            f"top_k={self.top_k}, seed={self.seed}"
+        )
+
+
+class SamplingTokenCompleter(TokenCompleter):
+    """A :class:`~envsuite.core.TokenCompleter` that samples one reply per call from a sampling client.
+
+    The reply's tokens include the stop token when sampling stopped cleanly; its logprobs are the
+    sampler's (see the sampling backend's docs for what they are at temperatures other than 1).
+    """
+
+    def __init__(
+        self,
+        sampling_client: SamplingClientLike,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        seed: int | None = None,
+    ) -> None:
+        self.sampling_client = sampling_client
+        self.settings = _SamplingSettings(max_tokens, temperature, top_p, top_k, seed)
+
+    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+        response = await self.sampling_client.sample(model_input, 1, self.settings.params(stop))
+        sequence = response.sequences[0]
+        return TokensWithLogprobs(tokens=list(sequence.tokens), maybe_logprobs=sequence.logprobs)
+
+
+class SamplingMessageCompleter(MessageCompleter):
+    """A :class:`~envsuite.core.MessageCompleter` that renders, samples, and parses one assistant reply.
+
+    A truncated reply (no stop sequence within ``max_tokens``) is still returned as a message: it
+    holds whatever text was sampled.
+    """
+
+    def __init__(
+        self,
+        sampling_client: SamplingClientLike,
+        renderer: Renderer,
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        seed: int | None = None,
+    ) -> None:
+        self.sampling_client = sampling_client
+        self.renderer = renderer
+        self.settings = _SamplingSettings(max_tokens, temperature, top_p, top_k, seed)
+
+    async def __call__(self, messages: list[Message]) -> Message:
+        prompt = self.renderer.build_generation_prompt(messages)
+        params = self.settings.params(self.renderer.get_stop_sequences())
+        response = await self.sampling_client.sample(prompt, 1, params)
+        parsed = self.renderer.parse_response(list(response.sequences[0].tokens))
+        return parsed.message
+
+    def identity(self) -> str:
+        model = self.sampling_client.get_base_model()
+        model_path = getattr(self.sampling_client, "model_path", None)
+        weights = f", weights={model_path}" if model_path else ""
+        return (
+            f"SamplingMessageCompleter(model={model}{weights}, renderer={self.renderer.name}, "
+            f"{self.settings.describe()})"
+        )

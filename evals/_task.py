@@ -1,0 +1,165 @@
+"""An Inspect task for any catalog env: a solver that plays the env and a scorer that reports its reward.
+
+Sample ids are ``<env id with version>@<seed>``, so runs of different models on the same env and seeds
+pair up sample by sample. The evaluated model is whatever Inspect was given (``envsuite/...``,
+``openai/...``, ``hf/...``); its replies are turned into tokens with the env's renderer (the evaluated
+model's own for ``envsuite/`` models, SmolLM2's tokenizer as a plain text codec otherwise), so every env
+runs unchanged. Partners (the twenty-questions answerer, game opponents) can be any Inspect model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import GenerateConfig, get_model
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+from envsuite._make import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
+from envsuite._text import reply_to_tokens
+from envsuite.core import InitialObservationOverflow, StopReason
+from envsuite.registration import spec
+from evals._messages import to_inspect
+
+RESULT_KEY = "envsuite_result"
+MAX_TURNS_GUARD = 512
+
+
+def sample_id(env_id: str, seed: int) -> str:
+    """The id pairing samples across models: full env id (with version) and seed."""
+    return f"{spec(env_id).id}@{seed}"
+
+
+def episode_seeds(env_id: str, episodes: int, seed: int) -> list[int]:
+    """The seed set of a benchmark run: stable for (env, episodes, seed)."""
+    return [episode_seed(seed, "bench", spec(env_id).id, i) % (2**31) for i in range(episodes)]
+
+
+def _codec_model(model_name: str) -> str:
+    """Model whose renderer turns the evaluated model's text into env tokens."""
+    if model_name.startswith("envsuite/"):
+        return model_name.removeprefix("envsuite/")
+    return DEFAULT_MODEL
+
+
+def _partner_kwargs(env_id: str, partner: str | None) -> dict[str, Any]:
+    env_spec = spec(env_id)
+    if partner is None or env_spec.partner_kwarg is None:
+        return {}
+    if partner.startswith("envsuite-builtin:"):
+        return {env_spec.partner_kwarg: partner.removeprefix("envsuite-builtin:")}
+    from evals._partners import InspectMessageCompleter
+
+    return {env_spec.partner_kwarg: InspectMessageCompleter(partner)}
+
+
+def _partner_identity(env: object) -> str:
+    """Which partner/opponent ran: part of a result's identity on the leaderboard."""
+    for attribute in ("answerer_identity", "opponent_identity"):
+        identity = getattr(env, attribute, None)
+        if isinstance(identity, str) and identity:
+            return identity
+    return "none"
+
+
+@solver
+def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
+    """Drive one catalog env episode with the evaluated model (multi-turn, partners included)."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        seed = int(state.metadata["seed"])
+        renderer = RendererConfig(model_name=_codec_model(str(get_model())))
+        kwargs = dict(env_kwargs or {}) | _partner_kwargs(env_id, partner)
+        env = make_env(env_id, seed=seed, split="test", renderer=renderer, **kwargs)
+        start = await env.initial_observation()
+        result: dict[str, Any] = {
+            "reward": 0.0,
+            "metrics": {},
+            "stop_reason": None,
+            "turns": 0,
+            "partner": _partner_identity(env),
+        }
+        if isinstance(start, InitialObservationOverflow):
+            result["stop_reason"] = StopReason.CONTEXT_OVERFLOW.value
+            state.store.set(RESULT_KEY, result)
+            state.completed = True
+            return state
+        _, stop = start
+        for _ in range(MAX_TURNS_GUARD):
+            state.messages = to_inspect(env.conversation())
+            state = await generate(state)
+            text = state.output.completion
+            tokens = (
+                reply_to_tokens(renderer.build(), text, stop)
+                if state.output.stop_reason != "max_tokens"
+                else renderer.build().tokenizer.encode(text, add_special_tokens=False)
+            )
+            step = await env.step(list(tokens))
+            result["turns"] += 1
+            result["reward"] += step.reward
+            for key, value in step.metrics.items():
+                result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
+            stop = step.next_stop_condition
+            if step.episode_done:
+                result["stop_reason"] = step.stop_reason.value if step.stop_reason else None
+                break
+        state.messages = to_inspect(env.conversation())
+        state.store.set(RESULT_KEY, result)
+        state.completed = True
+        return state
+
+    return solve
+
+
+@scorer(metrics={"reward": [mean(), stderr()], "success": [mean(), stderr()]})
+def env_reward() -> Scorer:
+    """The env's own return and success (its ``correct``/``success`` metric, else reward > 0)."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        result = state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        metrics = result["metrics"]
+        success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
+        return Score(
+            value={"reward": float(result["reward"]), "success": float(min(1.0, success))},
+            answer=state.output.completion if state.output else "",
+            explanation=f"stop/{result['stop_reason']} after {result.get('turns', 0)} turn(s)",
+            metadata={
+                "metrics": metrics,
+                "stop_reason": result["stop_reason"],
+                "partner": result.get("partner"),
+            },
+        )
+
+    return score
+
+
+@task(name="envsuite/env")
+def envsuite_env(
+    env_id: str,
+    episodes: int = 20,
+    seed: int = 0,
+    partner: str | None = None,
+    max_tokens: int = 256,
+    temperature: float = 0.7,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Task:
+    """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``."""
+    env_spec = spec(env_id)
+    samples = [
+        Sample(
+            input=f"{env_spec.id} episode {s}",
+            id=sample_id(env_spec.id, s),
+            metadata={"env_id": env_spec.id, "seed": s, "version": env_spec.version},
+        )
+        for s in episode_seeds(env_spec.id, episodes, seed)
+    ]
+    return Task(
+        dataset=MemoryDataset(samples, name=env_spec.id),
+        solver=play_env(env_spec.id, partner=partner, env_kwargs=env_kwargs),
+        scorer=env_reward(),
+        config=GenerateConfig(max_tokens=max_tokens, temperature=temperature, seed=seed),
+        name=f"envsuite/{env_spec.id}",
+        metadata={"env_id": env_spec.id, "partner": partner or "default", "episodes": episodes, "seed": seed},
+    )

@@ -1,0 +1,231 @@
+"""The GRPO loop end to end on the tiny random model: learning, faults, resume after SIGKILL, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tinker
+
+from envsuite.core import (
+    Action,
+    Env,
+    EnvContext,
+    InitialObservationOverflow,
+    StepResult,
+    StopCondition,
+    StopReason,
+)
+from envsuite.registration import register, registry
+from trainers import StopCause, TrainConfig, read_metrics, run_training
+
+TOY_ID = "test-first-token-v0"
+HALF_VOCAB = 49152 // 2
+
+
+class FirstTokenEnv(Env):
+    """Learnable by a random model in a few steps: reward 1 when the first sampled token id is in the
+    lower half of the vocabulary (a per-token bias the LoRA on the unembedding can learn), else 0.
+
+    Fault knobs: ``fail_seed_mod`` raises in ``step`` for seeds divisible by it; ``hang`` never answers.
+    """
+
+    def __init__(self, ctx: EnvContext, *, fail_seed_mod: int = 0, hang: bool = False) -> None:
+        self.ctx = ctx
+        self.fail = fail_seed_mod > 0 and ctx.seed % fail_seed_mod == 0
+        self.hang = hang
+        self.prompt = ctx.renderer.build_generation_prompt([{"role": "user", "content": "Say one word."}])
+
+    async def initial_observation(
+        self,
+    ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
+        return self.prompt, self.ctx.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        if self.fail:
+            raise RuntimeError("toy env failure")
+        if self.hang:
+            await asyncio.sleep(3600)
+        hit = bool(action) and action[0] < HALF_VOCAB
+        return StepResult.final(
+            reward=float(hit),
+            stop_reason=StopReason.COMPLETED,
+            next_observation=self.prompt.append(tinker.EncodedTextChunk(tokens=list(action))),
+            next_stop_condition=self.ctx.renderer.get_stop_sequences(),
+            metrics={"correct": float(hit)},
+        )
+
+
+def register_toy() -> None:
+    if TOY_ID not in {s.id for s in registry.all_specs()}:
+        register(TOY_ID, entry_point=FirstTokenEnv, reward_range=(0.0, 1.0), package="tests")
+
+
+@pytest.fixture(autouse=True)
+def _toy_env() -> Iterator[None]:
+    register_toy()
+    yield
+    registry.unregister(TOY_ID)
+
+
+def _config(tmp_path: Path, **changes: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "env_id": TOY_ID,
+        "log_dir": str(tmp_path / "run"),
+        "model": "tiny-random",
+        "n_steps": 4,
+        "batch_size": 4,
+        "group_size": 4,
+        "max_tokens": 1,
+        "learning_rate": 1e-2,
+        "lora_rank": 8,
+        "save_every": 2,
+        "eval_every": 2,
+        "n_test_groups": 4,
+        "n_transcripts": 2,
+        "seed": 0,
+    }
+    values.update(changes)
+    return TrainConfig.from_dict(values)
+
+
+def _rows(config: TrainConfig) -> list[dict[str, object]]:
+    return read_metrics(Path(config.log_dir) / "metrics.jsonl")
+
+
+def test_reward_rises_on_a_learnable_toy_env(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=6, group_size=8, learning_rate=0.3, save_every=6)
+    result = run_training(config, show_progress=False)
+    assert result.cause is StopCause.COMPLETED and result.steps_completed == 6
+    rewards = [float(r["reward/mean"]) for r in _rows(config)]  # type: ignore[arg-type]
+    assert [r["step"] for r in _rows(config)] == list(range(6))
+    assert sum(rewards[-2:]) / 2 >= rewards[0] + 0.25, rewards
+    log_dir = Path(config.log_dir)
+    assert (log_dir / "reward_curve.png").stat().st_size > 1000
+    transcripts = sorted((log_dir / "transcripts").glob("*.md"))
+    assert transcripts and "Policy reply" in transcripts[0].read_text()
+    saved = json.loads((log_dir / "config.json").read_text())
+    assert TrainConfig.from_dict(saved) == config
+    assert not any("key" in k.lower() for k in saved)
+
+
+def test_step_metrics_cover_the_documented_fields(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=2, max_tokens=3, num_substeps=2, eval_every=1, save_every=1)
+    run_training(config, show_progress=False)
+    first = _rows(config)[0]
+    for key in (
+        "reward/mean", "reward/std", "success", "tokens_per_turn", "entropy", "kl_sample_train_v1",
+        "kl_sample_train_v2", "time/rollout", "time/assemble", "time/train", "tokens_per_s/rollout",
+        "groups/constant_dropped", "groups/failed", "test/reward/mean", "stop/completed", "optim_steps",
+    ):  # fmt: skip
+        assert key in first, key
+    assert first["optim_steps"] == 2
+    # The second substep trains on weights one update away from the sampler's: small, not zero.
+    assert abs(float(first["kl_sample_train_v1"])) < 0.1  # type: ignore[arg-type]
+    assert float(first["kl_sample_train_v2"]) >= 0.0  # type: ignore[arg-type]
+    steps = [
+        json.loads(line)["step"]
+        for line in (Path(config.log_dir) / "checkpoints.jsonl").read_text().splitlines()
+    ]
+    assert steps == [1, 2]
+
+
+def test_failing_envs_are_dropped_and_counted_and_hangs_time_out(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=1, env_kwargs={"fail_seed_mod": 3}, eval_every=0)
+    result = run_training(config, show_progress=False)
+    row = _rows(config)[0]
+    assert result.cause is StopCause.COMPLETED
+    assert 0 < int(row["groups/failed"]) < 4  # type: ignore[call-overload]
+    assert int(row["groups/finished"]) == 4 - int(row["groups/failed"])  # type: ignore[call-overload]
+    assert "toy env failure" in str(row["error/first"])
+
+    hang = _config(
+        tmp_path / "hang", n_steps=1, env_kwargs={"hang": True}, rollout_timeout_s=1.0, eval_every=0
+    )
+    result = run_training(hang, show_progress=False)
+    row = _rows(hang)[0]
+    assert result.cause is StopCause.COMPLETED and row["stop/rollout_timeout"] == 1.0
+
+
+def test_nan_loss_stops_with_a_message_and_writes_no_checkpoint(tmp_path: Path) -> None:
+    # Two optimizer substeps at an absurd (but finite) rate overflow the weights: the second substep
+    # sees a NaN/inf loss or the step makes a weight inf; either way the run stops and saves nothing.
+    config = _config(
+        tmp_path, n_steps=3, group_size=8, learning_rate=3e37, num_substeps=2, save_every=1, eval_every=0
+    )
+    result = run_training(config, show_progress=False)
+    assert result.cause is StopCause.NON_FINITE, result.message
+    assert "NaN" in result.message or "inf" in result.message
+    assert result.steps_completed == 0 and result.last_checkpoint is None
+    assert _rows(config) == []
+    assert not (Path(config.log_dir) / "checkpoints.jsonl").exists()
+
+
+def test_bad_settings_fail_before_any_work(tmp_path: Path) -> None:
+    import argparse
+
+    from envsuite.cli._train_cmd import add_train_parser, run_train
+
+    parser = argparse.ArgumentParser()
+    add_train_parser(parser.add_subparsers(dest="command"))
+    for extra in (
+        ["--group-size", "1"],
+        ["--batch-size", "6", "--num-substeps", "4"],
+        ["--model", "nope-model"],
+    ):
+        args = parser.parse_args(
+            ["train", TOY_ID, "--log-dir", str(tmp_path / "bad"), "--model", "tiny-random", *extra]
+        )
+        assert run_train(args) == 2
+    args = parser.parse_args(["train", "no-such-env", "--log-dir", str(tmp_path / "bad")])
+    assert run_train(args) == 2
+    assert not (tmp_path / "bad" / "metrics.jsonl").exists()
+
+
+def test_resuming_a_different_config_is_refused(tmp_path: Path) -> None:
+    from trainers import ConfigError
+
+    run_training(_config(tmp_path, n_steps=1, eval_every=0), show_progress=False)
+    with pytest.raises(ConfigError, match="group_size"):
+        run_training(_config(tmp_path, n_steps=2, group_size=2, eval_every=0), show_progress=False)
+
+
+_CHILD = """
+import sys
+from tests.test_trainer_run import register_toy
+from trainers import TrainConfig, run_training
+register_toy()
+run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
+"""
+
+
+def test_sigkill_then_rerun_resumes_without_duplicate_or_missing_steps(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=10, max_tokens=2, save_every=3, eval_every=0)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, config.to_json()], env=env, cwd=Path.cwd())
+    log_dir = Path(config.log_dir)
+    deadline = time.monotonic() + 300
+    killed = False
+    while time.monotonic() < deadline and child.poll() is None:
+        ckpt = log_dir / "checkpoints.jsonl"
+        if ckpt.exists() and ckpt.read_text().strip():
+            saved = json.loads(ckpt.read_text().splitlines()[0])["step"]
+            if len(_rows(config)) > saved:
+                child.send_signal(signal.SIGKILL)
+                killed = True
+                break
+        time.sleep(0.02)
+    child.wait(timeout=60)
+    assert killed, "the child finished before it could be killed; slow the toy run down"
+    assert len(_rows(config)) < 10
+    result = run_training(config, show_progress=False)
+    assert result.cause is StopCause.COMPLETED and result.steps_completed == 10
+    assert [r["step"] for r in _rows(config)] == list(range(10))

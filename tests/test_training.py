@@ -1,0 +1,160 @@
+"""LocalTrainingClient: tinker types out, ordered calls, learning, seeding, sampling snapshots, faults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tinker import types
+
+from envsuite.backends import Backend, HostedBackendUnavailable, make_service_client
+from envsuite.backends.local import LocalServiceClient, LocalTrainingClient, NonFiniteError
+from envsuite.models import UnknownModelError
+from tests.conftest import TEST_MODEL
+
+TOKENS = [1, 28, 4003, 17, 902, 311, 64, 2]
+
+
+def _datum(tokens: list[int] = TOKENS, **inputs: np.ndarray) -> types.Datum:
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": np.array(tokens[1:]), **inputs},
+    )
+
+
+def _logprobs(client: LocalTrainingClient, tokens: list[int] = TOKENS) -> np.ndarray:
+    return (
+        client.forward([_datum(tokens)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    )
+
+
+@pytest.fixture
+def service(tmp_path: object) -> LocalServiceClient:
+    return LocalServiceClient(log_dir=str(tmp_path))
+
+
+def test_forward_backward_returns_tinker_types_per_datum(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+    short = [1, 2, 3]
+    out = client.forward_backward([_datum(), _datum(short)], "cross_entropy").result()
+    assert isinstance(out, types.ForwardBackwardOutput)
+    assert [o["logprobs"].to_numpy().shape for o in out.loss_fn_outputs] == [(7,), (2,)]
+    # Padding in a mixed-length batch does not change a datum's logprobs.
+    np.testing.assert_allclose(
+        out.loss_fn_outputs[1]["logprobs"].to_numpy(), _logprobs(client, short), atol=1e-5
+    )
+    step = client.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+    assert isinstance(step, types.OptimStepResponse) and step.metrics is not None
+    assert client.step == 1
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_cross_entropy_training_lowers_the_loss(service: LocalServiceClient, full: bool) -> None:
+    if full:
+        client = service.create_training_client(TEST_MODEL, full_finetune=True).result()
+    else:
+        client = service.create_lora_training_client(TEST_MODEL, rank=8, seed=1).result()
+    losses = []
+    for _ in range(5):
+        out = client.forward_backward([_datum()], "cross_entropy").result()
+        client.optim_step(types.AdamParams(learning_rate=1e-2 if not full else 1e-3)).result()
+        losses.append(out.metrics["loss:sum"])
+    assert losses[-1] < losses[0] - 1.0
+    info = client.get_info()
+    assert info.is_lora is (not full) and info.model_name == TEST_MODEL
+
+
+def test_calls_run_in_submission_order(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=2).result()
+    before = _logprobs(client)
+    client.forward_backward([_datum()], "cross_entropy")
+    client.optim_step(types.AdamParams(learning_rate=1e-2))
+    after = client.forward([_datum()], "cross_entropy")  # queued behind the step, not waited for
+    assert after.result().loss_fn_outputs[0]["logprobs"].to_numpy().sum() > before.sum()
+
+
+async def test_futures_are_awaitable(service: LocalServiceClient) -> None:
+    client = await service.create_lora_training_client(TEST_MODEL, rank=4, seed=0)
+    out = await client.forward([_datum()], "cross_entropy")
+    assert out.metrics["loss:sum"] > 0
+
+
+def test_seeded_init_is_reproducible_and_leaves_global_rng_alone(service: LocalServiceClient) -> None:
+    state = torch.get_rng_state()
+    runs = []
+    for seed in (5, 5, 6):
+        client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=seed).result()
+        client.forward_backward([_datum()], "cross_entropy").result()
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        runs.append(_logprobs(client))
+    assert torch.equal(state, torch.get_rng_state())
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.allclose(runs[0], runs[2])
+
+
+def test_lora_switches_pick_the_adapted_layers(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(
+        TEST_MODEL, rank=2, seed=0, train_mlp=False, train_unembed=False
+    ).result()
+    assert client.get_info().lora_rank == 2
+    with pytest.raises(ValueError, match="at least one"):
+        service.create_lora_training_client(
+            TEST_MODEL, train_mlp=False, train_attn=False, train_unembed=False
+        )
+
+
+def test_new_sampling_client_after_each_save_sees_current_weights(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=3).result()
+    prompt = types.ModelInput.from_ints(TOKENS)
+    first = client.save_weights_and_get_sampling_client().result()
+    old = first.compute_logprobs(prompt).result()
+    client.forward_backward([_datum()], "cross_entropy").result()
+    client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    second = client.save_weights_and_get_sampling_client("after-step").result()
+    new = second.compute_logprobs(prompt).result()
+    np.testing.assert_allclose(new[1:], _logprobs(client), atol=1e-4)
+    assert first.compute_logprobs(prompt).result() == old  # the earlier snapshot is unchanged
+    assert not np.allclose(new[1:], old[1:])
+
+
+def test_nan_loss_is_a_named_error_and_changes_nothing(service: LocalServiceClient, tmp_path: object) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+    before = _logprobs(client)
+    advantages = np.array([1, np.nan, 1, 1, 1, 1, 1], dtype=np.float32)
+    datum = _datum(logprobs=before.astype(np.float32), advantages=advantages)
+    with pytest.raises(NonFiniteError, match="importance_sampling loss is nan"):
+        client.forward_backward([datum], "importance_sampling").result()
+    with pytest.raises(RuntimeError, match="without gradients"):
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    np.testing.assert_array_equal(_logprobs(client), before)
+
+
+def test_non_finite_weights_are_never_saved(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+    client.forward_backward([_datum()], "cross_entropy").result()
+    with pytest.raises(NonFiniteError, match="NaN/inf"):
+        client.optim_step(types.AdamParams(learning_rate=1e20, weight_decay=1e20)).result()
+    with pytest.raises(NonFiniteError, match="refusing"):
+        client.save_state("poisoned").result()
+    assert not list(service.log_dir.rglob("poisoned"))
+
+
+def test_bad_optimizer_params_fail_at_once(service: LocalServiceClient) -> None:
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+    with pytest.raises(ValueError, match="learning_rate"):
+        client.optim_step(types.AdamParams(learning_rate=float("nan")))
+    with pytest.raises(ValueError, match="beta"):
+        client.optim_step(types.AdamParams(beta1=1.0))
+
+
+def test_unknown_model_lists_the_known_ones(service: LocalServiceClient) -> None:
+    with pytest.raises(UnknownModelError, match="tiny-random"):
+        service.create_lora_training_client("tiny-randm")
+
+
+def test_backend_choice() -> None:
+    assert isinstance(make_service_client(), LocalServiceClient)
+    with pytest.raises(HostedBackendUnavailable, match="TINKER_API_KEY"):
+        make_service_client(Backend.TINKER)
+    with pytest.raises(ValueError, match="'local', 'tinker'"):
+        make_service_client("cloud")

@@ -1,0 +1,99 @@
+"""The trainer's view of a compute backend: a few typed calls over the Tinker client interface.
+
+The local backend and the hosted SDK return different (but call-compatible) client and future types;
+this module is the one place that holds them untyped, and every call here awaits its future.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tinker
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from trainers._config import TrainConfig
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    state_path: str
+    sampler_path: str
+
+
+@dataclass(frozen=True)
+class TrainOutput:
+    """What one ``forward_backward`` returned: learner logprobs per datum and the loss sum."""
+
+    logprobs_D: list[np.ndarray]
+    loss_sum: float
+
+
+def make_service(config: TrainConfig) -> Any:
+    """The backend's service client (local: checkpoints under ``log_dir/checkpoints``)."""
+    from envsuite.backends import make_service_client
+
+    if config.backend == "local":
+        return make_service_client("local", log_dir=str(Path(config.log_dir) / "checkpoints"))
+    return make_service_client(config.backend)
+
+
+class PolicyClients:
+    """A training client and the current sampling client on its weights."""
+
+    def __init__(self, training: Any) -> None:
+        self._training = training
+        self._sampler: Any = None
+
+    @classmethod
+    async def create(cls, service: Any, config: TrainConfig, resume_state: str | None) -> PolicyClients:
+        if resume_state is not None:
+            training = await service.create_training_client_from_state_with_optimizer(resume_state)
+        else:
+            training = await service.create_lora_training_client(
+                config.model, rank=config.lora_rank, seed=config.seed
+            )
+        return cls(training)
+
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        tok: PreTrainedTokenizerBase = self._training.get_tokenizer()
+        return tok
+
+    async def refresh_sampler(self) -> Any:
+        """A new sampling client on the current weights (the old one is closed)."""
+        sampler = await self._training.save_weights_and_get_sampling_client()
+        self._close_sampler()
+        self._sampler = sampler
+        return sampler
+
+    async def forward_backward(
+        self, data: list[tinker.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
+    ) -> TrainOutput:
+        out = await self._training.forward_backward(data, loss_fn, loss_fn_config)
+        logprobs = [np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in out.loss_fn_outputs]
+        return TrainOutput(logprobs, float(out.metrics.get("loss:sum", float("nan"))))
+
+    async def optim_step(self, params: tinker.AdamParams) -> dict[str, float]:
+        response = await self._training.optim_step(params)
+        return dict(response.metrics or {})
+
+    async def save(self, name: str) -> SavedCheckpoint:
+        state = await self._training.save_state(name)
+        sampler = await self._training.save_weights_for_sampler(name)
+        return SavedCheckpoint(str(state.path), str(sampler.path))
+
+    def close(self) -> None:
+        self._close_sampler()
+        close = getattr(self._training, "close", None)
+        if callable(close):
+            close()
+
+    def _close_sampler(self) -> None:
+        close = getattr(self._sampler, "close", None)
+        if callable(close):
+            close()
+        self._sampler = None

@@ -1,0 +1,211 @@
+"""``TrainConfig``: everything a GRPO run needs, as a small picklable, JSON-round-trippable dataclass.
+
+The config is data only: it names the env, the model and the backend but holds no clients, keys or
+tokenizers. :meth:`TrainConfig.validate` rejects bad settings before any model loads, with a message
+saying what to change. ``log_dir/config.json`` is written from :meth:`TrainConfig.to_json` (it never
+holds a secret: the hosted backend reads its key from the environment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A training setting that cannot work; the message says which field to change and how."""
+
+
+class LRSchedule(enum.StrEnum):
+    """How the learning rate moves over the run (after linear warmup)."""
+
+    CONSTANT = "constant"
+    """The base rate throughout."""
+    LINEAR = "linear"
+    """Linear decay from the base rate to 0 at the last step."""
+    COSINE = "cosine"
+    """Half-cosine decay from the base rate to 0 at the last step."""
+
+
+class PolicyLoss(enum.StrEnum):
+    """The policy-gradient loss sent to ``forward_backward``."""
+
+    IMPORTANCE_SAMPLING = "importance_sampling"
+    """REINFORCE with the sampler-to-learner probability ratio (unclipped)."""
+    PPO = "ppo"
+    """The ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]``."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A GRPO run on one catalog env. Field docstrings double as CLI help."""
+
+    env_id: str
+    """Catalog id of the env to train on (``envsuite list`` shows them)."""
+    log_dir: str
+    """Where config, metrics, checkpoints, transcripts and plots go; rerunning into it resumes."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``."""
+    model: str = "smollm2-135m-instruct"
+    """Base model: an envsuite model name, a local HF directory, or (hosted backend) a Tinker model."""
+    backend: str = "local"
+    """``local`` (PyTorch in this process) or ``tinker`` (hosted; needs TINKER_API_KEY)."""
+    renderer_name: str | None = None
+    """Chat format; None uses the model's own."""
+    n_steps: int = 20
+    """Optimizer steps; step ``i`` trains on batch ``i`` of the dataset."""
+    batch_size: int = 8
+    """Groups (problems) per step."""
+    group_size: int = 4
+    """Rollouts per group; advantages compare members of one group (>= 2)."""
+    learning_rate: float = 1e-4
+    """Peak Adam learning rate."""
+    lr_schedule: LRSchedule = LRSchedule.CONSTANT
+    warmup_steps: int = 0
+    """Steps of linear warmup from 0 to ``learning_rate``."""
+    lora_rank: int = 32
+    loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
+    ppo_clip: float = 0.2
+    """Clip range epsilon of the ``ppo`` loss."""
+    num_substeps: int = 1
+    """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
+    scale_advantages_by_std: bool = False
+    """Divide centred rewards by the group's std (GRPO); default off (Dr. GRPO: no length/std bias)."""
+    max_tokens: int = 64
+    """Sampling budget per turn."""
+    temperature: float = 1.0
+    max_turns: int = 64
+    """Policy turns per episode before the rollout driver stops it."""
+    rollout_timeout_s: float | None = None
+    """Wall-clock bound per episode (a hanging env or partner ends with ``rollout_timeout``)."""
+    max_context_tokens: int = 4096
+    save_every: int = 10
+    """Save a resumable checkpoint every this many steps (and after the last)."""
+    eval_every: int = 10
+    """Evaluate on the test split every this many steps (and after the last); 0 disables."""
+    n_test_groups: int = 16
+    """Test problems per evaluation (one rollout each)."""
+    n_transcripts: int = 4
+    """Sampled episodes written to ``log_dir/transcripts`` (first and last step)."""
+    seed: int = 0
+    """Seed of the data order and of the LoRA init."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+    """0 disables clipping."""
+
+    # ---------------------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the setting to change; checks only what needs no model."""
+        checks: list[tuple[bool, str]] = [
+            (bool(self.env_id), "env_id is empty: pass a catalog id (see `envsuite list`)"),
+            (bool(self.log_dir), "log_dir is empty: pass a directory for metrics and checkpoints"),
+            (self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}"),
+            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (
+                self.group_size >= 2,
+                f"group_size must be >= 2 (group-centred advantages of a single rollout are always 0), "
+                f"got {self.group_size}",
+            ),
+            (self.num_substeps >= 1, f"num_substeps must be >= 1, got {self.num_substeps}"),
+            (
+                self.batch_size % self.num_substeps == 0,
+                f"batch_size {self.batch_size} is not divisible by num_substeps {self.num_substeps}: "
+                "groups stay whole in a minibatch, so pick a divisor of batch_size",
+            ),
+            (_positive(self.learning_rate), f"learning_rate must be > 0, got {self.learning_rate}"),
+            (self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}"),
+            (self.lora_rank >= 1, f"lora_rank must be >= 1, got {self.lora_rank}"),
+            (0 < self.ppo_clip < 1, f"ppo_clip must be in (0, 1), got {self.ppo_clip}"),
+            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
+            (
+                math.isfinite(self.temperature) and self.temperature > 0,
+                f"temperature must be > 0 (RL needs sampled, not greedy, replies), got {self.temperature}",
+            ),
+            (self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}"),
+            (
+                self.rollout_timeout_s is None or _positive(self.rollout_timeout_s),
+                f"rollout_timeout_s must be > 0 or None, got {self.rollout_timeout_s}",
+            ),
+            (self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}"),
+            (self.eval_every >= 0, f"eval_every must be >= 0 (0 disables), got {self.eval_every}"),
+            (self.n_test_groups >= 0, f"n_test_groups must be >= 0, got {self.n_test_groups}"),
+            (self.n_transcripts >= 0, f"n_transcripts must be >= 0, got {self.n_transcripts}"),
+            (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)"),
+            (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
+            (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        try:
+            LRSchedule(self.lr_schedule)
+            PolicyLoss(self.loss_fn)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            json.dumps(self.env_kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"env_kwargs must be JSON values: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (enums as their strings)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown config keys {unknown}; known: {sorted(names)}")
+        values = dict(data)
+        for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", PolicyLoss)):
+            if key in values:
+                try:
+                    values[key] = kind(values[key])
+                except ValueError:
+                    choices = ", ".join(m.value for m in kind)
+                    raise ConfigError(f"{key}={values[key]!r} is not one of: {choices}") from None
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls.from_dict(json.loads(text))
+
+    def learning_rate_at(self, step: int) -> float:
+        """The schedule's rate for ``step`` (0-based), warmup included."""
+        if step < self.warmup_steps:
+            return self.learning_rate * (step + 1) / (self.warmup_steps + 1)
+        decay_steps = max(self.n_steps - self.warmup_steps, 1)
+        progress = min((step - self.warmup_steps) / decay_steps, 1.0)
+        if self.lr_schedule == LRSchedule.LINEAR:
+            return self.learning_rate * (1.0 - progress)
+        if self.lr_schedule == LRSchedule.COSINE:
+            return self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.learning_rate
+
+    def differs_from(self, other: TrainConfig) -> list[str]:
+        """Names of fields whose values differ (used to refuse resuming a different run)."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return sorted(name for name in mine if mine[name] != theirs.get(name))
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value

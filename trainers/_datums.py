@@ -1,0 +1,112 @@
+"""Trajectories to training datums, merging turns whose observations extend each other.
+
+A turn's tokens are ``observation + action``. When the next observation starts with exactly that
+sequence (renderers with the extension property, single-turn envs trivially), the next turn only
+appends to it, so the whole episode trains as one sequence: a 20-turn game costs O(T) tokens, not
+O(T^2). Where the next observation does not extend the previous one (a renderer that rewrites
+history, a context reset), a new datum starts.
+
+Layout of one datum (Tinker's): ``model_input`` is the full sequence without its last token,
+``target_tokens`` the sequence shifted left by one. Position ``t`` predicts token ``t + 1``; positions
+that predict an action token carry the sampler's logprob and the trajectory's advantage, positions
+that predict observation tokens carry 0 and 0 (and mask 0, kept outside the datum for metrics: the
+policy losses take no weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tinker
+
+from envsuite.core import Trajectory
+
+
+@dataclass
+class SequenceBuilder:
+    """One merged sequence under construction: tokens and, per token, whether the policy sampled it."""
+
+    tokens_T: list[int] = field(default_factory=list)
+    is_action_T: list[bool] = field(default_factory=list)
+    logprobs_T: list[float] = field(default_factory=list)
+
+    def extends_to(self, observation_T: list[int]) -> bool:
+        """True when ``observation_T`` starts with the whole sequence so far."""
+        n = len(self.tokens_T)
+        return n > 0 and len(observation_T) >= n and observation_T[:n] == self.tokens_T
+
+    def append(self, tokens_T: list[int], logprobs_T: list[float] | None) -> None:
+        is_action = logprobs_T is not None
+        self.tokens_T.extend(tokens_T)
+        self.is_action_T.extend([is_action] * len(tokens_T))
+        self.logprobs_T.extend(logprobs_T if logprobs_T is not None else [0.0] * len(tokens_T))
+
+
+@dataclass(frozen=True)
+class TrainingDatum:
+    """A datum ready for ``forward_backward`` plus what the trainer needs beside it."""
+
+    datum: tinker.Datum
+    mask_T: np.ndarray
+    """1.0 where the position predicts a sampled (action) token, else 0.0."""
+    sampler_logprobs_T: np.ndarray
+    group_index: int
+    """Which group of the batch it came from (minibatches keep groups whole)."""
+
+    @property
+    def n_action_tokens(self) -> int:
+        return int(self.mask_T.sum())
+
+
+def merge_turns(trajectory: Trajectory) -> list[SequenceBuilder]:
+    """The trajectory's turns as sequences, one per run of turns that extend each other."""
+    sequences: list[SequenceBuilder] = []
+    current = SequenceBuilder()
+    for transition in trajectory.transitions:
+        action_T = list(transition.ac.tokens)
+        if not action_T:
+            continue
+        observation_T = transition.ob.to_ints()
+        if current.extends_to(observation_T):
+            current.append(observation_T[len(current.tokens_T) :], None)
+        else:
+            if current.tokens_T:
+                sequences.append(current)
+            current = SequenceBuilder()
+            current.append(observation_T, None)
+        logprobs = transition.ac.maybe_logprobs
+        if logprobs is None or len(logprobs) != len(action_T):
+            raise ValueError(
+                "a sampled action has no per-token logprobs: RL training needs a TokenCompleter that "
+                "reports them (e.g. SamplingTokenCompleter)"
+            )
+        current.append(action_T, list(logprobs))
+    if current.tokens_T:
+        sequences.append(current)
+    return sequences
+
+
+def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: int) -> TrainingDatum | None:
+    """The datum of one merged sequence; None when it holds no sampled token to learn from."""
+    if len(sequence.tokens_T) < 2:
+        return None
+    mask_T = np.asarray(sequence.is_action_T[1:], dtype=np.float32)
+    if not mask_T.any():
+        return None
+    logprobs_T = np.asarray(sequence.logprobs_T[1:], dtype=np.float32) * mask_T
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(sequence.tokens_T[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tinker.TensorData.from_numpy(np.asarray(sequence.tokens_T[1:], dtype=np.int64)),
+            "logprobs": tinker.TensorData.from_numpy(logprobs_T),
+            "advantages": tinker.TensorData.from_numpy(mask_T * np.float32(advantage)),
+        },
+    )
+    return TrainingDatum(datum, mask_T, logprobs_T, group_index)
+
+
+def trajectory_to_datums(trajectory: Trajectory, advantage: float, group_index: int) -> list[TrainingDatum]:
+    """All datums of one trajectory, every action token carrying ``advantage``."""
+    datums = (sequence_to_datum(s, advantage, group_index) for s in merge_turns(trajectory))
+    return [d for d in datums if d is not None]

@@ -1,0 +1,358 @@
+"""The GRPO loop, split into named phases: prepare, rollout, assemble, train, refresh, log, save.
+
+One step ``i`` samples batch ``i`` of the env's train dataset with the current policy, turns it into
+datums with group-centred advantages, runs ``num_substeps`` rounds of ``forward_backward`` +
+``optim_step``, and gets a fresh sampling client on the new weights. Because the batch index is the
+step, a resumed run sees exactly the data an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tinker
+
+from envsuite.core import RLDataset
+from envsuite.rollouts import RolloutLimits
+from trainers._checkpoints import CheckpointLog, CheckpointRecord
+from trainers._clients import PolicyClients, TrainOutput, make_service
+from trainers._config import PolicyLoss, TrainConfig
+from trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
+from trainers._plots import plot_reward_curve
+from trainers._prepare import check_and_record_config, preflight
+from trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
+from trainers._transcripts import write_transcripts
+
+if TYPE_CHECKING:
+    from envsuite.core import TokenCompleter
+
+
+class StopCause(enum.StrEnum):
+    """Why a run ended."""
+
+    COMPLETED = "completed"
+    """All ``n_steps`` steps ran."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C (SIGINT) or :meth:`Trainer.request_stop`: stopped after a step and saved."""
+    NON_FINITE = "non_finite"
+    """A loss or gradient came out NaN/inf; the last good checkpoint is kept, nothing newer saved."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run ended and where its outputs are."""
+
+    cause: StopCause
+    steps_completed: int
+    """Steps whose metrics are logged (the next run starts here or at the last checkpoint)."""
+    log_dir: Path
+    last_checkpoint: CheckpointRecord | None
+    message: str = ""
+    plot_path: Path | None = None
+
+
+@dataclass
+class _StepTimer:
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def row(self) -> Row:
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The trainer saw a NaN/inf loss."""
+
+
+class Trainer:
+    """Runs one config to completion (or interruption); build it, then ``await trainer.run()``."""
+
+    def __init__(self, config: TrainConfig, *, show_progress: bool = False) -> None:
+        self.config = config
+        self.log_dir = Path(config.log_dir)
+        self.show_progress = show_progress
+        self.metrics = MetricsLog(self.log_dir / "metrics.jsonl")
+        self.checkpoints = CheckpointLog(self.log_dir / "checkpoints.jsonl")
+        self._stop_requested = False
+        self._clients: PolicyClients | None = None
+        self._policy: TokenCompleter | None = None
+
+    def request_stop(self) -> None:
+        """Finish the current step, save, and return (what Ctrl-C does)."""
+        self._stop_requested = True
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> TrainResult:
+        config = self.config
+        preflight(config)
+        check_and_record_config(config, self.log_dir)
+        resume = self.checkpoints.last()
+        start = resume.step if resume is not None else 0
+        truncate_after(self.metrics.path, start)
+        train_data, test_data = await _datasets(config)
+        self._clients = await PolicyClients.create(
+            make_service(config), config, resume.state_path if resume else None
+        )
+        try:
+            await self._refresh_policy()
+            return await self._steps(start, resume, train_data, test_data)
+        finally:
+            self._clients.close()
+
+    async def _steps(
+        self, start: int, last: CheckpointRecord | None, train_data: RLDataset, test_data: RLDataset | None
+    ) -> TrainResult:
+        config = self.config
+        done = start
+        with _progress(self.show_progress, config.n_steps, start) as advance:
+            for step in range(start, config.n_steps):
+                if self._stop_requested:
+                    break
+                try:
+                    row = await self._one_step(step, train_data, test_data)
+                except NonFiniteLoss as exc:
+                    return self._finish(StopCause.NON_FINITE, done, last, f"stopped at step {step}: {exc}")
+                self.metrics.append(row)
+                done = step + 1
+                if done % config.save_every == 0 or done == config.n_steps:
+                    last = await self._save(done)
+                advance(row)
+        if last is None or last.step < done:
+            last = await self._save(done)
+        if done < config.n_steps:
+            return self._finish(StopCause.INTERRUPTED, done, last, f"interrupted after {done} steps; saved")
+        return self._finish(StopCause.COMPLETED, done, last, f"completed {done} steps")
+
+    def _finish(
+        self, cause: StopCause, done: int, last: CheckpointRecord | None, message: str
+    ) -> TrainResult:
+        rows = read_rows(self.metrics.path)
+        plot = None
+        if rows:
+            title = f"GRPO on {self.config.env_id} ({self.config.model})"
+            plot = plot_reward_curve(rows, self.log_dir / "reward_curve.png", title)
+        if last is not None:
+            message += f"; last checkpoint at step {last.step}: {last.state_path}"
+        return TrainResult(cause, done, self.log_dir, last, message, plot)
+
+    # ------------------------------------------------------------------ phases
+
+    async def _one_step(self, step: int, train_data: RLDataset, test_data: RLDataset | None) -> Row:
+        config = self.config
+        timer = _StepTimer()
+        row: Row = {"step": step, "lr": config.learning_rate_at(step)}
+        if (
+            test_data is not None
+            and config.eval_every
+            and (step % config.eval_every == 0 or step == config.n_steps - 1)
+        ):
+            with timer.phase("eval"):
+                row.update(await self._evaluate(test_data))
+        with timer.phase("rollout"):
+            rollouts = await rollout_batch(train_data.get_batch(step), self._require_policy(), self._limits())
+        with timer.phase("assemble"):
+            assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
+        row.update(episode_summary(rollouts.groups_P))
+        row.update(_batch_counts(rollouts.failed_errors, assembled, len(rollouts.groups_P)))
+        if rollouts.failed_errors:
+            row["error/first"] = rollouts.failed_errors[0][:300]
+        with timer.phase("train"):
+            row.update(await self._train(step, assembled))
+        if assembled.datums_D:
+            with timer.phase("save"):
+                await self._refresh_policy()
+        if step == 0 or step == config.n_steps - 1:
+            write_transcripts(
+                rollouts.groups_P,
+                self._require_clients().tokenizer(),
+                self.log_dir / "transcripts",
+                step,
+                config.n_transcripts,
+            )
+        sampled = sum(
+            len(t.ac.tokens) for g in rollouts.groups_P for tr in g.trajectories_G for t in tr.transitions
+        )
+        row["tokens/sampled"] = sampled
+        row["tokens_per_s/rollout"] = sampled / max(timer.seconds["rollout"], 1e-9)
+        row.update(timer.row())
+        return row
+
+    async def _train(self, step: int, assembled: AssembledBatch) -> Row:
+        config = self.config
+        clients = self._require_clients()
+        minibatches = split_minibatches(assembled.datums_D, assembled.n_groups_used, config.num_substeps)
+        loss_config = {"clip_low_threshold": 1 - config.ppo_clip, "clip_high_threshold": 1 + config.ppo_clip}
+        row: Row = {}
+        kl_rows: list[Row] = []
+        losses: list[float] = []
+        trained_tokens = 0
+        for minibatch in minibatches:
+            try:
+                out: TrainOutput = await clients.forward_backward(
+                    [d.datum for d in minibatch],
+                    config.loss_fn.value,
+                    loss_config if config.loss_fn == PolicyLoss.PPO else None,
+                )
+                if not np.isfinite(out.loss_sum):
+                    raise NonFiniteLoss(f"{config.loss_fn.value} loss is {out.loss_sum}")
+                optim = await clients.optim_step(_adam(config, step))
+            except FloatingPointError as exc:  # the local backend's NonFiniteError
+                raise NonFiniteLoss(str(exc)) from exc
+            kl_rows.append(kl_metrics(minibatch, out.logprobs_D))
+            losses.append(out.loss_sum)
+            trained_tokens += sum(d.n_action_tokens for d in minibatch)
+            row.update({f"optim/{k}": v for k, v in optim.items()})
+        for key in ("kl_sample_train_v1", "kl_sample_train_v2"):
+            values = [float(r[key]) for r in kl_rows if key in r]
+            if values:
+                row[key] = float(np.mean(values))
+        row["loss/sum"] = float(np.sum(losses)) if losses else 0.0
+        row["tokens/trained"] = trained_tokens
+        row["optim_steps"] = len(minibatches)
+        return row
+
+    async def _evaluate(self, test_data: RLDataset) -> Row:
+        rollouts = await rollout_batch(test_data.get_batch(0), self._require_policy(), self._limits())
+        row = episode_summary(rollouts.groups_P, prefix="test/")
+        row["test/failed_groups"] = len(rollouts.failed_errors)
+        return row
+
+    async def _refresh_policy(self) -> None:
+        from envsuite.completers import SamplingTokenCompleter
+
+        sampler = await self._require_clients().refresh_sampler()
+        self._policy = SamplingTokenCompleter(
+            sampler, max_tokens=self.config.max_tokens, temperature=self.config.temperature
+        )
+
+    async def _save(self, done: int) -> CheckpointRecord:
+        saved = await self._require_clients().save(f"step{done:06d}")
+        record = CheckpointRecord(done, saved.state_path, saved.sampler_path)
+        self.checkpoints.append(record)
+        return record
+
+    # ------------------------------------------------------------------ helpers
+
+    def _limits(self) -> RolloutLimits:
+        return RolloutLimits(max_turns=self.config.max_turns, timeout_s=self.config.rollout_timeout_s)
+
+    def _require_clients(self) -> PolicyClients:
+        if self._clients is None:
+            raise RuntimeError("the trainer's clients are not built yet")
+        return self._clients
+
+    def _require_policy(self) -> TokenCompleter:
+        if self._policy is None:
+            raise RuntimeError("the trainer has no policy yet")
+        return self._policy
+
+
+def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:
+    return tinker.AdamParams(
+        learning_rate=config.learning_rate_at(step),
+        beta1=config.beta1,
+        beta2=config.beta2,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        grad_clip_norm=config.grad_clip_norm,
+    )
+
+
+def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int) -> Row:
+    return {
+        "groups/failed": len(errors),
+        "groups/constant_dropped": assembled.n_groups_constant,
+        "groups/used": assembled.n_groups_used,
+        "groups/finished": n_finished,
+        "datums": len(assembled.datums_D),
+    }
+
+
+async def _datasets(config: TrainConfig) -> tuple[RLDataset, RLDataset | None]:
+    from envsuite import make_dataset_builder
+
+    builder = make_dataset_builder(
+        config.env_id,
+        batch_size=config.batch_size,
+        group_size=config.group_size,
+        seed=config.seed,
+        n_batches=config.n_steps,
+        n_test_groups=config.n_test_groups,
+        model=config.model,
+        renderer=config.renderer_name,
+        max_context_tokens=config.max_context_tokens,
+        **config.env_kwargs,
+    )
+    return await builder()
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int, start: int) -> Iterator[Any]:
+    """A rich progress bar (or a no-op) whose ``advance(row)`` shows the step's reward."""
+    if not enabled:
+        yield lambda row: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]GRPO[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    ) as progress:
+        task = progress.add_task("starting", total=total, completed=start)
+
+        def advance(row: Row) -> None:
+            reward = row.get("reward/mean")
+            text = (
+                f"step {row['step']} reward {reward:.3f}"
+                if isinstance(reward, float)
+                else f"step {row['step']}"
+            )
+            progress.update(task, advance=1, description=text)
+
+        yield advance
+
+
+def run_training(config: TrainConfig, *, show_progress: bool = True) -> TrainResult:
+    """Run ``config`` to the end; the first Ctrl-C stops after the current step and saves."""
+    trainer = Trainer(config, show_progress=show_progress)
+
+    async def main() -> TrainResult:
+        loop = asyncio.get_running_loop()
+        installed = False
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, _on_sigint, loop, trainer)
+            installed = True
+        try:
+            return await trainer.run()
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(main())
+
+
+def _on_sigint(loop: asyncio.AbstractEventLoop, trainer: Trainer) -> None:
+    print("\nstopping after this step and saving (press Ctrl-C again to abort at once)", flush=True)
+    trainer.request_stop()
+    loop.remove_signal_handler(signal.SIGINT)
+    # A second Ctrl-C must still work: hand SIGINT back to Python's default handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)

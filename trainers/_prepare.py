@@ -1,0 +1,74 @@
+"""Checks that run before any model loads, and the run directory's ``config.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers._config import ConfigError, TrainConfig
+
+RESUME_MAY_CHANGE = frozenset(
+    {"n_steps", "save_every", "eval_every", "n_transcripts", "rollout_timeout_s", "backend"}
+)
+"""Fields a resumed run may change; any other difference means a different experiment."""
+
+
+def preflight(config: TrainConfig) -> None:
+    """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError."""
+    config.validate()
+    from envsuite.backends import Backend
+    from envsuite.registration import RegistryError, spec
+
+    try:
+        Backend(config.backend)
+    except ValueError:
+        raise ConfigError(
+            f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
+        ) from None
+    try:
+        spec(config.env_id)
+    except (RegistryError, ValueError) as exc:
+        raise ConfigError(f"env_id: {exc}") from None
+    if config.backend == "local":
+        from envsuite.models import UnknownModelError, resolve_model
+
+        try:
+            resolve_model(config.model)
+        except UnknownModelError as exc:
+            raise ConfigError(f"model: {exc}") from None
+    _check_env_builds(config)
+
+
+def _check_env_builds(config: TrainConfig) -> None:
+    from envsuite import make_env
+
+    try:
+        make_env(
+            config.env_id,
+            seed=config.seed,
+            model=config.model,
+            renderer=config.renderer_name,
+            max_context_tokens=config.max_context_tokens,
+            **config.env_kwargs,
+        )
+    except Exception as exc:
+        raise ConfigError(f"env {config.env_id!r} rejected env_kwargs {config.env_kwargs}: {exc}") from None
+
+
+def check_and_record_config(config: TrainConfig, log_dir: Path) -> None:
+    """Write ``config.json``; if the directory holds another run's config, refuse to mix the two."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / "config.json"
+    if path.exists():
+        try:
+            previous = TrainConfig.from_json(path.read_text(encoding="utf-8"))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{path} is not a readable trainer config ({exc}); use a new log_dir") from None
+        changed = [name for name in config.differs_from(previous) if name not in RESUME_MAY_CHANGE]
+        if changed:
+            raise ConfigError(
+                f"{log_dir} holds a run with different settings ({', '.join(changed)}); resume with the same "
+                "settings or pass a new log_dir"
+            )
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(config.to_json() + "\n", encoding="utf-8")
+    tmp.replace(path)
