@@ -91,5 +91,32 @@ def ensure_offline_nltk() -> Path:
         nltk.download = _no_download
         nltk.pos_tag = _noun_tagger
         nltk.tag.pos_tag = _noun_tagger
+        _share_english_dictionaries()
         _done = True
     return root
+
+
+def _share_english_dictionaries() -> None:
+    """Build each of textarena's English dictionaries once per process instead of once per game.
+
+    Word games construct an ``EnglishDictionary`` in their constructor (2-3 s of affix expansion);
+    they only read it, so one shared instance per option set is safe. Games import the class by name
+    at their own import, which is why this runs before any word-game module is imported.
+    """
+    from textarena.envs.utils import word_lists
+
+    original = word_lists.EnglishDictionary
+    if getattr(original, "_envsuite_shared", False):
+        return
+    built: dict[tuple[bool, bool, bool], object] = {}
+
+    def shared(
+        keep_proper_nouns: bool = False, include_nltk: bool = True, keep_non_alpha: bool = False
+    ) -> object:
+        key = (keep_proper_nouns, include_nltk, keep_non_alpha)
+        if key not in built:
+            built[key] = original(keep_proper_nouns, include_nltk, keep_non_alpha)
+        return built[key]
+
+    shared._envsuite_shared = True  # type: ignore[attr-defined]
+    word_lists.EnglishDictionary = shared
