@@ -119,6 +119,8 @@ def run_bench(config: BenchConfig) -> BenchReport:
         retry_attempts=1,
         fail_on_error=False,
         log_format="eval",
+        # Flush every finished sample, so a killed run loses at most the samples in flight.
+        log_buffer=1,
     )
     report.completed = bool(success)
     for log in logs:

@@ -44,7 +44,7 @@ def local_model(name: str) -> _LocalModel:
         sampling_client = service.create_sampling_client(model_path=name).result()
     else:
         sampling_client = service.create_sampling_client(base_model=name).result()
-    return _LocalModel(sampling_client, RendererConfig(model_name=_renderer_model(name)).build())
+    return _LocalModel(sampling_client, RendererConfig(model_name=name).build())
 
 
 def _is_checkpoint(name: str) -> bool:
@@ -53,12 +53,6 @@ def _is_checkpoint(name: str) -> bool:
 
     path = Path(name).expanduser()
     return path.is_dir() and not (path / "config.json").is_file()
-
-
-def _renderer_model(name: str) -> str:
-    from envsuite.backends.local._checkpoint import read_meta
-
-    return read_meta(name).base_model if _is_checkpoint(name) else name
 
 
 class EnvsuiteModelAPI(ModelAPI):

@@ -19,7 +19,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite._make import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
 from envsuite._text import reply_to_tokens
-from envsuite.core import InitialObservationOverflow, StopReason
+from envsuite.core import Env, InitialObservationOverflow, StopReason
 from envsuite.registration import spec
 from evals._messages import to_inspect
 
@@ -64,6 +64,60 @@ def _partner_identity(env: object) -> str:
     return "none"
 
 
+class _EnvFailure(Exception):
+    """The env (not the model) raised while playing a sample."""
+
+
+def _sample_env(
+    env_id: str, seed: int, renderer: RendererConfig, env_kwargs: dict[str, Any] | None, partner: str | None
+) -> Env:
+    try:
+        kwargs = dict(env_kwargs or {}) | _partner_kwargs(env_id, partner)
+        return make_env(env_id, seed=seed, split="test", renderer=renderer, **kwargs)
+    except Exception as exc:
+        raise _EnvFailure(f"could not make {env_id}: {exc!r}") from exc
+
+
+async def _play(
+    env: Env, renderer: RendererConfig, state: TaskState, generate: Generate, result: dict[str, Any]
+) -> TaskState:
+    """One episode: the model replies through Inspect, the env steps on the reply's tokens.
+
+    Env failures are raised as :class:`_EnvFailure`; model failures propagate unchanged, so Inspect
+    records them as sample errors (retried when the run is resumed) rather than as scores.
+    """
+    try:
+        start = await env.initial_observation()
+    except Exception as exc:
+        raise _EnvFailure(repr(exc)) from exc
+    if isinstance(start, InitialObservationOverflow):
+        result["stop_reason"] = StopReason.CONTEXT_OVERFLOW.value
+        return state
+    _, stop = start
+    for _ in range(MAX_TURNS_GUARD):
+        state.messages = to_inspect(env.conversation())
+        state = await generate(state)
+        text = state.output.completion
+        if state.output.stop_reason == "max_tokens":
+            tokens = renderer.build().tokenizer.encode(text, add_special_tokens=False)
+        else:
+            tokens = reply_to_tokens(renderer.build(), text, stop)
+        try:
+            step = await env.step(list(tokens))
+        except Exception as exc:
+            raise _EnvFailure(repr(exc)) from exc
+        result["turns"] += 1
+        result["reward"] += step.reward
+        for key, value in step.metrics.items():
+            result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
+        stop = step.next_stop_condition
+        if step.episode_done:
+            result["stop_reason"] = step.stop_reason.value if step.stop_reason else None
+            break
+    state.messages = to_inspect(env.conversation())
+    return state
+
+
 @solver
 def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included)."""
@@ -71,41 +125,15 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         seed = int(state.metadata["seed"])
         renderer = RendererConfig(model_name=_codec_model(str(get_model())))
-        kwargs = dict(env_kwargs or {}) | _partner_kwargs(env_id, partner)
-        env = make_env(env_id, seed=seed, split="test", renderer=renderer, **kwargs)
-        start = await env.initial_observation()
-        result: dict[str, Any] = {
-            "reward": 0.0,
-            "metrics": {},
-            "stop_reason": None,
-            "turns": 0,
-            "partner": _partner_identity(env),
-        }
-        if isinstance(start, InitialObservationOverflow):
-            result["stop_reason"] = StopReason.CONTEXT_OVERFLOW.value
-            state.store.set(RESULT_KEY, result)
-            state.completed = True
-            return state
-        _, stop = start
-        for _ in range(MAX_TURNS_GUARD):
-            state.messages = to_inspect(env.conversation())
-            state = await generate(state)
-            text = state.output.completion
-            tokens = (
-                reply_to_tokens(renderer.build(), text, stop)
-                if state.output.stop_reason != "max_tokens"
-                else renderer.build().tokenizer.encode(text, add_special_tokens=False)
-            )
-            step = await env.step(list(tokens))
-            result["turns"] += 1
-            result["reward"] += step.reward
-            for key, value in step.metrics.items():
-                result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
-            stop = step.next_stop_condition
-            if step.episode_done:
-                result["stop_reason"] = step.stop_reason.value if step.stop_reason else None
-                break
-        state.messages = to_inspect(env.conversation())
+        result: dict[str, Any] = {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
+        try:
+            env = _sample_env(env_id, seed, renderer, env_kwargs, partner)
+            result["partner"] = _partner_identity(env)
+            state = await _play(env, renderer, state, generate, result)
+        except _EnvFailure as exc:
+            # A failing env is a defined outcome for that sample, not a crash of the whole run.
+            result["stop_reason"] = StopReason.ENV_ERROR.value
+            result["error"] = str(exc)[:500]
         state.store.set(RESULT_KEY, result)
         state.completed = True
         return state
@@ -129,6 +157,7 @@ def env_reward() -> Scorer:
                 "metrics": metrics,
                 "stop_reason": result["stop_reason"],
                 "partner": result.get("partner"),
+                "error": result.get("error"),
             },
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from rich.markup import escape
@@ -34,7 +35,8 @@ def fmt_seeds(seeds: str) -> str:
     except json.JSONDecodeError:
         return seeds
     if isinstance(values, list) and values and all(isinstance(v, int) for v in values):
-        if values == list(range(values[0], values[-1] + 1)):
+        # Compare pairwise rather than building range(first, last): seeds can be 31-bit numbers.
+        if all(b == a + 1 for a, b in itertools.pairwise(values)):
             return f"{values[0]}..{values[-1]}" if len(values) > 1 else str(values[0])
         return f"{len(values)} seeds"
     return seeds

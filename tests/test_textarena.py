@@ -9,7 +9,7 @@ import nltk
 import pytest
 
 import envsuite
-from envsuite import RendererConfig, StopReason, make_env
+from envsuite import RendererConfig, StopReason, UnavailableEnvError, make_env
 from games._catalog import register_games
 from games.multiagent import RandomOpponent, SeatView, bracket_action, listed_moves
 from games.textarena import (
@@ -143,5 +143,5 @@ async def test_garbage_tokens_never_raise() -> None:
 
 
 def test_unavailable_games_fail_with_their_reason() -> None:
-    with pytest.raises(RuntimeError, match=r"3\.12"):
+    with pytest.raises(UnavailableEnvError, match=r"3\.12"):
         make_env("textarena/Chess-v0", seed=0, renderer=RENDERER)

