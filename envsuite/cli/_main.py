@@ -62,7 +62,6 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-
 def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from envsuite.cli._train_cmd import add_train_parser
 
