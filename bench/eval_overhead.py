@@ -1,0 +1,106 @@
+"""Harness overhead of ``envsuite bench``: episodes/s through Inspect vs a bare rollout loop.
+
+Both sides play the same test-split episodes (same env, seeds, model, sampling settings and number of
+episodes in flight) with the same local sampler; the bare loop calls ``make_env`` + ``do_single_rollout``
+directly, the bench path goes through the Inspect provider, solver, scorer, log writing and the
+leaderboard import. Goal: bench takes at most 1.2x the bare loop's time.
+
+Usage::
+
+    .venv/bin/python -P bench/eval_overhead.py [--model smollm2-135m-instruct] [--env arithmetic]
+        [--episodes 64] [--max-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from dataclasses import dataclass
+
+from envsuite._make import RendererConfig, make_env
+from envsuite.backends import make_service_client
+from envsuite.completers import SamplingTokenCompleter
+from envsuite.rollouts import RolloutLimits, do_single_rollout
+from evals import BenchConfig, episode_seeds, run_bench
+from evals._provider import local_model
+
+
+@dataclass(frozen=True)
+class Timing:
+    label: str
+    seconds: float
+    episodes: int
+
+    @property
+    def episodes_per_second(self) -> float:
+        return self.episodes / self.seconds
+
+
+async def _bare_loop(args: argparse.Namespace) -> Timing:
+    renderer = RendererConfig(model_name=args.model)
+    client = local_model(args.model).sampling_client  # the same engine the Inspect provider uses
+    policy = SamplingTokenCompleter(client, max_tokens=args.max_tokens, temperature=args.temperature)
+    gate = asyncio.Semaphore(args.in_flight)
+
+    async def one(seed: int) -> None:
+        async with gate:
+            env = make_env(args.env, seed=seed, split="test", renderer=renderer)
+            await do_single_rollout(policy, env, RolloutLimits())
+
+    seeds = episode_seeds(args.env, args.episodes, args.seed)
+    started = time.perf_counter()
+    await asyncio.gather(*(one(s) for s in seeds))
+    return Timing("bare loop", time.perf_counter() - started, args.episodes)
+
+
+def _bench(args: argparse.Namespace) -> Timing:
+    with tempfile.TemporaryDirectory() as scratch:
+        config = BenchConfig(
+            model=args.model,
+            env_ids=(args.env,),
+            episodes=args.episodes,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            log_root=f"{scratch}/logs",
+            db=f"{scratch}/board.sqlite",
+            display="none",
+            max_samples=args.in_flight,
+        )
+        started = time.perf_counter()
+        report = run_bench(config)
+        seconds = time.perf_counter() - started
+    if not report.completed or report.episodes_added != args.episodes:
+        raise RuntimeError(f"bench did not complete: {report}")
+    return Timing("envsuite bench", seconds, args.episodes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--env", default="arithmetic")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    make_service_client("local")  # import cost outside the timings
+    local_model(args.model)  # load the model once, outside both timings
+    # Warm-ups: one-time costs (Inspect's lazy imports, first forward passes) stay out of the timings.
+    asyncio.run(_bare_loop(argparse.Namespace(**{**vars(args), "episodes": 4})))
+    _bench(argparse.Namespace(**{**vars(args), "episodes": 2}))
+    bare = asyncio.run(_bare_loop(args))
+    bench = _bench(args)
+    print(f"{args.model} on {args.env}: {args.episodes} episodes, {args.in_flight} in flight")
+    for timing in (bare, bench):
+        print(f"  {timing.label:15s} {timing.seconds:8.2f} s  {timing.episodes_per_second:7.2f} episodes/s")
+    print(f"  bench / bare = {bench.seconds / bare.seconds:.2f}x (goal <= 1.2x)")
+
+
+if __name__ == "__main__":
+    main()
