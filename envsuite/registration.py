@@ -154,11 +154,15 @@ class Registry:
         self._listeners: list[Callable[[EnvSpec], None]] = []
         self.plugin_errors: dict[str, str] = {}
         """Broken plugins: entry-point name -> what went wrong (they were skipped)."""
+        self._loading_package: str | None = None
 
     # -- registration -------------------------------------------------------------------------
 
     def register(self, env_spec: EnvSpec, *, override: bool = False) -> None:
         parse_env_id(env_spec.id)
+        if self._loading_package is not None and env_spec.package == "envsuite":
+            # A plugin that did not name itself is credited to the distribution being loaded.
+            env_spec = dataclasses.replace(env_spec, package=self._loading_package)
         if env_spec.id in self._specs and not override:
             existing = self._specs[env_spec.id]
             raise RegistryError(
@@ -234,6 +238,7 @@ class Registry:
 
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             package = ep.dist.name if ep.dist is not None else ep.value
+            self._loading_package = package
             try:
                 loaded = ep.load()
                 if callable(loaded) and not inspect.ismodule(loaded):
@@ -242,6 +247,8 @@ class Registry:
                 message = f"plugin {ep.name!r} from package {package!r} failed to load: {exc!r}"
                 self.plugin_errors[ep.name] = message
                 warnings.warn(message + " (skipped)", RuntimeWarning, stacklevel=2)
+            finally:
+                self._loading_package = None
 
 
 registry = Registry()

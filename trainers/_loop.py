@@ -111,7 +111,7 @@ class Trainer:
             make_service(config), config, resume.state_path if resume else None
         )
         try:
-            await self._refresh_policy()
+            await self._refresh_policy(start)
             return await self._steps(start, resume, train_data, test_data)
         finally:
             self._clients.close()
@@ -177,7 +177,7 @@ class Trainer:
             row.update(await self._train(step, assembled))
         if assembled.datums_D:
             with timer.phase("save"):
-                await self._refresh_policy()
+                await self._refresh_policy(step + 1)
         if step == 0 or step == config.n_steps - 1:
             write_transcripts(
                 rollouts.groups_P,
@@ -234,12 +234,17 @@ class Trainer:
         row["test/failed_groups"] = len(rollouts.failed_errors)
         return row
 
-    async def _refresh_policy(self) -> None:
+    async def _refresh_policy(self, step: int) -> None:
+        """A fresh sampler on the current weights, seeded per step so a run (and its resume) replays."""
+        from envsuite._make import episode_seed
         from envsuite.completers import SamplingTokenCompleter
 
         sampler = await self._require_clients().refresh_sampler()
         self._policy = SamplingTokenCompleter(
-            sampler, max_tokens=self.config.max_tokens, temperature=self.config.temperature
+            sampler,
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+            seed=episode_seed(self.config.seed, "sampling", step),
         )
 
     async def _save(self, done: int) -> CheckpointRecord:

@@ -68,6 +68,12 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_train_parser(sub)
 
 
+def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._new_cmd import add_new_parser
+
+    add_new_parser(sub)
+
+
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect runs -> leaderboard)")
     p.add_argument("--model", required=True, help="envsuite model/checkpoint dir, or an Inspect model")
@@ -101,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_train,
         _add_bench,
         _add_leaderboard,
+        _add_new,
     ):
         add(sub)
     return parser
@@ -124,6 +131,10 @@ def _handler(command: str) -> Handler:
         from envsuite.cli._train_cmd import run_train
 
         return run_train
+    if command == "new":
+        from envsuite.cli._new_cmd import run_new
+
+        return run_new
     if command == "bench":
         from evals._bench import bench_main
 

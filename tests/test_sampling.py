@@ -1,0 +1,353 @@
+"""The local sampling client: batching correctness, sampling settings, logprobs, and faults.
+
+Everything runs the real tiny random Llama (SmolLM2 tokenizer) through the public client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Iterator
+
+import pytest
+import tinker
+import torch
+
+from envsuite.backends.local import (
+    EngineClosedError,
+    EngineConfig,
+    LocalSamplingClient,
+    PromptTooLongError,
+    SamplingModel,
+    load_sampling_model,
+)
+
+MODEL = "tiny-random"
+WAIT_S = 120  # a hang guard, not a timing assertion
+
+
+@pytest.fixture(scope="module")
+def loaded() -> SamplingModel:
+    return load_sampling_model(base_model=MODEL)
+
+
+@pytest.fixture(scope="module")
+def client(loaded: SamplingModel) -> Iterator[LocalSamplingClient]:
+    sampler = LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL)
+    yield sampler
+    sampler.close()
+
+
+def _fresh_client(config: EngineConfig | None = None) -> LocalSamplingClient:
+    """A client over its own model copy, for tests that hook or patch the model."""
+    own = load_sampling_model(base_model=MODEL)
+    return LocalSamplingClient(own.model, own.tokenizer, MODEL, config=config)
+
+
+def _prompt(tokens: list[int]) -> tinker.ModelInput:
+    return tinker.ModelInput.from_ints(tokens)
+
+
+def _text_prompt(client: LocalSamplingClient, text: str) -> list[int]:
+    return list(client.get_tokenizer().encode(text))
+
+
+def _greedy(max_tokens: int, stop: list[str] | list[int] | None = None) -> tinker.SamplingParams:
+    return tinker.SamplingParams(max_tokens=max_tokens, temperature=0.0, stop=[] if stop is None else stop)
+
+
+def _reference_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    """Greedy decoding one sequence at a time with full forward passes (no cache, no padding)."""
+    tokens = list(prompt)
+    with torch.inference_mode():
+        for _ in range(n):
+            logits = model(input_ids=torch.tensor([tokens])).logits[0, -1]
+            tokens.append(int(logits.argmax()))
+    return tokens[len(prompt) :]
+
+
+def _reference_logprobs(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> list[float]:
+    """What a training-side forward pass computes for the completion tokens."""
+    tokens = torch.tensor([prompt + completion])
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=tokens).logits[0].float(), dim=-1)
+    positions = range(len(prompt) - 1, len(prompt) + len(completion) - 1)
+    return [float(logprobs[p, t]) for p, t in zip(positions, completion, strict=True)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Batching
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_batched_greedy_equals_sequential_greedy(
+    client: LocalSamplingClient, loaded: SamplingModel
+) -> None:
+    texts = ["Hi", "The quick brown fox jumps over the lazy dog", "One two three four five", "Hello there"]
+    prompts = [_text_prompt(client, t) for t in texts]
+    assert len({len(p) for p in prompts}) == len(prompts)
+    # A long-running request first, so the others join a batch already decoding.
+    long_run = client.sample(_prompt(prompts[1]), 1, _greedy(40))
+    await asyncio.sleep(0.05)
+    responses = await asyncio.gather(*(client.sample(_prompt(p), 1, _greedy(10)) for p in prompts))
+    for prompt, response in zip(prompts, responses, strict=True):
+        assert response.sequences[0].tokens == _reference_greedy(loaded.model, prompt, 10)
+        assert response.sequences[0].stop_reason == "length"
+    long_tokens = (await long_run).sequences[0].tokens
+    assert long_tokens == _reference_greedy(loaded.model, prompts[1], 40)
+
+
+async def test_num_samples_shares_one_prefill() -> None:
+    own = load_sampling_model(base_model=MODEL)
+    model = own.model
+    sampler = LocalSamplingClient(model, own.tokenizer, MODEL)
+    shapes: list[tuple[int, int]] = []
+
+    def record(_module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        ids = kwargs["input_ids"]
+        assert isinstance(ids, torch.Tensor)
+        shapes.append((int(ids.shape[0]), int(ids.shape[1])))
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    prompt = _text_prompt(sampler, "Tell me a story about a cat")
+    params = tinker.SamplingParams(max_tokens=6, temperature=1.0, stop=[], seed=5)
+    response = await sampler.sample(_prompt(prompt), 4, params)
+    sampler.close()
+    assert len(response.sequences) == 4
+    assert all(len(s.tokens) == 6 and len(s.logprobs or []) == 6 for s in response.sequences)
+    assert len({tuple(s.tokens) for s in response.sequences}) > 1
+    assert len({s.sequence_id for s in response.sequences}) == 4
+    # One prefill of the prompt (batch 1), then decode steps over all 4 samples at once.
+    assert shapes[0] == (1, len(prompt))
+    assert shapes[1:] == [(4, 1)] * 5
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling settings
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_stop_string_ends_the_sequence_and_is_included(client: LocalSamplingClient) -> None:
+    prompt = _prompt(_text_prompt(client, "Once upon a time"))
+    full = (await client.sample(prompt, 1, _greedy(16))).sequences[0].tokens
+    tokenizer = client.get_tokenizer()
+
+    def decode(tokens: list[int]) -> str:
+        return str(tokenizer.decode(tokens))
+
+    stop_text = decode(full[5:7])
+    assert stop_text
+    expected = next(k for k in range(1, len(full) + 1) if stop_text in decode(full[:k]))
+    sequence = (await client.sample(prompt, 1, _greedy(16, [stop_text]))).sequences[0]
+    assert sequence.tokens == full[:expected]
+    assert sequence.stop_reason == "stop"
+    assert stop_text in decode(sequence.tokens)
+
+
+async def test_stop_token_id_ends_the_sequence_and_is_included(client: LocalSamplingClient) -> None:
+    prompt = _prompt(_text_prompt(client, "In a galaxy far away"))
+    full = (await client.sample(prompt, 1, _greedy(12))).sequences[0].tokens
+    stop_id = full[4]
+    sequence = (await client.sample(prompt, 1, _greedy(12, [stop_id]))).sequences[0]
+    assert sequence.tokens == full[: full.index(stop_id) + 1]
+    assert sequence.stop_reason == "stop"
+
+
+async def test_max_tokens_gives_length(client: LocalSamplingClient) -> None:
+    params = tinker.SamplingParams(max_tokens=7, temperature=1.0, stop=[], seed=1)
+    sequence = (await client.sample(_prompt([1, 2, 3]), 1, params)).sequences[0]
+    assert sequence.stop_reason == "length"
+    assert len(sequence.tokens) == 7
+
+
+async def test_seed_reproducible_alone_and_in_a_batch(client: LocalSamplingClient) -> None:
+    prompt = _prompt(_text_prompt(client, "Roll the dice"))
+    params = tinker.SamplingParams(max_tokens=12, temperature=1.0, stop=[], seed=1234)
+    alone = (await client.sample(prompt, 2, params)).sequences
+    again = (await client.sample(prompt, 2, params)).sequences
+    assert [s.tokens for s in alone] == [s.tokens for s in again]
+    others = [
+        client.sample(_prompt(_text_prompt(client, f"Other prompt {i}" * (i + 1))), 1, params)
+        for i in range(5)
+    ]
+    in_batch = (await client.sample(prompt, 2, params)).sequences
+    await asyncio.gather(*others)
+    assert [s.tokens for s in in_batch] == [s.tokens for s in alone]
+    different = tinker.SamplingParams(max_tokens=12, temperature=1.0, stop=[], seed=4321)
+    assert (await client.sample(prompt, 1, different)).sequences[0].tokens != alone[0].tokens
+
+
+async def test_top_k_and_temperature_logprobs_are_those_of_the_sampling_distribution(
+    client: LocalSamplingClient, loaded: SamplingModel
+) -> None:
+    prompt = _text_prompt(client, "Pick a word")
+    params = tinker.SamplingParams(max_tokens=8, temperature=0.7, top_k=5, stop=[], seed=9)
+    sequence = (await client.sample(_prompt(prompt), 1, params)).sequences[0]
+    tokens = torch.tensor([prompt + sequence.tokens])
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=tokens).logits[0].float() / 0.7
+    for i, (token, logprob) in enumerate(zip(sequence.tokens, sequence.logprobs or [], strict=True)):
+        row = logits[len(prompt) - 1 + i]
+        top = torch.topk(row, 5)
+        assert token in top.indices.tolist()
+        expected = float(row[token] - torch.logsumexp(top.values, dim=0))
+        assert logprob == pytest.approx(expected, abs=1e-4)
+
+
+async def test_top_p_keeps_only_the_nucleus(client: LocalSamplingClient, loaded: SamplingModel) -> None:
+    prompt = _text_prompt(client, "Nucleus")
+    params = tinker.SamplingParams(max_tokens=6, temperature=1.0, top_p=1e-6, stop=[], seed=3)
+    sequence = (await client.sample(_prompt(prompt), 1, params)).sequences[0]
+    # A nucleus this small holds only the top token: sampling is greedy and certain.
+    assert sequence.tokens == _reference_greedy(loaded.model, prompt, 6)
+    assert sequence.logprobs == pytest.approx([0.0] * 6, abs=1e-6)
+
+
+async def test_sampled_logprobs_match_a_training_forward_pass(
+    client: LocalSamplingClient, loaded: SamplingModel
+) -> None:
+    prompts = [_text_prompt(client, t) for t in ("Explain gravity", "List three colors please", "Why")]
+    params = tinker.SamplingParams(max_tokens=16, temperature=1.0, top_p=1.0, top_k=-1, stop=[], seed=77)
+    responses = await asyncio.gather(*(client.sample(_prompt(p), 3, params) for p in prompts))
+    diffs: list[float] = []
+    for prompt, response in zip(prompts, responses, strict=True):
+        for sequence in response.sequences:
+            recomputed = _reference_logprobs(loaded.model, prompt, sequence.tokens)
+            diffs.extend(s - r for s, r in zip(sequence.logprobs or [], recomputed, strict=True))
+    assert len(diffs) == 3 * 3 * 16
+    assert abs(sum(diffs) / len(diffs)) < 1e-3
+    assert max(abs(d) for d in diffs) < 1e-3
+
+
+async def test_compute_logprobs_matches_a_forward_pass(
+    client: LocalSamplingClient, loaded: SamplingModel
+) -> None:
+    tokens = _text_prompt(client, "Score every token of this sentence")
+    logprobs = await client.compute_logprobs(_prompt(tokens))
+    expected = _reference_logprobs(loaded.model, tokens[:1], tokens[1:])
+    assert logprobs[0] is None
+    assert logprobs[1:] == pytest.approx(expected, abs=1e-4)
+    last = await client.compute_logprobs(_prompt(tokens), prompt_logprobs_last_n=2)
+    assert last[:-2] == [None] * (len(tokens) - 2)
+    assert last[-2:] == pytest.approx(expected[-2:], abs=1e-4)
+    response = await client.sample(_prompt(tokens), 1, _greedy(2), include_prompt_logprobs=True)
+    assert response.prompt_logprobs is not None
+    assert response.prompt_logprobs[0] is None
+    assert response.prompt_logprobs[1:] == pytest.approx(expected, abs=1e-4)
+
+
+def test_sync_result_and_types(client: LocalSamplingClient) -> None:
+    future = client.sample(_prompt([5, 6, 7]), 2, _greedy(3))
+    response = future.result(timeout=WAIT_S)
+    assert isinstance(response, tinker.SampleResponse)
+    assert all(isinstance(s, tinker.SampledSequence) for s in response.sequences)
+    assert client.get_base_model() == MODEL
+    assert client.get_tokenizer().decode([5]) != ""
+
+
+# --------------------------------------------------------------------------------------------------
+# Faults
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_overlong_prompt_fails_only_that_request() -> None:
+    sampler = _fresh_client(EngineConfig(max_context=32))
+    params = tinker.SamplingParams(max_tokens=20, temperature=1.0, stop=[], seed=0)
+    ok = sampler.sample(_prompt(list(range(10, 20))), 1, params)
+    too_long = sampler.sample(_prompt(list(range(10, 50))), 1, params)
+    near_limit = sampler.sample(_prompt(list(range(10, 38))), 1, params)
+    with pytest.raises(PromptTooLongError, match="context is 32 tokens"):
+        await too_long
+    assert len((await ok).sequences[0].tokens) == 20
+    capped = (await near_limit).sequences[0]
+    assert capped.stop_reason == "length"
+    assert len(capped.tokens) == 32 - 28
+    sampler.close()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "num_samples", "params", "error"),
+    [
+        ([], 1, _greedy(3), ValueError),
+        ([1, 2], 0, _greedy(3), ValueError),
+        ([1, 2], 1, tinker.SamplingParams(max_tokens=3, temperature=-1.0), ValueError),
+        ([1, 2], 1, tinker.SamplingParams(max_tokens=0), ValueError),
+        ([1, 2], 1, tinker.SamplingParams(max_tokens=3, top_p=0.0), ValueError),
+        ([1, 10**9], 1, _greedy(3), ValueError),
+        ([1, 2], 1, tinker.SamplingParams(max_tokens=3, stop=[""]), ValueError),
+    ],
+)
+async def test_bad_requests_fail_their_future(
+    client: LocalSamplingClient,
+    prompt: list[int],
+    num_samples: int,
+    params: tinker.SamplingParams,
+    error: type[Exception],
+) -> None:
+    with pytest.raises(error):
+        await client.sample(_prompt(prompt), num_samples, params)
+    # The client still serves good requests afterwards.
+    assert len((await client.sample(_prompt([1, 2]), 1, _greedy(2))).sequences[0].tokens) == 2
+
+
+async def test_unsupported_options_fail_clearly(client: LocalSamplingClient) -> None:
+    with pytest.raises(NotImplementedError, match="topk_sample_logprobs"):
+        await client.sample(_prompt([1, 2]), 1, _greedy(2), topk_sample_logprobs=3)
+
+
+async def test_cancelled_request_frees_its_slot() -> None:
+    sampler = _fresh_client(EngineConfig(max_batch_size=1))
+    endless = tinker.SamplingParams(max_tokens=5000, temperature=1.0, stop=[], seed=0)
+    blocker = sampler.sample(_prompt([1, 2, 3]), 1, endless)
+    waiting = sampler.sample(_prompt([4, 5, 6]), 1, _greedy(3))
+    await asyncio.sleep(0.1)
+    assert not waiting.future().done()
+    assert blocker.future().cancel()
+    assert len((await waiting.result_async(timeout=WAIT_S)).sequences[0].tokens) == 3
+
+    # Cancelling the asyncio task awaiting a request cancels the request too.
+    task = asyncio.create_task(sampler.sample(_prompt([7, 8, 9]), 1, endless).coroutine())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    after = await sampler.sample(_prompt([4, 5, 6]), 1, _greedy(3)).result_async(timeout=WAIT_S)
+    assert len(after.sequences[0].tokens) == 3
+    sampler.close()
+
+
+async def test_engine_survives_a_failing_forward_pass() -> None:
+    own = load_sampling_model(base_model=MODEL)
+    model = own.model
+    sampler = LocalSamplingClient(model, own.tokenizer, MODEL)
+    original = model.forward
+    calls = {"n": 0}
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated device failure")
+        return original(*args, **kwargs)
+
+    model.forward = flaky
+    with pytest.raises(RuntimeError, match="simulated device failure"):
+        await sampler.sample(_prompt([1, 2, 3]), 1, _greedy(3))
+    response = await sampler.sample(_prompt([1, 2, 3]), 1, _greedy(3)).result_async(timeout=WAIT_S)
+    assert len(response.sequences[0].tokens) == 3
+    sampler.close()
+
+
+async def test_closed_client_fails_new_requests() -> None:
+    sampler = _fresh_client()
+    sampler.close()
+    with pytest.raises(EngineClosedError):
+        await sampler.sample(_prompt([1, 2]), 1, _greedy(2))
+
+
+def test_requests_from_many_threads(client: LocalSamplingClient) -> None:
+    prompts = [[1, 2, 3 + i] for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda p: client.sample(_prompt(p), 1, _greedy(4)).result(timeout=WAIT_S), prompts)
+        )
+    assert all(len(r.sequences[0].tokens) == 4 for r in results)
