@@ -68,15 +68,16 @@ def episode_seed(base_seed: int, *path: int | str) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def _context(
-    env_spec: EnvSpec, seed: int, split: Split, renderer: RendererConfig, max_context_tokens: int
+def env_context(
+    env_id: str, seed: int, split: Split, renderer: RendererConfig, max_context_tokens: int
 ) -> EnvContext:
+    """The context a catalog env is constructed with (the renderer is built once per process)."""
     return EnvContext(
         seed=seed,
         renderer=renderer.build(),
         split=split,
         max_context_tokens=max_context_tokens,
-        env_id=env_spec.id,
+        env_id=env_id,
     )
 
 
@@ -185,7 +186,7 @@ class CatalogGroupBuilder(EnvGroupBuilder):
 
     def make_env(self) -> Env:
         env_spec = self.env_spec
-        ctx = _context(env_spec, self.seed, self.split, self.renderer, self.max_context_tokens)
+        ctx = env_context(env_spec.id, self.seed, self.split, self.renderer, self.max_context_tokens)
         env = env_spec.load()(ctx, **self.env_kwargs)
         if not isinstance(env, Env):
             raise TypeError(f"{env_spec.id}: entry point built {type(env).__name__}, not an envsuite Env")

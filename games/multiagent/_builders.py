@@ -11,25 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envsuite import RendererConfig
-from envsuite.core import Env, EnvContext, EnvGroupBuilder, Split
+from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, env_context
+from envsuite.core import Env, EnvGroupBuilder, Split
 from games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT, DEFAULT_TURN_TIMEOUT, GameCoordinator
 from games.multiagent._opponents import OpponentConfig, OpponentPool, opponent_config
 from games.multiagent._protocol import GameFactory
 from games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
-
-DEFAULT_MAX_CONTEXT_TOKENS = 4096
-
-
-def _context(
-    renderer: RendererConfig, seed: int, split: Split, max_context_tokens: int, tag: str
-) -> EnvContext:
-    return EnvContext(
-        seed=seed,
-        renderer=renderer.build(),
-        split=split,
-        max_context_tokens=max_context_tokens,
-        env_id=tag,
-    )
 
 
 @dataclass(frozen=True)
@@ -54,7 +41,7 @@ class SelfPlayGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> Sequence[Env]:
         if self.games_per_group < 1:
             raise ValueError("games_per_group must be >= 1")
-        ctx = _context(self.renderer, self.seed, self.split, self.max_context_tokens, self.game.name)
+        ctx = env_context(self.game.name, self.seed, self.split, self.renderer, self.max_context_tokens)
         envs: list[Env] = []
         for _ in range(self.games_per_group):
             game = self.game.make(self.seed)
@@ -122,7 +109,7 @@ def _envs_against(
 ) -> list[Env]:
     if b.group_size < 1:
         raise ValueError("group_size must be >= 1")
-    ctx = _context(b.renderer, b.seed, b.split, b.max_context_tokens, b.game.name)
+    ctx = env_context(b.game.name, b.seed, b.split, b.renderer, b.max_context_tokens)
     envs: list[Env] = []
     for _ in range(b.group_size):
         coordinator = coordinator_against(
