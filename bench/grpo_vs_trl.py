@@ -17,10 +17,17 @@ Same prompts and the same reward: the TRL dataset is built from the very env bat
 draws (``make_dataset_builder`` with the trainer's seed; step ``i`` = batch ``i``), each prompt given as
 the exact text of envsuite's rendered prompt tokens (checked to re-tokenize to the same ids), in order
 (``shuffle_dataset=False``). TRL's reward function replays each completion's token ids through a fresh
-env of its problem, so both sides score with the env's own grading: 1 for the right number, −0.1 when
-the reply is not a bare number or is cut off at 16 tokens. TRL's loss is ``dr_grpo`` (token sum over a
-constant), envsuite's ``importance_sampling`` (token sum): with one pass per batch both gradients are
-the same direction up to a constant factor, which Adam ignores.
+env of its problem, so both sides score with the env's own grading: correct (1 or 0) minus 0.1 unless
+the reply is a bare number, and −0.1 for a reply cut off at 16 tokens. TRL's loss is ``dr_grpo`` (token
+sum over a constant), envsuite's ``importance_sampling`` (token sum): with one pass per batch both
+gradients point the same way up to a constant factor, which Adam ignores. One difference stays: envsuite
+drops groups whose four rewards are all equal (no signal) before training, TRL runs forward/backward on
+all 32 rollouts, so the table also scales envsuite's training phase to all 32 ("all rows").
+
+Phases. envsuite (its ``metrics.jsonl``): ``rollout`` (sampling + grading), ``assemble``, ``train``
+(forward/backward + Adam), ``save`` (new sampling weights). TRL (timers around its methods):
+``generate``, ``reward``, ``score_other`` (the rest of its scoring), ``fwd_bwd`` (loss forward and
+backward), ``optim_other`` (the rest of the step: Adam, logging, callbacks).
 
 Each side runs in its own child process, one after the other, so they do not share the 2 cores. The
 parent prints a table: median seconds per step (step 0, the warm-up, excluded), where the time goes,
@@ -69,6 +76,11 @@ class Shape:
     beta2: float = 0.95
     eps: float = 1e-8
 
+    @property
+    def rollouts(self) -> int:
+        """Sequences sampled per step."""
+        return self.batch_size * self.group_size
+
 
 @dataclass
 class SideResult:
@@ -85,6 +97,9 @@ class SideResult:
     versions: dict[str, str] = field(default_factory=dict)
     threads: int = 0
     """torch's intra-op threads in the child."""
+    rows_trained: list[int] = field(default_factory=list)
+    """Sequences through forward/backward per step (envsuite drops groups whose rewards are all equal)."""
+    train_phase: str = "train"
 
 
 @dataclass(frozen=True)
@@ -95,17 +110,28 @@ class Summary:
     first_reward: float
     last_reward: float
     """Mean reward over the last half of the steps."""
+    train_s_per_row: float
+    """Median seconds of the training phase per trained sequence (steps that trained)."""
+    full_batch_step_s: float
+    """Median step time had every rollout been trained (the training phase scaled to the full batch)."""
 
 
-def summarize(result: SideResult) -> Summary:
+def summarize(result: SideResult, full_rows: int) -> Summary:
     timed = slice(1, None) if len(result.step_s) > 1 else slice(None)
     tail = result.reward[len(result.reward) // 2 :]
+    train = result.phases_s[result.train_phase]
+    per_row = statistics.median(
+        [t / n for t, n in zip(train[timed], result.rows_trained[timed], strict=True) if n > 0] or [0.0]
+    )
+    full = [s - t + per_row * full_rows for s, t in zip(result.step_s, train, strict=True)]
     return Summary(
         result.name,
         statistics.median(result.step_s[timed]),
         {name: statistics.median(values[timed]) for name, values in result.phases_s.items()},
         result.reward[0],
         statistics.fmean(tail),
+        per_row,
+        statistics.median(full[timed]),
     )
 
 
@@ -158,7 +184,8 @@ def run_envsuite(shape: Shape, out: Path) -> SideResult:
     phases = {name: [_number(row.get(f"time/{name}", 0.0)) for row in rows] for name in names}
     step_s = [sum(values[i] for values in phases.values()) for i in range(len(rows))]
     reward = [_number(row["reward/mean"]) for row in rows]
-    return SideResult("envsuite", step_s, phases, reward, run_s)
+    rows_trained = [int(_number(row.get("datums", 0))) for row in rows]
+    return SideResult("envsuite", step_s, phases, reward, run_s, rows_trained=rows_trained)
 
 
 def _number(value: object) -> float:
@@ -258,10 +285,9 @@ class PhaseClock:
 def trl_config(shape: Shape, out: Path) -> Any:
     from trl import GRPOConfig
 
-    rollouts = shape.batch_size * shape.group_size
     return GRPOConfig(
         output_dir=str(out / "trl"),
-        per_device_train_batch_size=rollouts,
+        per_device_train_batch_size=shape.rollouts,
         gradient_accumulation_steps=1,
         num_generations=shape.group_size,
         max_completion_length=shape.max_tokens,
@@ -339,7 +365,11 @@ def run_trl(shape: Shape, out: Path) -> SideResult:
     trainer.add_callback(steps.callback(TrainerCallback))
     trainer.train()
     run_s = time.perf_counter() - started
-    return SideResult("trl", steps.step_s, _trl_phases(steps.phases), steps.reward, run_s)
+    rows = [shape.rollouts] * len(steps.step_s)  # TRL trains every rollout
+    phases = _trl_phases(steps.phases)
+    return SideResult(
+        "trl", steps.step_s, phases, steps.reward, run_s, rows_trained=rows, train_phase="fwd_bwd"
+    )
 
 
 class StepRecorder:
@@ -424,21 +454,27 @@ def _load(path: Path) -> SideResult:
     return SideResult(**json.loads(path.read_text(encoding="utf-8")))
 
 
-def print_table(results: list[SideResult]) -> None:
-    summaries = [summarize(r) for r in results]
-    base = summaries[0].median_step_s
+def print_table(results: list[SideResult], full_rows: int) -> None:
+    summaries = [summarize(r, full_rows) for r in results]
+    base, base_full = summaries[0].median_step_s, summaries[0].full_batch_step_s
     print(
-        f"\n{'side':<10}{'s/step (median)':>17}{'vs envsuite':>13}{'reward step 0':>15}{'reward last half':>18}"
+        "\nmedians over steps 1.. (step 0 is the warm-up); 'all rows' = training phase scaled to every rollout"
+    )
+    print(
+        f"{'side':<10}{'s/step':>9}{'ratio':>8}{'s/step all rows':>17}{'ratio':>8}"
+        f"{'train s/row':>13}{'reward step 0':>15}{'reward last half':>18}"
     )
     for s in summaries:
-        ratio = s.median_step_s / base
         print(
-            f"{s.name:<10}{s.median_step_s:>17.2f}{ratio:>12.2f}x{s.first_reward:>15.3f}{s.last_reward:>18.3f}"
+            f"{s.name:<10}{s.median_step_s:>9.2f}{s.median_step_s / base:>7.2f}x"
+            f"{s.full_batch_step_s:>17.2f}{s.full_batch_step_s / base_full:>7.2f}x{s.train_s_per_row:>13.3f}"
+            f"{s.first_reward:>15.3f}{s.last_reward:>18.3f}"
         )
     for s, r in zip(summaries, results, strict=True):
         parts = ", ".join(f"{name} {sec:.2f}" for name, sec in s.median_phase_s.items())
         print(f"{s.name} phases (median s): {parts}")
         print(f"{s.name} per step s: {', '.join(f'{x:.1f}' for x in r.step_s)}")
+        print(f"{s.name} rows trained per step: {', '.join(str(n) for n in r.rows_trained)}")
         print(f"{s.name} reward per step: {', '.join(f'{x:.3f}' for x in r.reward)}")
         loads = "/".join(f"{x:.1f}" for x in r.load_avg)
         print(f"{s.name} whole run {r.run_s:.0f} s; {r.threads} threads; load average before/after {loads}")
@@ -478,9 +514,9 @@ def main() -> None:
         (out / f"{args.side}.json").write_text(json.dumps(asdict(result), indent=1), encoding="utf-8")
         return
     if args.side == "report":
-        print_table([_load(out / f"{side}.json") for side in ("envsuite", "trl")])
+        print_table([_load(out / f"{side}.json") for side in ("envsuite", "trl")], shape.rollouts)
         return
-    print_table([run_child(side, args, out) for side in ("envsuite", "trl")])
+    print_table([run_child(side, args, out) for side in ("envsuite", "trl")], shape.rollouts)
 
 
 if __name__ == "__main__":
