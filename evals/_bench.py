@@ -120,7 +120,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
         fail_on_error=False,
         log_format="eval",
         # Flush every finished sample, so a killed run loses at most the samples in flight.
-        log_buffer=int(os.environ.get("ENVSUITE_LOG_BUFFER", "1")),
+        log_buffer=1,
     )
     report.completed = bool(success)
     for log in logs:
