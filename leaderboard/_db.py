@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -102,7 +103,7 @@ class SQLiteConnection:
         self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(self._conn)
             self._conn.execute("PRAGMA synchronous = NORMAL")
         self._conn.execute("PRAGMA foreign_keys = ON")
         self._depth = 0
@@ -171,6 +172,27 @@ class PostgresConnection:
 def adapt_placeholders(sql: str) -> str:
     """``?`` placeholders to psycopg's ``%s`` (the store's SQL has no ``?`` or ``%`` in literals)."""
     return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch a store to WAL once (the mode persists in the file).
+
+    Changing the journal mode needs an exclusive lock and SQLite does not apply the busy timeout to
+    it, so several processes opening a fresh store at once see "database is locked": retry with
+    backoff until the busy timeout, and skip the switch when another process already made it.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
 
 def connect(url: str | os.PathLike[str]) -> Connection:
