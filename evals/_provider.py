@@ -37,22 +37,9 @@ class _LocalModel:
 def local_model(name: str) -> _LocalModel:
     """One sampling client and renderer per model per process (shared by every task using it)."""
     from envsuite._make import RendererConfig
-    from envsuite.backends import make_service_client
+    from envsuite.backends import local_sampling_client
 
-    service = make_service_client("local")
-    if _is_checkpoint(name):
-        sampling_client = service.create_sampling_client(model_path=name).result()
-    else:
-        sampling_client = service.create_sampling_client(base_model=name).result()
-    return _LocalModel(sampling_client, RendererConfig(model_name=name).build())
-
-
-def _is_checkpoint(name: str) -> bool:
-    """A local-backend checkpoint dir (an HF model dir has a config.json and loads as a base model)."""
-    from pathlib import Path
-
-    path = Path(name).expanduser()
-    return path.is_dir() and not (path / "config.json").is_file()
+    return _LocalModel(local_sampling_client(name), RendererConfig(model_name=name).build())
 
 
 class EnvsuiteModelAPI(ModelAPI):

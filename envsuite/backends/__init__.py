@@ -5,12 +5,13 @@ Importing this package loads neither torch nor the tinker SDK; the chosen backen
 
 from __future__ import annotations
 
-from envsuite.backends._choice import Backend, make_service_client
+from envsuite.backends._choice import Backend, local_sampling_client, make_service_client
 from envsuite.backends._hosted import API_KEY_VAR, HostedBackendUnavailable
 
 __all__ = [
     # choice
     "Backend",
+    "local_sampling_client",
     "make_service_client",
     # hosted
     "API_KEY_VAR",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import tinker
 
-    from envsuite.backends.local import LocalServiceClient
+    from envsuite.backends.local import LocalSamplingClient, LocalServiceClient
 
 
 class Backend(StrEnum):
@@ -40,3 +40,14 @@ def make_service_client(
     from envsuite.backends.local import LocalServiceClient
 
     return LocalServiceClient(**kwargs)
+
+
+def local_sampling_client(name: str) -> LocalSamplingClient:
+    """A local sampling client for a model name, an HF model dir, or a local-backend checkpoint dir."""
+    from envsuite.backends.local import LocalServiceClient
+    from envsuite.models import is_checkpoint_dir
+
+    service = LocalServiceClient()
+    if is_checkpoint_dir(name):
+        return service.create_sampling_client(model_path=str(name)).result()
+    return service.create_sampling_client(base_model=name).result()

@@ -33,15 +33,6 @@ def build_policy(
     if name == "random":
         vocab_size = len(renderer.build().tokenizer)  # type: ignore[arg-type]
         return RandomTokenCompleter(vocab_size=vocab_size, max_tokens=min(max_tokens, 32), seed=seed)
-    from pathlib import Path
+    from envsuite.backends import local_sampling_client
 
-    from envsuite.backends import make_service_client
-
-    path = Path(name).expanduser()
-    is_checkpoint = path.is_dir() and not (path / "config.json").is_file()
-    service = make_service_client("local")
-    if is_checkpoint:
-        client = service.create_sampling_client(model_path=str(path)).result()
-    else:
-        client = service.create_sampling_client(base_model=name).result()
-    return SamplingTokenCompleter(client, max_tokens=max_tokens, temperature=temperature)
+    return SamplingTokenCompleter(local_sampling_client(name), max_tokens=max_tokens, temperature=temperature)

@@ -13,6 +13,7 @@ from envsuite.models._resolve import (
     cache_dir,
     default_renderer_name,
     get_tokenizer,
+    is_checkpoint_dir,
     resolve_model,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "cache_dir",
     "default_renderer_name",
     "get_tokenizer",
+    "is_checkpoint_dir",
     "resolve_model",
 ]

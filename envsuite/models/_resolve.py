@@ -98,6 +98,11 @@ def resolve_model(name: str) -> ResolvedModel:
     return ResolvedModel(name, _hub_snapshot(name), "chatml")
 
 
+def is_checkpoint_dir(name: str) -> bool:
+    """True for a directory written by the local backend's checkpointing (it names its base model)."""
+    return (Path(name).expanduser() / CHECKPOINT_META_FILE).is_file()
+
+
 def base_model_name(name: str) -> str:
     """The model a local-backend checkpoint was trained from; any other name is returned unchanged.
 
@@ -106,9 +111,9 @@ def base_model_name(name: str) -> str:
     """
     import json
 
-    meta_file = Path(name).expanduser() / CHECKPOINT_META_FILE
-    if not meta_file.is_file():
+    if not is_checkpoint_dir(name):
         return name
+    meta_file = Path(name).expanduser() / CHECKPOINT_META_FILE
     try:
         base = json.loads(meta_file.read_text())["base_model"]
     except (ValueError, KeyError, TypeError) as exc:
