@@ -81,7 +81,7 @@ def env_context(
     )
 
 
-def _check_renderer(renderer: RendererConfig | str | None, model: str | None) -> RendererConfig:
+def _renderer_config(renderer: RendererConfig | str | None, model: str | None) -> RendererConfig:
     if isinstance(renderer, RendererConfig):
         return renderer
     return RendererConfig(model_name=model or DEFAULT_MODEL, renderer_name=renderer)
@@ -105,7 +105,7 @@ def make_env(
         seed=seed,
         group_size=1,
         split=split,
-        renderer=_check_renderer(renderer, model),
+        renderer=_renderer_config(renderer, model),
         max_context_tokens=max_context_tokens,
     ).make_env()
 
@@ -130,7 +130,7 @@ def make_group_builder(
         seed=seed,
         group_size=group_size,
         split=split,
-        renderer=_check_renderer(renderer, model),
+        renderer=_renderer_config(renderer, model),
         max_context_tokens=max_context_tokens,
     )
     if not isinstance(builder, EnvGroupBuilder):
@@ -163,7 +163,7 @@ def make_dataset_builder(
         seed=seed,
         n_batches=n_batches,
         n_test_groups=n_test_groups,
-        renderer=_check_renderer(renderer, model),
+        renderer=_renderer_config(renderer, model),
         max_context_tokens=max_context_tokens,
     )
 

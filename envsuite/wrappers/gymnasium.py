@@ -30,7 +30,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _check_renderer, make_env
+from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
 from envsuite._text import reply_to_tokens
 from envsuite.core import STOP_METRIC_PREFIX, Env, InitialObservationOverflow, StopCondition, StopReason
 from envsuite.registration import EnvSpec, spec
@@ -85,7 +85,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
         self.render_mode = render_mode
         self.split: Literal["train", "test"] = split
         self.max_context_tokens = max_context_tokens
-        self.renderer_config = _check_renderer(renderer, model)
+        self.renderer_config = _renderer_config(renderer, model)
         self._renderer = self.renderer_config.build()
         tokenizer = self._renderer.tokenizer
         vocab_size = len(tokenizer)  # type: ignore[arg-type]
