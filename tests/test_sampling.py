@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -120,6 +121,45 @@ async def test_num_samples_shares_one_prefill() -> None:
     # One prefill of the prompt (batch 1), then decode steps over all 4 samples at once.
     assert shapes[0] == (1, len(prompt))
     assert shapes[1:] == [(4, 1)] * 5
+
+
+async def test_identical_prompts_of_separate_requests_share_one_prefill() -> None:
+    """GRPO groups send the same prompt as separate requests: it is prefilled once per admission."""
+    own = load_sampling_model(base_model=MODEL)
+    sampler = LocalSamplingClient(own.model, own.tokenizer, MODEL)
+    prefills: list[tuple[int, int]] = []
+    hold, held = threading.Event(), threading.Event()
+
+    def record(_module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        ids = kwargs["input_ids"]
+        assert isinstance(ids, torch.Tensor)
+        if ids.shape[1] > 1:
+            prefills.append((int(ids.shape[0]), int(ids.shape[1])))
+        elif hold.is_set():  # park the engine in a decode step while the test queues requests
+            held.set()
+            hold.clear()
+            release.wait(WAIT_S)
+
+    release = threading.Event()
+    own.model.register_forward_pre_hook(record, with_kwargs=True)
+    busy = sampler.sample(_prompt([1, 2, 3]), 1, _greedy(8))
+    hold.set()
+    assert held.wait(WAIT_S)
+    shared = _text_prompt(sampler, "What is 12 + 30? Reply with the number only.")
+    other = _text_prompt(sampler, "Name a colour")
+    params = [tinker.SamplingParams(max_tokens=6, temperature=1.0, stop=[], seed=s) for s in range(4)]
+    group = [sampler.sample(_prompt(shared), 1, p) for p in params]
+    lone = sampler.sample(_prompt(other), 1, _greedy(6))
+    release.set()
+    together = [(await f).sequences[0].tokens for f in group]
+    await lone
+    await busy
+    assert prefills[-1] == (2, max(len(shared), len(other)))
+    # Sharing the prefill changes nothing a request sees: each seed gives what it gives alone.
+    alone = [(await sampler.sample(_prompt(shared), 1, p)).sequences[0].tokens for p in params]
+    sampler.close()
+    assert together == alone
+    assert len({tuple(t) for t in together}) > 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -139,6 +139,23 @@ def test_step_metrics_cover_the_documented_fields(tmp_path: Path) -> None:
     assert steps == [1, 2]
 
 
+def test_full_fine_tune_trains_every_weight_and_resumes(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=2, lora_rank=0, learning_rate=1e-4, save_every=1, eval_every=0)
+    assert run_training(config, show_progress=False).cause is StopCause.COMPLETED
+    rows = _rows(config)
+    assert [r["step"] for r in rows] == [0, 1]
+    # The sampler of step 1 runs the weights step 0 trained: the two sides agree closely.
+    assert abs(float(rows[1]["kl_sample_train_v1"])) < 0.05  # type: ignore[arg-type]
+    saved = [
+        json.loads(line) for line in (Path(config.log_dir) / "checkpoints.jsonl").read_text().splitlines()
+    ]
+    assert [record["step"] for record in saved] == [1, 2]
+    assert (Path(saved[-1]["state_path"]) / "model.safetensors").exists()  # every weight, not an adapter
+    longer = TrainConfig.from_dict({**config.to_dict(), "n_steps": 3})
+    result = run_training(longer, show_progress=False)
+    assert result.steps_completed == 3 and [r["step"] for r in _rows(longer)] == [0, 1, 2]
+
+
 def test_failing_envs_are_dropped_and_counted_and_hangs_time_out(tmp_path: Path) -> None:
     config = _config(tmp_path, n_steps=1, env_kwargs={"fail_seed_mod": 3}, eval_every=0)
     result = run_training(config, show_progress=False)

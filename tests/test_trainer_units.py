@@ -67,6 +67,8 @@ def test_config_round_trips_through_json_and_pickle() -> None:
         ({"temperature": 0.0}, "temperature"),
         ({"learning_rate": float("nan")}, "learning_rate"),
         ({"env_kwargs": {"x": object()}}, "JSON"),
+        ({"lora_rank": -1}, "lora_rank"),
+        ({"lora_rank": 0, "backend": "tinker"}, "local backend only"),
     ],
 )
 def test_bad_configs_say_what_to_change(changes: dict[str, object], needle: str) -> None:

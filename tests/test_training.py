@@ -64,6 +64,43 @@ def test_cross_entropy_training_lowers_the_loss(service: LocalServiceClient, ful
     assert info.is_lora is (not full) and info.model_name == TEST_MODEL
 
 
+def test_datums_sharing_a_prompt_train_exactly_as_separate_datums(service: LocalServiceClient) -> None:
+    """GRPO groups (a shared system prompt, one problem per group, several replies) share their common
+    tokens in one row of the batch; nothing a caller sees changes."""
+    system = [1, *range(300, 320)]  # 21 tokens shared by every group: over the sharing threshold
+    problems = [[600, 601, 602], [700, 701]]
+    replies = [[41, 42, 43, 2], [41, 50], [77, 78, 79, 80, 81, 82, 2], []]  # [] = the bare prompt
+    group = [system + problem + reply + [5] for problem in problems for reply in replies]
+    lone = [1, 900, 901, 902, 903, 2]  # shares nothing: its own row
+
+    def rl_datum(tokens: list[int], seed: int) -> types.Datum:
+        rng = np.random.default_rng(seed)
+        n = len(tokens) - 1
+        return _datum(
+            tokens,
+            logprobs=rng.uniform(-3, -0.1, n).astype(np.float32),
+            advantages=rng.uniform(-1, 1, n).astype(np.float32),
+        )
+
+    data = [rl_datum(t, i) for i, t in enumerate([*group, lone])]
+    together = service.create_lora_training_client(TEST_MODEL, rank=4, seed=5).result()
+    apart = service.create_lora_training_client(TEST_MODEL, rank=4, seed=5).result()
+    packed = together.forward_backward(data, "importance_sampling").result()
+    single = [apart.forward_backward([d], "importance_sampling").result() for d in data]
+    for out, alone in zip(packed.loss_fn_outputs, single, strict=True):
+        for key in ("logprobs", "elementwise_loss"):
+            np.testing.assert_allclose(
+                out[key].to_numpy(), alone.loss_fn_outputs[0][key].to_numpy(), rtol=1e-4, atol=1e-5
+            )
+    assert packed.metrics["loss:sum"] == pytest.approx(sum(o.metrics["loss:sum"] for o in single), rel=1e-4)
+    # Same accumulated gradient: the prompt's hidden states get every member's share.
+    norm_packed = together.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics
+    norm_apart = apart.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics
+    assert norm_packed is not None and norm_apart is not None
+    assert norm_packed["grad_norm:mean"] == pytest.approx(norm_apart["grad_norm:mean"], rel=1e-4)
+    assert norm_packed["grad_norm:mean"] > 0
+
+
 def test_calls_run_in_submission_order(service: LocalServiceClient) -> None:
     client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=2).result()
     before = _logprobs(client)

@@ -53,6 +53,10 @@ class PolicyClients:
     async def create(cls, service: Any, config: TrainConfig, resume_state: str | None) -> PolicyClients:
         if resume_state is not None:
             training = await service.create_training_client_from_state_with_optimizer(resume_state)
+        elif config.lora_rank == 0:
+            training = await service.create_training_client(
+                config.model, full_finetune=True, seed=config.seed
+            )
         else:
             training = await service.create_lora_training_client(
                 config.model, rank=config.lora_rank, seed=config.seed

@@ -68,6 +68,7 @@ class TrainConfig:
     warmup_steps: int = 0
     """Steps of linear warmup from 0 to ``learning_rate``."""
     lora_rank: int = 32
+    """LoRA rank; 0 trains every weight instead (full fine-tune, local backend only)."""
     loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
     ppo_clip: float = 0.2
     """Clip range epsilon of the ``ppo`` loss."""
@@ -122,7 +123,14 @@ class TrainConfig:
             ),
             (_positive(self.learning_rate), f"learning_rate must be > 0, got {self.learning_rate}"),
             (self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}"),
-            (self.lora_rank >= 1, f"lora_rank must be >= 1, got {self.lora_rank}"),
+            (
+                self.lora_rank >= 0,
+                f"lora_rank must be >= 1 (LoRA) or 0 (full fine-tune), got {self.lora_rank}",
+            ),
+            (
+                self.lora_rank >= 1 or self.backend == "local",
+                "lora_rank=0 (full fine-tune) runs on the local backend only: hosted Tinker trains LoRA",
+            ),
             (0 < self.ppo_clip < 1, f"ppo_clip must be in (0, 1), got {self.ppo_clip}"),
             (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
             (

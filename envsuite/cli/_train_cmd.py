@@ -22,7 +22,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--lr", "learning_rate", float, "peak learning rate"),
     ("--lr-schedule", "lr_schedule", str, "constant | linear | cosine"),
     ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
-    ("--lora-rank", "lora_rank", int, "LoRA rank"),
+    ("--lora-rank", "lora_rank", int, "LoRA rank; 0 trains every weight (full fine-tune, local only)"),
     ("--loss", "loss_fn", str, "importance_sampling | ppo"),
     ("--ppo-clip", "ppo_clip", float, "ppo clip epsilon"),
     ("--num-substeps", "num_substeps", int, "optimizer steps per batch (must divide --batch-size)"),

@@ -234,7 +234,7 @@ def load_sampling_model(base_model: str | None = None, model_path: str | None = 
     from peft import PeftModel
 
     loaded = load_trainable_weights(Path(model_path), meta)
-    model = merge_lora(loaded, share_frozen=True) if isinstance(loaded, PeftModel) else loaded
+    model = merge_lora(loaded) if isinstance(loaded, PeftModel) else loaded
     model.requires_grad_(False)
     return SamplingModel(model, get_tokenizer(meta.base_model), meta.base_model, str(model_path))
 

@@ -5,8 +5,8 @@ through ``concurrent.futures.Future`` objects. The engine thread loops over thre
 
 1. **collect** new requests (blocking only while nothing is running);
 2. **admit** waiting requests into the running batch: their prompts are prefilled together in one
-   left-padded forward pass, each prompt once however many samples it asks for (its KV-cache row is
-   copied per sample), and the first tokens are sampled from the prefill logits;
+   left-padded forward pass, each distinct prompt once however many samples and requests ask for it
+   (its KV-cache row is copied per sample), and the first tokens are sampled from the prefill logits;
 3. **decode** one token for every running row in one forward pass over the shared KV cache.
 
 Rows leave the batch as soon as they stop, and new requests join between two decode steps
@@ -305,22 +305,27 @@ class SamplingEngine:
                 job.fail(exc)
 
     def _admit_group(self, group: list[_Job[Any]]) -> None:
-        out = prefill(self.model, [job.request.prompt_T for job in group], group[0].request.prompt_logprobs)
+        # Identical prompts (the members of a GRPO group) are prefilled once and share that KV row.
+        unique: dict[tuple[int, ...], int] = {}
+        slot_of_job = [unique.setdefault(job.request.prompt_T, len(unique)) for job in group]
+        out = prefill(self.model, list(unique), group[0].request.prompt_logprobs)
         counts = [job.request.num_samples if job.request.max_tokens > 0 else 0 for job in group]
         new_rows: list[_Row] = []
-        for slot, job in enumerate(group):
+        row_slots: list[int] = []
+        for job, slot, count in zip(group, slot_of_job, counts, strict=True):
             if out.prompt_logprobs_B is not None:
                 job.prompt_logprobs = out.prompt_logprobs_B[slot]
-            job.open_rows = counts[slot]
-            new_rows.extend(self._make_row(job, i) for i in range(counts[slot]))
-            if counts[slot] == 0:
+            job.open_rows = count
+            new_rows.extend(self._make_row(job, i) for i in range(count))
+            row_slots.extend([slot] * count)
+            if count == 0:
                 job.finish()
         if not new_rows:
             return
-        slots = torch.repeat_interleave(torch.arange(len(group)), torch.tensor(counts))
-        logits = out.last_logits_B_V.index_select(0, slots.to(out.last_logits_B_V.device))
+        slots = torch.tensor(row_slots, dtype=torch.long, device=out.last_logits_B_V.device)
+        logits = out.last_logits_B_V.index_select(0, slots)
         batch = out.batch
-        batch.repeat_rows(counts)
+        batch.take_rows(row_slots)
         keep = self._advance(new_rows, logits, batch)
         batch.select(keep)
         new_rows = [new_rows[i] for i in keep]

@@ -66,16 +66,13 @@ class KVBatch:
         self.next_pos_B = self.next_pos_B + 1
         return out.logits[:, -1, :]
 
-    def repeat_rows(self, counts: Sequence[int]) -> None:
-        """Replace row ``i`` by ``counts[i]`` copies of it (samples sharing one prefill)."""
-        if all(c == 1 for c in counts):
+    def take_rows(self, index: Sequence[int]) -> None:
+        """Rebuild the batch from rows ``index`` (repeats allowed: samples sharing one prefilled prompt)."""
+        if list(index) == list(range(self.size)):
             return
-        index = torch.repeat_interleave(
-            torch.arange(len(counts), device=self.mask_B_L.device),
-            torch.tensor(counts, device=self.mask_B_L.device),
-        )
-        self._index_rows(index)
-        self.pending_B = [self.pending_B[i] for i in index.tolist()]
+        rows = torch.tensor(list(index), dtype=torch.long, device=self.mask_B_L.device)
+        self._index_rows(rows)
+        self.pending_B = [self.pending_B[i] for i in index]
 
     def select(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep`` (in that order), then drop left columns that hold no real token."""

@@ -6,8 +6,8 @@ fixed at 32, so rank 32 trains at scale 1 and smaller ranks at a larger scale (t
 tinker-cookbook's learning-rate formulas assume).
 
 Tied embeddings (SmolLM2, tiny-random): the ``lm_head`` adapter is added to the *unembedding only*; the
-shared input embedding stays frozen. Merging such an adapter for sampling would also change the input
-embedding through the shared tensor, so the merged model gets its own, untied ``lm_head`` weight.
+shared input embedding stays frozen. The merged model for sampling therefore gets its own, untied
+``lm_head`` weight, and its input embedding stays the frozen shared one.
 """
 
 from __future__ import annotations
@@ -149,29 +149,51 @@ def load_adapter_state(peft_model: PeftModel, state: dict[str, torch.Tensor]) ->
                 target.copy_(source)
 
 
-def merge_lora(peft_model: PeftModel, *, share_frozen: bool) -> PreTrainedModel:
+def merge_lora(peft_model: PeftModel) -> PreTrainedModel:
     """A plain model with the adapters folded in, for sampling; ``peft_model`` itself is left as is.
 
-    With ``share_frozen`` the result reuses (in memory) every frozen tensor the merge does not change,
-    which makes a sampling snapshot of a LoRA run cost little more than the adapted matrices.
+    The result shares (in memory) every tensor the merge does not change, so a sampling snapshot of a
+    LoRA run costs one new matrix per adapted layer: ``W + scale * B @ A``, computed straight into a
+    fresh plain ``nn.Linear``. No copy of the base weights is made first and peft's own
+    merge-and-unload (which copies, merges in place, then swaps modules) is not used: on SmolLM2-135M
+    with rank-32 adapters everywhere this takes the snapshot from 0.85 s to 0.35 s (2 cores), paid once
+    per trainer step.
     """
-    memo: dict[int, Any] = {}
-    if share_frozen:
-        adapted = {id(layer.base_layer.weight) for layer in _lora_layers(peft_model).values()}
-        for param in peft_model.parameters():
-            if not param.requires_grad and id(param) not in adapted:
-                memo[id(param)] = param
-    work = copy.deepcopy(peft_model, memo)
-    base: Any = work.get_base_model()
-    output = base.get_output_embeddings()
-    if base.config.tie_word_embeddings and "lm_head" in _lora_layers(work):
-        layer = output.base_layer
-        layer.weight = torch.nn.Parameter(layer.weight.detach().clone(), requires_grad=False)
-        base.config.tie_word_embeddings = False
-    merged: PreTrainedModel = work.merge_and_unload()
+    base: Any = peft_model.get_base_model()
+    memo: dict[int, Any] = {id(p): p for p in base.parameters()}
+    memo.update({id(b): b for b in base.buffers()})
+    with torch.no_grad():
+        for layer in _lora_layers(peft_model).values():
+            memo[id(layer)] = _merged_linear(layer)
+    # deepcopy rebuilds only the module tree: tensors come from the memo, adapted layers are replaced.
+    merged: PreTrainedModel = copy.deepcopy(base, memo)
+    if "lm_head" in _lora_layers(peft_model):
+        # The merged unembedding is a new tensor; the input embedding stays the shared frozen one.
+        merged.config.tie_word_embeddings = False
     merged.eval()
     merged.requires_grad_(False)
     return merged
+
+
+def _merged_linear(layer: Any) -> torch.nn.Linear:
+    base_layer: torch.nn.Linear = layer.get_base_layer()
+    if getattr(layer, "fan_in_fan_out", False):  # Conv1D-style layers store W transposed
+        weight = base_layer.weight.detach() + layer.get_delta_weight(_ADAPTER).detach()
+        return _plain_linear(base_layer, weight)
+    lora_a = layer.lora_A[_ADAPTER].weight.detach()
+    lora_b = layer.lora_B[_ADAPTER].weight.detach()
+    # One fused pass (W + scale * B @ A): the merge is memory-bound, so no separate delta tensor.
+    weight = torch.addmm(base_layer.weight.detach(), lora_b, lora_a, alpha=float(layer.scaling[_ADAPTER]))
+    return _plain_linear(base_layer, weight)
+
+
+def _plain_linear(base_layer: torch.nn.Linear, weight: torch.Tensor) -> torch.nn.Linear:
+    # Built on the meta device (no memory, no init work), then given the real tensors.
+    linear = torch.nn.Linear(base_layer.in_features, base_layer.out_features, bias=False, device="meta")
+    linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+    if base_layer.bias is not None:
+        linear.bias = torch.nn.Parameter(base_layer.bias.detach(), requires_grad=False)
+    return linear
 
 
 def snapshot_full(model: PreTrainedModel) -> PreTrainedModel:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
-import torch.nn.functional as F
 from tinker import types
 
 from envsuite.backends.local import _checkpoint as ckpt
@@ -89,7 +88,7 @@ class LocalTrainingClient:
         self._param_names = [name for name, _ in named]
         self._params = [p for _, p in named]
         self._optimizer = torch.optim.AdamW(
-            self._params, lr=0.0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0
+            self._params, lr=0.0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0, fused=True
         )
         self._step = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"envsuite-train-{run.run_id}")
@@ -243,18 +242,29 @@ class LocalTrainingClient:
         )
 
     def _target_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """log p(target) at every real position, computing the unembedding in chunks of positions."""
+        """log p(target) at every datum position, datum after datum (``batch.hidden_index_N`` order).
+
+        The unembedding runs once per distinct hidden state (a packed prefix serves every member of
+        its pack), in chunks of positions so at most ``_LOGIT_ROWS`` x vocab logits are alive at once.
+        """
         hidden = self._lm.get_decoder()(
-            input_ids=batch.input_ids_DT, attention_mask=batch.attention_mask_DT, use_cache=False
+            input_ids=batch.input_ids_RW,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids_RW,
+            use_cache=False,
         ).last_hidden_state
-        hidden_N = hidden[batch.attention_mask_DT.bool()]
+        hidden_flat = hidden.reshape(-1, hidden.shape[-1])
+        states_M, state_of_N = torch.unique(batch.hidden_index_N, return_inverse=True)
         head = self._lm.get_output_embeddings()
-        pieces = []
-        for start in range(0, hidden_N.shape[0], _LOGIT_ROWS):
-            logits = head(hidden_N[start : start + _LOGIT_ROWS])
-            targets = batch.targets_N[start : start + _LOGIT_ROWS]
-            pieces.append(-F.cross_entropy(logits, targets, reduction="none"))
-        return torch.cat(pieces)
+        values, where = [], []
+        for start in range(0, states_M.shape[0], _LOGIT_ROWS):
+            logits = head(hidden_flat.index_select(0, states_M[start : start + _LOGIT_ROWS]))
+            logprobs = torch.log_softmax(logits, dim=-1)
+            in_chunk = ((state_of_N >= start) & (state_of_N < start + _LOGIT_ROWS)).nonzero().squeeze(1)
+            values.append(logprobs[state_of_N[in_chunk] - start, batch.targets_N[in_chunk]])
+            where.append(in_chunk)
+        picked = torch.cat(values)
+        return picked.new_zeros(batch.num_tokens).scatter(0, torch.cat(where), picked)
 
     def _run_optim_step(self, params: types.AdamParams) -> types.OptimStepResponse:
         grads = [p.grad for p in self._params if p.grad is not None]
@@ -324,10 +334,7 @@ class LocalTrainingClient:
 
     def _run_snapshot_client(self, dest: Path | None) -> Any:
         path = None if dest is None else self._run_save(dest, ckpt.CheckpointKind.SAMPLER, {}).path
-        if self._peft is not None:
-            model = merge_lora(self._peft, share_frozen=True)
-        else:
-            model = snapshot_full(self._lm)
+        model = merge_lora(self._peft) if self._peft is not None else snapshot_full(self._lm)
         return self._make_sampling_client(
             ckpt.SamplingModel(model, self._tokenizer, self._run.base_model, path)
         )
