@@ -10,6 +10,7 @@ import concurrent.futures
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import tinker
 import torch
@@ -17,6 +18,7 @@ import torch
 from envsuite.backends.local import (
     EngineClosedError,
     EngineConfig,
+    LocalFuture,
     LocalSamplingClient,
     PromptTooLongError,
     SamplingModel,
@@ -76,6 +78,37 @@ def _reference_logprobs(model: torch.nn.Module, prompt: list[int], completion: l
     return [float(logprobs[p, t]) for p, t in zip(positions, completion, strict=True)]
 
 
+class _EngineGate:
+    """Parks the engine thread inside a decode step so a test can queue requests that are then all
+    admitted together (otherwise the engine may start on the first request before the rest arrive).
+    Records the (rows, columns) of every prefill forward pass."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.prefills: list[tuple[int, int]] = []
+        self._hold, self._held, self._release = threading.Event(), threading.Event(), threading.Event()
+        model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, _module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        ids = kwargs["input_ids"]
+        assert isinstance(ids, torch.Tensor)
+        if ids.shape[1] > 1:
+            self.prefills.append((int(ids.shape[0]), int(ids.shape[1])))
+        elif self._hold.is_set():
+            self._hold.clear()
+            self._held.set()
+            self._release.wait(WAIT_S)
+
+    def park(self, sampler: LocalSamplingClient) -> LocalFuture[tinker.SampleResponse]:
+        """Start a long request and return once the engine is parked in its decode loop."""
+        busy = sampler.sample(_prompt([1, 2, 3]), 1, _greedy(8))
+        self._hold.set()
+        assert self._held.wait(WAIT_S)
+        return busy
+
+    def release(self) -> None:
+        self._release.set()
+
+
 # --------------------------------------------------------------------------------------------------
 # Batching
 # --------------------------------------------------------------------------------------------------
@@ -123,38 +156,48 @@ async def test_num_samples_shares_one_prefill() -> None:
     assert shapes[1:] == [(4, 1)] * 5
 
 
+async def test_prompts_sharing_a_system_prompt_prefill_it_once_and_sample_as_alone() -> None:
+    """Chat prompts behind one system prompt are prefilled as a token tree; each then decodes exactly
+    as it would alone (the greedy tokens and their logprobs of a plain one-prompt forward pass)."""
+    own = load_sampling_model(base_model=MODEL)
+    sampler = LocalSamplingClient(own.model, own.tokenizer, MODEL)
+    system = "You are a careful assistant. Answer every question with a single short sentence."
+    questions = ["What is the capital of France?", "Name a prime number", "Why is the sky blue?"]
+    prompts = [_text_prompt(sampler, f"{system}\n\n{q}") for q in questions]
+    prompts.append(prompts[0][:-3])  # a prompt that is a strict prefix of another one
+    gate = _EngineGate(own.model)
+    busy = gate.park(sampler)
+    futures = [sampler.sample(_prompt(p), 1, _greedy(8)) for p in prompts]
+    gate.release()
+    responses = [await f for f in futures]
+    await busy
+    sampler.close()
+    # One row holding the shared system prompt once: fewer columns than the prompts' tokens.
+    assert gate.prefills[-1][0] == 1 and gate.prefills[-1][1] < sum(len(p) for p in prompts)
+    for prompt, response in zip(prompts, responses, strict=True):
+        tokens = response.sequences[0].tokens
+        assert tokens == _reference_greedy(own.model, prompt, 8)
+        np.testing.assert_allclose(
+            response.sequences[0].logprobs, _reference_logprobs(own.model, prompt, tokens), atol=1e-4
+        )
+
+
 async def test_identical_prompts_of_separate_requests_share_one_prefill() -> None:
     """GRPO groups send the same prompt as separate requests: it is prefilled once per admission."""
     own = load_sampling_model(base_model=MODEL)
     sampler = LocalSamplingClient(own.model, own.tokenizer, MODEL)
-    prefills: list[tuple[int, int]] = []
-    hold, held = threading.Event(), threading.Event()
-
-    def record(_module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        ids = kwargs["input_ids"]
-        assert isinstance(ids, torch.Tensor)
-        if ids.shape[1] > 1:
-            prefills.append((int(ids.shape[0]), int(ids.shape[1])))
-        elif hold.is_set():  # park the engine in a decode step while the test queues requests
-            held.set()
-            hold.clear()
-            release.wait(WAIT_S)
-
-    release = threading.Event()
-    own.model.register_forward_pre_hook(record, with_kwargs=True)
-    busy = sampler.sample(_prompt([1, 2, 3]), 1, _greedy(8))
-    hold.set()
-    assert held.wait(WAIT_S)
+    gate = _EngineGate(own.model)
+    busy = gate.park(sampler)
     shared = _text_prompt(sampler, "What is 12 + 30? Reply with the number only.")
     other = _text_prompt(sampler, "Name a colour")
     params = [tinker.SamplingParams(max_tokens=6, temperature=1.0, stop=[], seed=s) for s in range(4)]
     group = [sampler.sample(_prompt(shared), 1, p) for p in params]
     lone = sampler.sample(_prompt(other), 1, _greedy(6))
-    release.set()
+    gate.release()
     together = [(await f).sequences[0].tokens for f in group]
     await lone
     await busy
-    assert prefills[-1] == (2, max(len(shared), len(other)))
+    assert gate.prefills[-1] == (2, max(len(shared), len(other)))
     # Sharing the prefill changes nothing a request sees: each seed gives what it gives alone.
     alone = [(await sampler.sample(_prompt(shared), 1, p)).sequences[0].tokens for p in params]
     sampler.close()

@@ -20,6 +20,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from envsuite.backends.local._token_tree import TreeLayout, tree_layout
+
 
 @dataclass
 class PrefillOutput:
@@ -116,7 +118,71 @@ class KVBatch:
 def prefill(
     model: PreTrainedModel, prompts: Sequence[Sequence[int]], want_prompt_logprobs: bool
 ) -> PrefillOutput:
-    """Run the prompts (left-padded into one batch) through the model, filling a fresh KV cache."""
+    """Run the prompts through the model, filling a fresh KV cache with one left-padded row each.
+
+    Prompts that share a long prefix (a system prompt) are first run as a token tree, each shared
+    token once, and their KV rows are then gathered from it (see :func:`_tree_prefill`).
+    """
+    if not want_prompt_logprobs and len(prompts) > 1:
+        layout = tree_layout(prompts, pad_id=0)
+        if layout.shared:
+            return _tree_prefill(model, prompts, layout)
+    return _padded_prefill(model, prompts, want_prompt_logprobs)
+
+
+def _tree_prefill(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], layout: TreeLayout
+) -> PrefillOutput:
+    """Prefill a token-tree layout, then give each prompt its own KV row, gathered along its path.
+
+    A token's key and value depend only on the tokens on its path (the tree mask) and on its position
+    in its own prompt (rotary position ids), so the gathered rows equal a plain per-prompt prefill.
+    """
+    device = model.device
+    assert layout.mask_RWW is not None
+    # Logits only at columns that end some prompt (every row computes them for the same columns).
+    last_cols = sorted({cols[-1] for cols in layout.columns_S})
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=layout.input_ids_RW.to(device),
+        attention_mask=layout.mask_RWW[:, None, :, :].to(device),
+        position_ids=layout.position_ids_RW.to(device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=torch.tensor(last_cols, device=device),
+    )
+    slot = {col: i for i, col in enumerate(last_cols)}
+    rows = torch.tensor(layout.row_S, device=device)
+    picks = torch.tensor([slot[cols[-1]] for cols in layout.columns_S], device=device)
+    last_logits = out.logits[rows, picks]
+    length = max(len(p) for p in prompts)
+    source = torch.zeros((len(prompts), length), dtype=torch.long)
+    mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for s, prompt in enumerate(prompts):
+        source[s, length - len(prompt) :] = layout.flat_index(s)
+        mask[s, length - len(prompt) :] = 1
+    source, mask = source.to(device), mask.to(device)
+    for layer in _kv_layers(cache):
+        layer.keys = _gather_positions(layer.keys, source)
+        layer.values = _gather_positions(layer.values, source)
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    return PrefillOutput(
+        batch=KVBatch(cache, mask, next_pos), last_logits_B_V=last_logits, prompt_logprobs_B=None
+    )
+
+
+def _gather_positions(tensor_R_H_W_D: torch.Tensor, source_B_L: torch.Tensor) -> torch.Tensor:
+    """``(B, H, L, D)``: entry ``[b, :, l]`` is the flat ``row * W + column`` position ``source[b, l]``."""
+    rows, heads, width, dim = tensor_R_H_W_D.shape
+    flat = tensor_R_H_W_D.transpose(1, 2).reshape(rows * width, heads, dim)
+    picked = flat.index_select(0, source_B_L.reshape(-1)).view(*source_B_L.shape, heads, dim)
+    return picked.transpose(1, 2).contiguous()
+
+
+def _padded_prefill(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], want_prompt_logprobs: bool
+) -> PrefillOutput:
+    """The prompts left-padded into one batch (attention mask and per-row position ids)."""
     device = model.device
     length = max(len(p) for p in prompts)
     input_ids = torch.zeros((len(prompts), length), dtype=torch.long)
