@@ -13,6 +13,15 @@ register(
     tags=("math",),
 )
 register(
+    "arithmetic_easy-v0",
+    entry_point="envsuite.envs.arithmetic:ArithmeticEnv",
+    kwargs={"digits": 1, "operations": ["+"], "n_terms": 2, "answer_format": "number"},
+    kind=EnvKind.SINGLE_TURN,
+    description="The first rung of arithmetic: one-digit addition, answer as a bare number.",
+    reward_range=(-1.0, 1.0),
+    tags=("math",),
+)
+register(
     "math-v0",
     entry_point="envsuite.envs.math_word:MathWordEnv",
     kind=EnvKind.SINGLE_TURN,

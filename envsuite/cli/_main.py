@@ -52,7 +52,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--out-dir", default="runs/demo", help="where training runs, logs and the page go")
-    p.add_argument("--train-steps", type=int, default=8)
+    p.add_argument("--train-steps", type=int, default=12)
     p.add_argument("--bench-episodes", type=int, default=12, help="episodes per env per model")
     p.add_argument("--quick", action="store_true", help="only run the model on the math envs and summarize")
     p.add_argument("--episodes", type=int, default=24, help="--quick: episodes per env")

@@ -2,7 +2,7 @@
 
 Phases, each resumable (a second run reuses finished work):
 
-1. ``train``: GRPO on ``arithmetic`` (one-digit addition) with LoRA, a few steps;
+1. ``train``: GRPO on ``arithmetic_easy`` (one-digit addition) with LoRA, a few steps;
 2. ``bench``: the base model and the trained checkpoint on a catalog subset, as Inspect runs;
 3. ``rank``: the leaderboard in the terminal and as an HTML page (with a chart).
 """
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-DEMO_ENVS = ("arithmetic", "math", "twenty_questions", "tictactoe")
+DEMO_ENVS = ("arithmetic_easy", "arithmetic", "math", "twenty_questions", "tictactoe")
+"""The trained env first (where the gain shows), then harder or different ones (does it carry over?)."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class DemoPlan:
 
     model: str = "smollm2-135m-instruct"
     out_dir: str = "runs/demo"
-    train_steps: int = 8
+    train_steps: int = 12
     episodes: int = 12
     envs: tuple[str, ...] = DEMO_ENVS
     seed: int = 0
@@ -38,16 +39,15 @@ class DemoPlan:
 def _train(plan: DemoPlan, console: Console) -> str:
     from trainers import TrainConfig, run_training
 
-    console.rule("1/3 train: GRPO on arithmetic (one-digit addition), LoRA rank 16")
+    console.rule("1/3 train: GRPO on arithmetic_easy (one-digit addition), LoRA rank 16")
     config = TrainConfig(
-        env_id="arithmetic",
-        env_kwargs={"digits": 1, "operations": ["+"]},
+        env_id="arithmetic_easy",
         log_dir=str(Path(plan.out_dir) / "train"),
         model=plan.model,
         n_steps=plan.train_steps,
         batch_size=8,
         group_size=4,
-        learning_rate=1e-3,
+        learning_rate=5e-4,
         lora_rank=16,
         max_tokens=16,
         save_every=plan.train_steps,
