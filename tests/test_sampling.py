@@ -156,6 +156,23 @@ async def test_num_samples_shares_one_prefill() -> None:
     assert shapes[1:] == [(4, 1)] * 5
 
 
+async def test_long_generations_with_rows_joining_and_leaving_match_greedy_reference(
+    client: LocalSamplingClient, loaded: SamplingModel
+) -> None:
+    """The KV cache appends in place into buffers with room: growing them (every ~64+ tokens) and
+    rows joining and leaving mid-way must not change a single token."""
+    long_prompt = _text_prompt(client, "Count slowly")
+    long_run = client.sample(_prompt(long_prompt), 1, _greedy(130))
+    await asyncio.sleep(0.05)
+    shorts = [_text_prompt(client, t) for t in ("One", "Two words", "A somewhat longer third prompt")]
+    responses = await asyncio.gather(
+        *(client.sample(_prompt(p), 1, _greedy(5 + 30 * i)) for i, p in enumerate(shorts))
+    )
+    for i, (prompt, response) in enumerate(zip(shorts, responses, strict=True)):
+        assert response.sequences[0].tokens == _reference_greedy(loaded.model, prompt, 5 + 30 * i)
+    assert (await long_run).sequences[0].tokens == _reference_greedy(loaded.model, long_prompt, 130)
+
+
 async def test_prompts_sharing_a_system_prompt_prefill_it_once_and_sample_as_alone() -> None:
     """Chat prompts behind one system prompt are prefilled as a token tree; each then decodes exactly
     as it would alone (the greedy tokens and their logprobs of a plain one-prompt forward pass)."""

@@ -99,8 +99,7 @@ class KVBatch:
 
     def _index_rows(self, index: torch.Tensor) -> None:
         for layer in _kv_layers(self.cache):
-            layer.keys = layer.keys.index_select(0, index)
-            layer.values = layer.values.index_select(0, index)
+            layer.select_rows(index)
         self.mask_B_L = self.mask_B_L.index_select(0, index)
         self.next_pos_B = self.next_pos_B.index_select(0, index)
 
@@ -113,6 +112,88 @@ class KVBatch:
             layer.keys = layer.keys[:, :, start:, :].contiguous()
             layer.values = layer.values[:, :, start:, :].contiguous()
         self.mask_B_L = self.mask_B_L[:, start:].contiguous()
+
+
+class GrowableLayer(DynamicLayer):
+    """A full-attention KV-cache layer that appends in place.
+
+    ``DynamicLayer`` appends a token by concatenating it to the whole cache, which copies every cached
+    position at every decode step: O(length) per token, O(length^2) per sequence. This layer keeps
+    ``keys``/``values`` as leading views of buffers with spare room along the sequence axis and writes
+    new positions into the room; a buffer is reallocated (with half its length again as room) only
+    when it is full. When the engine replaces ``keys``/``values`` wholesale (rows joining, trimming)
+    the next append notices that they are no longer views of the buffers and rebuffers once.
+    """
+
+    MIN_ROOM = 64
+    """Spare positions at least, per (re)allocation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start = self.get_seq_length()
+        end = start + key_states.shape[-2]
+        if not self._backed(end):
+            self._rebuffer(start, end, key_states, value_states)
+        assert self._key_buffer is not None and self._value_buffer is not None
+        self._key_buffer[:, :, start:end] = key_states
+        self._value_buffer[:, :, start:end] = value_states
+        self.keys = self._key_buffer[:, :, :end]
+        self.values = self._value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (repeats allowed), buffers and room included: one copy, no rebuffer."""
+        length = self.get_seq_length()
+        if self._key_buffer is None or self._value_buffer is None or not self._backed(length):
+            assert self.keys is not None and self.values is not None
+            self.keys = self.keys.index_select(0, index)
+            self.values = self.values.index_select(0, index)
+            return
+        self._key_buffer = self._key_buffer.index_select(0, index)
+        self._value_buffer = self._value_buffer.index_select(0, index)
+        self.keys = self._key_buffer[:, :, :length]
+        self.values = self._value_buffer[:, :, :length]
+
+    def _backed(self, end: int) -> bool:
+        """``keys``/``values`` are still leading views of the buffers, and the buffers hold ``end``."""
+        keys, buffer = self.keys, self._key_buffer
+        return (
+            buffer is not None
+            and self._value_buffer is not None
+            and keys is not None
+            and keys.dim() == 4
+            and end <= buffer.shape[2]
+            and keys.shape[0] == buffer.shape[0]
+            and keys.data_ptr() == buffer.data_ptr()
+            and self.values is not None
+            and self.values.data_ptr() == self._value_buffer.data_ptr()
+        )
+
+    def _rebuffer(self, start: int, end: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
+        capacity = end + max(self.MIN_ROOM, end // 2)
+        batch = key_like.shape[0]
+        keys = key_like.new_empty((batch, key_like.shape[1], capacity, key_like.shape[3]))
+        values = value_like.new_empty((batch, value_like.shape[1], capacity, value_like.shape[3]))
+        if start:
+            assert self.keys is not None and self.values is not None
+            keys[:, :, :start] = self.keys
+            values[:, :, :start] = self.values
+        self._key_buffer, self._value_buffer = keys, values
+
+
+def new_cache(model: PreTrainedModel) -> DynamicCache:
+    """A cache for ``model`` whose full-attention layers append in place (:class:`GrowableLayer`)."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [GrowableLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def prefill(
@@ -142,7 +223,7 @@ def _tree_prefill(
     assert layout.mask_RWW is not None
     # Logits only at columns that end some prompt (every row computes them for the same columns).
     last_cols = sorted({cols[-1] for cols in layout.columns_S})
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     out = model(
         input_ids=layout.input_ids_RW.to(device),
         attention_mask=layout.mask_RWW[:, None, :, :].to(device),
@@ -192,7 +273,7 @@ def _padded_prefill(
         mask[row, length - len(prompt) :] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(dim=1) - 1).clamp_(min=0)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     out = model(
         input_ids=input_ids,
         attention_mask=mask,
@@ -230,7 +311,7 @@ def _kv_layers(cache: DynamicCache) -> list[_FullLayer]:
     for layer in cache.layers:
         # Sliding-window and linear-attention layers keep positions differently; left-padding and
         # merging rows is only valid for plain full-attention layers.
-        if type(layer) is not DynamicLayer or layer.keys is None or layer.values is None:
+        if type(layer) is not GrowableLayer or layer.keys is None or layer.values is None:
             raise TypeError(
                 f"the local sampling engine supports full-attention KV caches only, got {type(layer).__name__}"
             )
@@ -239,8 +320,12 @@ def _kv_layers(cache: DynamicCache) -> list[_FullLayer]:
 
 
 class _FullLayer(Protocol):
+    """A :class:`GrowableLayer` that holds data (its ``keys``/``values`` are set)."""
+
     keys: torch.Tensor
     values: torch.Tensor
+
+    def select_rows(self, index: torch.Tensor) -> None: ...
 
 
 def _pad_left(tensor_B_H_L_D: torch.Tensor, length: int) -> torch.Tensor:
