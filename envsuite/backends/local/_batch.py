@@ -36,7 +36,7 @@ class TokenBatch:
     position_ids_RW: torch.Tensor | None
     """Each token's position in its datum; None when no row is shared (the model's own ``0..len-1``)."""
     attention_mask: torch.Tensor
-    """``(R, W)`` 0/1 padding mask, or ``(R, 1, W, W)`` boolean (True = may attend) when rows are packed."""
+    """``(R, W)`` 0/1 padding mask, or ``(R, 1, W, W)`` boolean (True = may attend) when rows are shared."""
     hidden_index_N: torch.Tensor
     lengths_D: list[int]
     targets_N: torch.Tensor
@@ -46,10 +46,6 @@ class TokenBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.targets_N.numel())
-
-    @property
-    def packed(self) -> bool:
-        return self.attention_mask.dim() == 4
 
 
 def _datum_tokens(index: int, datum: types.Datum) -> list[int]:
@@ -86,14 +82,7 @@ def _datum_inputs(index: int, datum: types.Datum, loss_fn: LossFn, length: int) 
     return tensors
 
 
-def build_batch(
-    data: Sequence[types.Datum],
-    loss_fn: LossFn,
-    vocab_size: int,
-    pad_id: int,
-    *,
-    share_prefixes: bool = True,
-) -> TokenBatch:
+def build_batch(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int, pad_id: int) -> TokenBatch:
     """Validate ``data`` against ``loss_fn`` and lay it out; bad input raises :class:`LossInputError`."""
     if not data:
         raise LossInputError("the batch is empty: pass at least one Datum")
@@ -111,7 +100,7 @@ def build_batch(
     for i, inputs in enumerate(inputs_D):
         if sorted(set(inputs) - {"target_tokens"}) != float_keys:
             raise LossInputError(f"datum {i}: every datum in a batch needs the same loss_fn_inputs keys")
-    layout = tree_layout(tokens_D, pad_id, share_prefixes=share_prefixes)
+    layout = tree_layout(tokens_D, pad_id)
     hidden_index_N = torch.cat([layout.flat_index(d) for d in range(len(tokens_D))])
     positions: torch.Tensor | None = layout.position_ids_RW
     if layout.mask_RWW is not None:

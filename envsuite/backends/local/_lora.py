@@ -160,14 +160,15 @@ def merge_lora(peft_model: PeftModel) -> PreTrainedModel:
     per trainer step.
     """
     base: Any = peft_model.get_base_model()
+    adapted = _lora_layers(peft_model)
     memo: dict[int, Any] = {id(p): p for p in base.parameters()}
     memo.update({id(b): b for b in base.buffers()})
     with torch.no_grad():
-        for layer in _lora_layers(peft_model).values():
+        for layer in adapted.values():
             memo[id(layer)] = _merged_linear(layer)
     # deepcopy rebuilds only the module tree: tensors come from the memo, adapted layers are replaced.
     merged: PreTrainedModel = copy.deepcopy(base, memo)
-    if "lm_head" in _lora_layers(peft_model):
+    if "lm_head" in adapted:
         # The merged unembedding is a new tensor; the input embedding stays the shared frozen one.
         merged.config.tie_word_embeddings = False
     merged.eval()

@@ -40,7 +40,6 @@ class TreeRow:
 class TreeLayout:
     """``R`` rows of width ``W`` holding a list of sequences (indexed ``_S``)."""
 
-    rows: list[TreeRow]
     input_ids_RW: torch.Tensor
     """Token ids; columns past a row's end hold ``pad_id``."""
     position_ids_RW: torch.Tensor
@@ -69,9 +68,9 @@ class TreeLayout:
         return torch.tensor(self.columns_S[s], dtype=torch.long) + self.row_S[s] * self.width
 
 
-def tree_layout(tokens_S: Sequence[Sequence[int]], pad_id: int, *, share_prefixes: bool = True) -> TreeLayout:
-    """Lay ``tokens_S`` out as token-tree rows (one sequence per row when ``share_prefixes`` is False)."""
-    rows = _plan_rows(tokens_S) if share_prefixes else [TreeRow([s], [0]) for s in range(len(tokens_S))]
+def tree_layout(tokens_S: Sequence[Sequence[int]], pad_id: int) -> TreeLayout:
+    """Lay ``tokens_S`` out as token-tree rows (see the module docstring)."""
+    rows = _plan_rows(tokens_S)
     ids_R: list[list[int]] = []
     pos_R: list[list[int]] = []
     columns_S: list[list[int]] = [[] for _ in tokens_S]
@@ -96,7 +95,7 @@ def tree_layout(tokens_S: Sequence[Sequence[int]], pad_id: int, *, share_prefixe
         positions[r, : len(pos)] = torch.tensor(pos)
     used_R = [len(ids) for ids in ids_R]
     mask = _path_mask(rows, columns_S, used_R, width) if any(len(r.members) > 1 for r in rows) else None
-    return TreeLayout(rows, input_ids, positions, used_R, row_S, columns_S, mask)
+    return TreeLayout(input_ids, positions, used_R, row_S, columns_S, mask)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

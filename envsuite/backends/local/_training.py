@@ -244,8 +244,9 @@ class LocalTrainingClient:
     def _target_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """log p(target) at every datum position, datum after datum (``batch.hidden_index_N`` order).
 
-        The unembedding runs once per distinct hidden state (a packed prefix serves every member of
-        its pack), in chunks of positions so at most ``_LOGIT_ROWS`` x vocab logits are alive at once.
+        The unembedding runs once per distinct hidden state (a shared prefix column serves every datum
+        whose path crosses it), in chunks of positions so at most ``_LOGIT_ROWS`` x vocab logits are
+        alive at once.
         """
         hidden = self._lm.get_decoder()(
             input_ids=batch.input_ids_RW,
