@@ -22,8 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import envsuite
-from envsuite import InitialObservationOverflow
-from envsuite._make import RendererConfig
+from envsuite import InitialObservationOverflow, RendererConfig
 from envsuite.testing._episodes import PLAUSIBLE_REPLIES, text_actions
 
 

@@ -19,12 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from envsuite._make import RendererConfig, make_env
+from envsuite import RendererConfig, make_env
 from envsuite.backends import make_service_client
 from envsuite.completers import SamplingTokenCompleter
+from envsuite.evals import BenchConfig, episode_seeds, run_bench
+from envsuite.evals._provider import local_model
 from envsuite.rollouts import RolloutLimits, do_single_rollout
-from evals import BenchConfig, episode_seeds, run_bench
-from evals._provider import local_model
 
 
 @dataclass(frozen=True)

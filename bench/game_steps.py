@@ -26,9 +26,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from envsuite import Env, RendererConfig  # noqa: E402
-from games.chess import ChessFactory  # noqa: E402
-from games.multiagent import GameFactory, RandomOpponent, SeatView, SelfPlayGroupBuilder, TicTacToeFactory  # noqa: E402
-from games.textarena import TextArenaFactory, available_games, record  # noqa: E402
+from envsuite.games.chess import ChessFactory  # noqa: E402
+from envsuite.games.multiagent import RandomOpponent, SeatView, SelfPlayGroupBuilder  # noqa: E402
+from envsuite.games.textarena import TextArenaFactory, available_games, record  # noqa: E402
+from envsuite.games.tictactoe import TicTacToeFactory  # noqa: E402
+from envsuite.turn_games import GameFactory  # noqa: E402
 
 Moves = list[str]
 

@@ -152,7 +152,7 @@ def run_envsuite(shape: Shape, out: Path) -> SideResult:
     """envsuite's trainer on the local backend; per-phase times come from its ``metrics.jsonl``."""
     import shutil
 
-    from trainers import TrainConfig, read_metrics, run_training
+    from envsuite.trainers import TrainConfig, read_metrics, run_training
 
     log_dir = out / "envsuite"
     shutil.rmtree(log_dir, ignore_errors=True)  # a leftover run would be resumed, not re-measured

@@ -24,7 +24,7 @@ from typing import cast
 import tinker
 import torch
 
-from envsuite._make import RendererConfig
+from envsuite import RendererConfig
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
 from envsuite.core import Message
 

@@ -1,22 +1,33 @@
 """envsuite: a gym-style catalog of token-level environments for RL on language models.
 
-Importing this package is cheap (gymnasium and numpy only): it registers the built-in catalog (plain
-data) and mirrors it into gymnasium's registry. torch, transformers, textarena and inspect_ai load only
-when a feature needs them.
+Importing this package is cheap (gymnasium and numpy only): it registers the built-in catalog and the
+``envsuite.envs`` entry-point plugins (plain data; the games are one such plugin, ``envsuite.games``) and
+mirrors them into gymnasium's registry. torch, transformers, textarena and inspect_ai load only when a
+feature needs them.
+
+Layers import only downward: this core (contracts, catalog, renderers, backends, engine, envs, adapters)
+<- ``envsuite.games``, ``envsuite.evals``, ``envsuite.trainers``, ``envsuite.leaderboard`` <- the CLI
+(``envsuite.cli``). ``tests/test_architecture.py`` enforces it.
 """
 
 from __future__ import annotations
 
 from envsuite import _catalog  # noqa: F401  (registers the built-in envs)
 from envsuite._make import (
+    DEFAULT_MAX_CONTEXT_TOKENS,
     DEFAULT_MODEL,
     CatalogDatasetBuilder,
     CatalogGroupBuilder,
     RendererConfig,
+    available_spec,
+    env_context,
+    episode_seed,
     make_dataset_builder,
     make_env,
     make_group_builder,
 )
+from envsuite.adapters.gymnasium import make
+from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 from envsuite.core import (
     Action,
     Env,
@@ -45,21 +56,19 @@ from envsuite.registration import (
     RegistryError,
     UnavailableEnvError,
     UnknownEnvError,
+    catalog_reward_ranges,
     pprint_registry,
     register,
     registry,
     spec,
 )
-from envsuite.wrappers.gymnasium import make
-from envsuite.wrappers.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 
+# Plugins (the games among them) register now rather than on the first lookup, so that
+# gymnasium.make("envsuite/<id>") finds every id after `import envsuite`. Registration is plain data:
+# no plugin's game or model library loads here.
+registry.load_plugins()
 # Mirror catalog ids into gymnasium's registry so gymnasium.make("envsuite/<id>") works.
 registry.add_listener(_mirror_to_gymnasium)
-
-# Games register from their own package (which builds on envsuite, hence last); no game library loads.
-from games._catalog import register_games as _register_games  # noqa: E402
-
-_register_games()
 
 __version__ = "0.1.0"
 
@@ -91,15 +100,20 @@ __all__ = [
     "RegistryError",
     "UnavailableEnvError",
     "UnknownEnvError",
+    "catalog_reward_ranges",
     "pprint_registry",
     "register",
     "registry",
     "spec",
     # making envs from an id
+    "DEFAULT_MAX_CONTEXT_TOKENS",
     "DEFAULT_MODEL",
     "CatalogDatasetBuilder",
     "CatalogGroupBuilder",
     "RendererConfig",
+    "available_spec",
+    "env_context",
+    "episode_seed",
     "make",
     "make_dataset_builder",
     "make_env",

@@ -1,4 +1,8 @@
-"""The built-in catalog: one ``register`` call per env version. Plain data; nothing heavy is imported."""
+"""The core catalog (the math envs): one ``register`` call per env version. Plain data; nothing heavy loads.
+
+The games (twenty questions, chess, tic-tac-toe, TextArena) register from ``envsuite.games`` through the
+``envsuite.envs`` entry point, like any plugin.
+"""
 
 from __future__ import annotations
 
@@ -28,14 +32,4 @@ register(
     description="Multi-step word problems (procedural offline, or GSM8K/MATH JSONL); math-verify grading.",
     reward_range=(-1.0, 1.0),
     tags=("math",),
-)
-register(
-    "twenty_questions-v0",
-    entry_point="games.twenty_questions.env:TwentyQuestionsEnv",
-    kind=EnvKind.MULTI_TURN,
-    description="Ask yes/no questions, then 'Guess: <word>'; offline deterministic answerer by default.",
-    reward_range=(0.0, 1.0),
-    max_turns=20,
-    partner_kwarg="answerer",
-    tags=("game", "dialogue"),
 )

@@ -3,7 +3,7 @@
 Names are consistent: ``make_env`` (one single-use :class:`~envsuite.core.Env`), ``make_group_builder``
 (an :class:`~envsuite.core.EnvGroupBuilder` of ``group_size`` envs sharing one episode),
 ``make_dataset_builder`` (an :class:`~envsuite.core.RLDatasetBuilder` of batches of groups) and ``make``
-(a ``gymnasium.Env``, in ``envsuite.wrappers``). All of them are plain data and pickle.
+(a ``gymnasium.Env``, in ``envsuite.adapters``). All of them are plain data and pickle.
 """
 
 from __future__ import annotations

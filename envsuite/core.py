@@ -32,7 +32,12 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NotRequired, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+# Re-exported (redundant aliases): the contracts speak of them, and env authors import them from here.
+from envsuite.chat import Message as Message
+from envsuite.chat import Role as Role
+from envsuite.chat import StopCondition as StopCondition
 
 if TYPE_CHECKING:
     import tinker
@@ -52,24 +57,11 @@ Observation: TypeAlias = "tinker.ModelInput"
 Logprobs: TypeAlias = list[float]
 """Per-token log-probabilities of an :data:`Action` under the sampling policy."""
 
-StopCondition: TypeAlias = list[str] | list[int]
-"""Where the policy must stop sampling: stop strings or stop token ids (never mixed)."""
-
 Metrics: TypeAlias = dict[str, float | int]
 """Numeric per-step or per-episode measurements; aggregated by the trainer and evals."""
 
 Logs: TypeAlias = dict[str, str | int | float]
 """Human-readable diagnostics (the parsed reply, the answer key, ...); never aggregated."""
-
-Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
-
-
-class Message(TypedDict):
-    """One chat message. ``thinking`` holds reasoning text for renderers that keep it separately."""
-
-    role: Role
-    content: str
-    thinking: NotRequired[str]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import importlib
 import inspect
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,6 +277,23 @@ def register(
 def spec(env_id: str) -> EnvSpec:
     """The spec registered under ``env_id`` (unversioned: the latest version)."""
     return registry.spec(env_id)
+
+
+def catalog_reward_ranges(env_ids: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """The declared reward range of each of ``env_ids`` that this install's catalog knows.
+
+    Ids it does not know (results of a plugin that is not installed here) are left out, as are
+    degenerate ranges; the leaderboard falls back to the observed range for those.
+    """
+    ranges: dict[str, tuple[float, float]] = {}
+    for env_id in env_ids:
+        try:
+            lo, hi = registry.spec(env_id).reward_range
+        except RegistryError:
+            continue
+        if hi > lo:
+            ranges[env_id] = (float(lo), float(hi))
+    return ranges
 
 
 def pprint_registry(*, print_fn: Callable[[str], None] = print) -> None:

@@ -4,9 +4,9 @@
 ``inspect_ai`` entry point. Importing this package imports inspect_ai.
 """
 
-from evals._bench import BenchConfig, BenchReport, import_log, run_bench
-from evals._partners import InspectMessageCompleter
-from evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
+from envsuite.evals._bench import BenchConfig, BenchReport, import_log, run_bench
+from envsuite.evals._partners import InspectMessageCompleter
+from envsuite.evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
 
 __all__ = [
     # tasks, solvers and scorers

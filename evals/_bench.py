@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envsuite._make import RendererConfig
+from envsuite import RendererConfig, catalog_reward_ranges
 from envsuite.models import KNOWN_MODELS
 from envsuite.registration import EnvKind, registry, spec
 
@@ -93,7 +93,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
     """Run the benchmark, import its logs into the store, and return what happened."""
     from inspect_ai import eval_set
 
-    from evals._task import envsuite_env
+    from envsuite.evals._task import envsuite_env
 
     env_ids = config.resolved_env_ids()
     tasks = [
@@ -145,7 +145,7 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     from inspect_ai.log import read_eval_log
 
     import envsuite
-    from leaderboard import EpisodeResult, MatchResult, ResultKey, ResultStore, RunRecord
+    from envsuite.leaderboard import EpisodeResult, MatchResult, ResultKey, ResultStore, RunRecord
 
     log = read_eval_log(log_path)
     metadata: dict[str, Any] = dict(log.eval.metadata or {})
@@ -208,7 +208,7 @@ def bench_main(args: Any) -> int:
     """The ``envsuite bench`` handler."""
     from rich.console import Console
 
-    from leaderboard import ResultStore, build_leaderboard, render_terminal
+    from envsuite.leaderboard import ResultStore, build_leaderboard, render_terminal
 
     config = BenchConfig(
         model=args.model,
@@ -231,7 +231,9 @@ def bench_main(args: Any) -> int:
     )
     store = ResultStore(config.db)
     try:
-        console.print(render_terminal(build_leaderboard(store, env_ids=config.resolved_env_ids())))
+        env_ids = config.resolved_env_ids()
+        ranges = catalog_reward_ranges(key.versioned_env_id for key in store.keys(env_ids))
+        console.print(render_terminal(build_leaderboard(store, env_ids=env_ids, catalog_ranges=ranges)))
     finally:
         store.close()
     return 0 if report.completed else 1

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from inspect_ai.model import GenerateConfig, get_model
 
 from envsuite.core import Message, MessageCompleter
-from evals._messages import to_inspect
+from envsuite.evals._messages import to_inspect
 
 
 @dataclass

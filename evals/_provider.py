@@ -22,7 +22,7 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from evals._messages import to_envsuite
+from envsuite.evals._messages import to_envsuite
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -36,7 +36,7 @@ class _LocalModel:
 @functools.lru_cache(maxsize=8)
 def local_model(name: str) -> _LocalModel:
     """One sampling client and renderer per model per process (shared by every task using it)."""
-    from envsuite._make import RendererConfig
+    from envsuite import RendererConfig
     from envsuite.backends import local_sampling_client
 
     return _LocalModel(local_sampling_client(name), RendererConfig(model_name=name).build())

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from inspect_ai.model import ModelAPI, modelapi
 
-from evals._task import envsuite_env
+from envsuite.evals._task import envsuite_env
 
 
 @modelapi(name="envsuite")
 def envsuite_provider() -> type[ModelAPI]:
-    from evals._provider import EnvsuiteModelAPI
+    from envsuite.evals._provider import EnvsuiteModelAPI
 
     return EnvsuiteModelAPI
 

@@ -17,11 +17,11 @@ from inspect_ai.model import GenerateConfig, get_model
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
-from envsuite._make import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite._text import reply_to_tokens
+from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
 from envsuite.core import Env, InitialObservationOverflow, StopReason
+from envsuite.evals._messages import to_inspect
 from envsuite.registration import spec
-from evals._messages import to_inspect
+from envsuite.renderers import reply_to_tokens
 
 RESULT_KEY = "envsuite_result"
 MAX_TURNS_GUARD = 512
@@ -50,7 +50,7 @@ def _partner_kwargs(env_id: str, partner: str | None) -> dict[str, Any]:
         return {}
     if partner.startswith("envsuite-builtin:"):
         return {env_spec.partner_kwarg: partner.removeprefix("envsuite-builtin:")}
-    from evals._partners import InspectMessageCompleter
+    from envsuite.evals._partners import InspectMessageCompleter
 
     return {env_spec.partner_kwarg: InspectMessageCompleter(partner)}
 
@@ -164,7 +164,7 @@ def env_reward() -> Scorer:
     return score
 
 
-@task(name="envsuite/env")
+@task(name="env")  # Inspect prefixes the package: registered as envsuite/env
 def envsuite_env(
     env_id: str,
     episodes: int = 20,

@@ -1,4 +1,4 @@
-"""Catalog entries for the games: every textarena game (runnable or not), chess and tic-tac-toe.
+"""Catalog entries for the games: twenty questions, chess, tic-tac-toe and every textarena game.
 
 ``register_games`` is cheap: the textarena entries come from the probed static table, so textarena
 itself is imported only when one of its envs is made.
@@ -6,20 +6,31 @@ itself is imported only when one of its envs is made.
 
 from __future__ import annotations
 
+from envsuite.games.textarena._table import all_games
 from envsuite.registration import EnvKind, register, registry
-from games.textarena._table import all_games
 
 
 def register_games() -> None:
-    """Register ``chess-v0``, ``tictactoe-v0`` and ``textarena/<Game>-v0`` for every probed game.
+    """Register ``twenty_questions-v0``, ``chess-v0``, ``tictactoe-v0`` and ``textarena/<Game>-v0``.
 
-    Idempotent: a second call (the package catalog and a test both asking) changes nothing.
+    The ``envsuite.envs`` entry point ``games`` calls this once per process. Idempotent: a second call
+    (the entry point and a test both asking) changes nothing.
     """
     if "chess-v0" in registry:
         return
     register(
+        "twenty_questions-v0",
+        entry_point="envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
+        kind=EnvKind.MULTI_TURN,
+        description="Ask yes/no questions, then 'Guess: <word>'; offline deterministic answerer by default.",
+        reward_range=(0.0, 1.0),
+        max_turns=20,
+        partner_kwarg="answerer",
+        tags=("game", "dialogue"),
+    )
+    register(
         "chess-v0",
-        entry_point="games.chess:ChessEnv",
+        entry_point="envsuite.games.chess:ChessEnv",
         kind=EnvKind.GAME,
         description="Chess on python-chess (SAN or UCI moves, full draw rules) against an opponent seat.",
         reward_range=(-1.0, 1.0),
@@ -29,7 +40,7 @@ def register_games() -> None:
     )
     register(
         "tictactoe-v0",
-        entry_point="games.multiagent:TicTacToeEnv",
+        entry_point="envsuite.games.tictactoe:TicTacToeEnv",
         kind=EnvKind.GAME,
         description="Tic-tac-toe against a random, fixed or optimal (minimax) opponent.",
         reward_range=(-1.0, 1.0),
@@ -41,7 +52,7 @@ def register_games() -> None:
         players = f"{game.num_players}-player" if game.num_players else "unknown players"
         register(
             game.env_id,
-            entry_point="games.textarena:TextArenaEnv",
+            entry_point="envsuite.games.textarena:TextArenaEnv",
             kwargs={"game": game.name},
             kind=EnvKind.GAME,
             description=f"TextArena {game.name} ({players}); other seats played by an opponent.",

@@ -7,9 +7,9 @@ Producers (``evals/``, a user's loop) write :class:`RunRecord` + :class:`Episode
 
 from __future__ import annotations
 
-from leaderboard._board import Leaderboard, OverallScore, build_leaderboard
-from leaderboard._cli import add_arguments, cli_main, run
-from leaderboard._db import (
+from envsuite.leaderboard._board import Leaderboard, OverallScore, build_leaderboard
+from envsuite.leaderboard._cli import add_arguments, cli_main, run
+from envsuite.leaderboard._db import (
     Backend,
     DatabaseURL,
     MissingDriverError,
@@ -17,9 +17,9 @@ from leaderboard._db import (
     default_url,
     parse_url,
 )
-from leaderboard._html import HtmlReport, render_html, write_html
-from leaderboard._ratings import ALL_GAMES, compute_ratings, recompute_ratings
-from leaderboard._records import (
+from envsuite.leaderboard._html import HtmlReport, render_html, write_html
+from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings, recompute_ratings
+from envsuite.leaderboard._records import (
     AddRunResult,
     Entrant,
     EpisodeResult,
@@ -35,9 +35,9 @@ from leaderboard._records import (
     file_identity,
     split_env_id,
 )
-from leaderboard._sanitize import REDACTED, is_secret_name, redact_text, sanitize
-from leaderboard._schema import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, migrate
-from leaderboard._stats import (
+from envsuite.leaderboard._sanitize import REDACTED, is_secret_name, redact_text, sanitize
+from envsuite.leaderboard._schema import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, migrate
+from envsuite.leaderboard._stats import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_CONFIDENCE,
     Estimate,
@@ -46,8 +46,8 @@ from leaderboard._stats import (
     PairedComparison,
     paired_comparison,
 )
-from leaderboard._store import ResultStore, RunConflictError
-from leaderboard._terminal import render_overall, render_ratings, render_terminal
+from envsuite.leaderboard._store import ResultStore, RunConflictError
+from envsuite.leaderboard._terminal import render_overall, render_ratings, render_terminal
 
 __all__ = [
     # records (what producers write)

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from leaderboard._cli import cli_main
+from envsuite.leaderboard._cli import cli_main
 
 sys.exit(cli_main())

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leaderboard._records import Entrant, Rating, StoredRun
-from leaderboard._stats import (
+from envsuite.leaderboard._records import Entrant, Rating, StoredRun
+from envsuite.leaderboard._stats import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_CONFIDENCE,
     Estimate,
@@ -30,7 +30,7 @@ from leaderboard._stats import (
     percentile_estimate,
     summarize_key,
 )
-from leaderboard._store import ResultStore
+from envsuite.leaderboard._store import ResultStore
 
 
 @dataclass(frozen=True)
@@ -62,18 +62,10 @@ class Leaderboard:
         return tuple(sorted({e.key.versioned_env_id for e in self.entries}))
 
 
-def _catalog_range(versioned_env_id: str) -> tuple[float, float] | None:
-    try:
-        import envsuite
-
-        lo, hi = envsuite.spec(versioned_env_id).reward_range
-    except Exception:  # an env unknown to this install (a plugin not installed): fall back
-        return None
-    return (float(lo), float(hi)) if hi > lo else None
-
-
 def reward_ranges(
-    runs: Sequence[StoredRun], observed: Mapping[str, tuple[float, float]]
+    runs: Sequence[StoredRun],
+    observed: Mapping[str, tuple[float, float]],
+    catalog: Mapping[str, tuple[float, float]],
 ) -> dict[str, tuple[float, float]]:
     """Per env version: the range stored with a run, else the catalog's, else the observed one."""
     ranges: dict[str, tuple[float, float]] = {}
@@ -82,7 +74,7 @@ def reward_ranges(
             ranges.setdefault(run.key.versioned_env_id, run.reward_range)
     for env in observed:
         if env not in ranges:
-            ranges[env] = _catalog_range(env) or observed[env]
+            ranges[env] = catalog.get(env) or observed[env]
     return ranges
 
 
@@ -116,13 +108,19 @@ def build_leaderboard(
     n_boot: int = DEFAULT_BOOTSTRAP,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
+    catalog_ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> Leaderboard:
-    """Summarise every key in the store (or only ``env_ids``), rank entrants, attach ratings."""
+    """Summarise every key in the store (or only ``env_ids``), rank entrants, attach ratings.
+
+    Scores are normalised by each env version's reward range: the one stored with its runs, else
+    ``catalog_ranges`` (the caller's catalog, e.g. ``envsuite.catalog_reward_ranges(ids)``), else the
+    range the stored rewards span.
+    """
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     env_list = None if env_ids is None else list(env_ids)
     episodes = store.episodes(env_list)
-    ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes))
+    ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes), catalog_ranges or {})
     entries = [
         summarize_key(
             key,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from leaderboard._board import Leaderboard
-from leaderboard._stats import KeySummary
+from envsuite.leaderboard._board import Leaderboard
+from envsuite.leaderboard._stats import KeySummary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -12,14 +12,15 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from leaderboard._board import build_leaderboard
-from leaderboard._db import MissingDriverError, StoreURLError, default_url
-from leaderboard._html import write_html
-from leaderboard._ratings import recompute_ratings
-from leaderboard._schema import SchemaTooNewError
-from leaderboard._stats import DEFAULT_BOOTSTRAP
-from leaderboard._store import ResultStore
-from leaderboard._terminal import render_overall, render_ratings, render_terminal
+from envsuite import catalog_reward_ranges
+from envsuite.leaderboard._board import build_leaderboard
+from envsuite.leaderboard._db import MissingDriverError, StoreURLError, default_url
+from envsuite.leaderboard._html import write_html
+from envsuite.leaderboard._ratings import recompute_ratings
+from envsuite.leaderboard._schema import SchemaTooNewError
+from envsuite.leaderboard._stats import DEFAULT_BOOTSTRAP
+from envsuite.leaderboard._store import ResultStore
+from envsuite.leaderboard._terminal import render_overall, render_ratings, render_terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +54,13 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
         with ResultStore(args.db) as store:
             if args.recompute_ratings:
                 recompute_ratings(store)
-            board = build_leaderboard(store, env_ids=args.env, n_boot=args.boot, seed=args.seed)
+            board = build_leaderboard(
+                store,
+                env_ids=args.env,
+                n_boot=args.boot,
+                seed=args.seed,
+                catalog_ranges=catalog_reward_ranges(key.versioned_env_id for key in store.keys(args.env)),
+            )
     except (StoreURLError, MissingDriverError, SchemaTooNewError, ValueError) as exc:
         print(f"envsuite leaderboard: error: {exc}", file=sys.stderr)
         return 2

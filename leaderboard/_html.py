@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from leaderboard._board import Leaderboard
-from leaderboard._chart import write_chart
-from leaderboard._stats import Estimate, KeySummary
-from leaderboard._terminal import fmt_sampling, fmt_seeds
+from envsuite.leaderboard._board import Leaderboard
+from envsuite.leaderboard._chart import write_chart
+from envsuite.leaderboard._stats import Estimate, KeySummary
+from envsuite.leaderboard._terminal import fmt_sampling, fmt_seeds
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#1b1b1b}

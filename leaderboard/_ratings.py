@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from leaderboard._records import MatchResult, Rating
-from leaderboard._store import ResultStore
+from envsuite.leaderboard._records import MatchResult, Rating
+from envsuite.leaderboard._store import ResultStore
 
 ALL_GAMES = "*"
 """The pool that rates every match together, whatever the env."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leaderboard._db import Connection
-from leaderboard._records import utc_now
+from envsuite.leaderboard._db import Connection
+from envsuite.leaderboard._records import utc_now
 
 
 @dataclass(frozen=True)

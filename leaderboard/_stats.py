@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from leaderboard._records import ResultKey, SampleId, StoredEpisode
+from envsuite.leaderboard._records import ResultKey, SampleId, StoredEpisode
 
 DEFAULT_BOOTSTRAP = 2000
 """Bootstrap replicates B: percentile endpoints move by well under 0.01 between reruns at this B."""

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from leaderboard._db import Connection, connect, default_url
-from leaderboard._records import (
+from envsuite.leaderboard._db import Connection, connect, default_url
+from envsuite.leaderboard._records import (
     AddRunResult,
     EpisodeResult,
     MatchResult,
@@ -22,8 +22,8 @@ from leaderboard._records import (
     canonical_json,
     split_env_id,
 )
-from leaderboard._sanitize import redact_text, sanitize
-from leaderboard._schema import current_version, migrate
+from envsuite.leaderboard._sanitize import redact_text, sanitize
+from envsuite.leaderboard._schema import current_version, migrate
 
 _KEY_COLUMNS = (
     "k.model, k.env_id, k.env_version, k.partner, k.renderer, k.sampling, k.seeds, k.package_version"

@@ -8,8 +8,8 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from leaderboard._board import Leaderboard
-from leaderboard._stats import Estimate
+from envsuite.leaderboard._board import Leaderboard
+from envsuite.leaderboard._stats import Estimate
 
 
 def fmt_estimate(est: Estimate | None, digits: int = 3) -> str:

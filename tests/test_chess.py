@@ -6,11 +6,9 @@ import chess
 import pytest
 
 from envsuite import RendererConfig, StopReason, make_env
-from games._catalog import register_games
-from games.chess import ChessGame, parse_move, uci_vocabulary
-from games.multiagent import MoveStatus
+from envsuite.games.chess import ChessGame, parse_move, uci_vocabulary
+from envsuite.turn_games import MoveStatus
 
-register_games()
 RENDERER = RendererConfig(model_name="tiny-random")
 
 

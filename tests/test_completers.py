@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import tinker
 
-from envsuite._make import RendererConfig
+from envsuite import RendererConfig
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
 from envsuite.completers import (
     RandomTokenCompleter,

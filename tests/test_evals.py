@@ -18,9 +18,9 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
 from inspect_ai.model import ModelOutput, ModelUsage
 
+from envsuite.evals import BenchConfig, envsuite_env, run_bench
+from envsuite.leaderboard import ResultStore
 from envsuite.registration import registry
-from evals import BenchConfig, envsuite_env, run_bench
-from leaderboard import ResultStore
 from tests.conftest import TEST_MODEL
 
 
@@ -151,7 +151,7 @@ def test_bench_records_results_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
 _BENCH_SCRIPT = """
 import sys
 import envsuite
-from evals import BenchConfig, run_bench
+from envsuite.evals import BenchConfig, run_bench
 envsuite.register("scratch/slow-v0", "tests.support.flaky_env:SlowEnv", reward_range=(0.0, 1.0))
 run_bench(BenchConfig(model="tiny-random", env_ids=("scratch/slow",), episodes=6, max_tokens=4,
                       log_root=sys.argv[1], db=sys.argv[2], display="none", max_samples=1))

@@ -19,9 +19,7 @@ import pytest
 import tinker
 
 import envsuite
-from envsuite.completers import ScriptedTokenCompleter
-from envsuite.core import EnvContext, StopReason, Trajectory
-from envsuite.interop import (
+from envsuite.adapters.cookbook import (
     COOKBOOK_MISSING,
     CompleterForCookbook,
     CookbookDatasetBuilderAdapter,
@@ -31,6 +29,8 @@ from envsuite.interop import (
     register_cookbook_env,
     stop_reason_from_metrics,
 )
+from envsuite.completers import ScriptedTokenCompleter
+from envsuite.core import EnvContext, StopReason, Trajectory
 from envsuite.rollouts import do_group_rollout
 from envsuite.testing import check_env
 from tests.conftest import TEST_MODEL
@@ -167,7 +167,7 @@ async def test_cookbook_datasets_wrap_into_envsuite_datasets() -> None:
 
 
 def test_a_cookbook_env_trains_with_envsuite_trainer(cookbook_env_id: str, tmp_path: Path) -> None:
-    from trainers import StopCause, TrainConfig, run_training
+    from envsuite.trainers import StopCause, TrainConfig, run_training
 
     config = TrainConfig(
         env_id=cookbook_env_id,
@@ -272,7 +272,7 @@ def reasoning_gym_ids() -> list[str]:
     pytest.importorskip(
         "reasoning_gym", reason="reasoning-gym is not installed (pip install 'envsuite[reasoning-gym]')"
     )
-    from envsuite.interop.reasoning_gym import DEFAULT_DATASETS, register_reasoning_gym
+    from envsuite.adapters.reasoning_gym import DEFAULT_DATASETS, register_reasoning_gym
 
     register_reasoning_gym()
     return [f"reasoning_gym/{name}-v0" for name in DEFAULT_DATASETS]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard import (
+from envsuite.leaderboard import (
     EpisodeResult,
     Leaderboard,
     MatchResult,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from leaderboard import (
+from envsuite.leaderboard import (
     ALL_GAMES,
     EpisodeResult,
     MatchResult,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leaderboard import (
+from envsuite.leaderboard import (
     REDACTED,
     SCHEMA_VERSION,
     EpisodeResult,

@@ -9,11 +9,10 @@ from collections.abc import Callable, Sequence
 
 from envsuite import Env, InitialObservationOverflow, Message, MessageCompleter, RendererConfig, StopReason
 from envsuite.core import StepResult
-from games.chess import ChessFactory
-from games.multiagent import (
+from envsuite.games.chess import ChessFactory
+from envsuite.games.multiagent import (
     CompleterOpponentConfig,
     MinimaxOpponentConfig,
-    MoveStatus,
     Opponent,
     OpponentConfig,
     OpponentPool,
@@ -21,12 +20,12 @@ from games.multiagent import (
     RandomOpponentConfig,
     SeatView,
     SelfPlayGroupBuilder,
-    TicTacToeFactory,
-    TicTacToeGame,
     VsOpponentGroupBuilder,
     listed_moves,
 )
-from games.textarena import TextArenaFactory
+from envsuite.games.textarena import TextArenaFactory
+from envsuite.games.tictactoe import TicTacToeFactory, TicTacToeGame
+from envsuite.turn_games import MoveStatus
 
 RENDERER = RendererConfig(model_name="tiny-random")
 Policy = Callable[[str], str]

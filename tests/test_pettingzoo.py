@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 from pettingzoo.test import api_test, parallel_api_test
 
-from envsuite.wrappers.pettingzoo import TurnGameAECEnv, TurnGameParallelEnv
-from games.multiagent import TicTacToeFactory
-from games.textarena import TextArenaFactory
+from envsuite.adapters.pettingzoo import TurnGameAECEnv, TurnGameParallelEnv
+from envsuite.games.textarena import TextArenaFactory
+from envsuite.games.tictactoe import TicTacToeFactory
 
 
 def test_tictactoe_passes_the_api_tests() -> None:

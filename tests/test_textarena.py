@@ -10,9 +10,8 @@ import pytest
 
 import envsuite
 from envsuite import RendererConfig, StopReason, UnavailableEnvError, make_env
-from games._catalog import register_games
-from games.multiagent import RandomOpponent, SeatView, bracket_action, listed_moves
-from games.textarena import (
+from envsuite.games.multiagent import RandomOpponent, SeatView, bracket_action, listed_moves
+from envsuite.games.textarena import (
     TextArenaGame,
     all_games,
     available_games,
@@ -22,7 +21,6 @@ from games.textarena import (
     record,
 )
 
-register_games()
 RENDERER = RendererConfig(model_name="tiny-random")
 
 

@@ -25,7 +25,7 @@ from envsuite.core import (
     StopReason,
 )
 from envsuite.registration import register, registry
-from trainers import StopCause, TrainConfig, read_metrics, run_training
+from envsuite.trainers import StopCause, TrainConfig, read_metrics, run_training
 
 TOY_ID = "test-first-token-v0"
 HALF_VOCAB = 49152 // 2
@@ -209,7 +209,7 @@ def test_bad_settings_fail_before_any_work(tmp_path: Path) -> None:
 
 
 def test_resuming_a_different_config_is_refused(tmp_path: Path) -> None:
-    from trainers import ConfigError
+    from envsuite.trainers import ConfigError
 
     run_training(_config(tmp_path, n_steps=1, eval_every=0), show_progress=False)
     with pytest.raises(ConfigError, match="group_size"):
@@ -219,7 +219,7 @@ def test_resuming_a_different_config_is_refused(tmp_path: Path) -> None:
 _CHILD = """
 import sys
 from tests.test_trainer_run import register_toy
-from trainers import TrainConfig, run_training
+from envsuite.trainers import TrainConfig, run_training
 register_toy()
 run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
 """

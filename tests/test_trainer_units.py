@@ -10,7 +10,7 @@ import pytest
 import tinker
 
 from envsuite.core import StopReason, TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
-from trainers import (
+from envsuite.trainers import (
     CheckpointLog,
     CheckpointRecord,
     ConfigError,

@@ -8,8 +8,7 @@ import pytest
 
 from envsuite import EnvContext, Message, MessageCompleter, RendererConfig, StopReason, make_env
 from envsuite.core import Split
-from envsuite.renderers import Renderer
-from games.twenty_questions import (
+from envsuite.games.twenty_questions import (
     Answer,
     RuleAnswerer,
     TwentyQuestionsEnv,
@@ -18,6 +17,7 @@ from games.twenty_questions import (
     load_labelled_cases,
     word_split,
 )
+from envsuite.renderers import Renderer
 
 ACCURACY_FLOOR = 0.85
 

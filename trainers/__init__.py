@@ -1,19 +1,19 @@
 """GRPO-style RL on any catalog env, through TokenCompleters, on the local backend or hosted Tinker.
 
-    from trainers import TrainConfig, run_training
+    from envsuite.trainers import TrainConfig, run_training
     result = run_training(TrainConfig(env_id="arithmetic", log_dir="runs/arith", model="tiny-random"))
 
 The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``. See docs/training.md.
 """
 
-from trainers._advantages import GroupAdvantages, compute_advantages
-from trainers._checkpoints import CheckpointLog, CheckpointRecord
-from trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
-from trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
-from trainers._loop import StopCause, Trainer, TrainResult, run_training
-from trainers._metrics import read_rows as read_metrics
-from trainers._prepare import preflight
-from trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
+from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
+from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
+from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
+from envsuite.trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
+from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
+from envsuite.trainers._metrics import read_rows as read_metrics
+from envsuite.trainers._prepare import preflight
+from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 
 __all__ = [
     # configuration

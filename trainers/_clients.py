@@ -16,7 +16,7 @@ import tinker
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from trainers._config import TrainConfig
+    from envsuite.trainers._config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ import tinker
 
 from envsuite.core import RLDataset
 from envsuite.rollouts import RolloutLimits
-from trainers._checkpoints import CheckpointLog, CheckpointRecord
-from trainers._clients import PolicyClients, TrainOutput, make_service
-from trainers._config import PolicyLoss, TrainConfig
-from trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
-from trainers._plots import plot_reward_curve
-from trainers._prepare import check_and_record_config, preflight
-from trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
-from trainers._transcripts import write_transcripts
+from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
+from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
+from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
+from envsuite.trainers._plots import plot_reward_curve
+from envsuite.trainers._prepare import check_and_record_config, preflight
+from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
+from envsuite.trainers._transcripts import write_transcripts
 
 if TYPE_CHECKING:
     from envsuite.core import TokenCompleter
@@ -236,7 +236,7 @@ class Trainer:
 
     async def _refresh_policy(self, step: int) -> None:
         """A fresh sampler on the current weights, seeded per step so a run (and its resume) replays."""
-        from envsuite._make import episode_seed
+        from envsuite import episode_seed
         from envsuite.completers import SamplingTokenCompleter
 
         sampler = await self._require_clients().refresh_sampler()

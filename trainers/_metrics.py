@@ -18,7 +18,7 @@ import numpy as np
 
 from envsuite.core import STOP_METRIC_PREFIX, TrajectoryGroup
 from envsuite.rollouts import episode_metrics
-from trainers._datums import TrainingDatum
+from envsuite.trainers._datums import TrainingDatum
 
 Row = dict[str, float | int | str]
 SUCCESS_KEYS = ("correct", "success")

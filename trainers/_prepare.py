@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers._config import ConfigError, TrainConfig
+from envsuite.trainers._config import ConfigError, TrainConfig
 
 RESUME_MAY_CHANGE = frozenset(
     {"n_steps", "save_every", "eval_every", "n_transcripts", "rollout_timeout_s", "backend"}

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from envsuite.core import EnvGroupBuilder, StopReason, TokenCompleter, TrajectoryGroup
 from envsuite.rollouts import RolloutLimits, do_group_rollout
-from trainers._advantages import compute_advantages
-from trainers._datums import TrainingDatum, trajectory_to_datums
+from envsuite.trainers._advantages import compute_advantages
+from envsuite.trainers._datums import TrainingDatum, trajectory_to_datums
 
 
 @dataclass(frozen=True)

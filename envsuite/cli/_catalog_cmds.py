@@ -55,7 +55,7 @@ def _kwargs_table(env_spec: EnvSpec) -> Table:
 def run_show(args: argparse.Namespace) -> int:
     import asyncio
 
-    from envsuite._make import make_env
+    from envsuite import make_env
     from envsuite.core import InitialObservationOverflow
 
     env_spec = spec(args.env_id)
@@ -74,7 +74,7 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
     ob, stop = start
     console.rule(f"prompt for seed {args.seed} ({ob.length} tokens, stop={stop})")
-    from envsuite._make import RendererConfig
+    from envsuite import RendererConfig
 
     console.print(RendererConfig().build().tokenizer.decode(ob.to_ints()), markup=False, highlight=False)
     return 0

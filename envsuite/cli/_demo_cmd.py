@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envsuite._make import RendererConfig, episode_seed, make_env
+from envsuite import RendererConfig, episode_seed, make_env
 from envsuite.core import TokenCompleter, Trajectory
 from envsuite.rollouts import RolloutLimits, do_single_rollout, episode_metrics
 

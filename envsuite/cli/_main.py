@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -89,10 +88,10 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    import leaderboard
+    import envsuite.leaderboard
 
     p = sub.add_parser("leaderboard", help="show the leaderboard (terminal table, or --html DIR for a page)")
-    leaderboard.add_arguments(p)
+    envsuite.leaderboard.add_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,13 +135,13 @@ def _handler(command: str) -> Handler:
 
         return run_new
     if command == "bench":
-        from evals._bench import bench_main
+        from envsuite.evals._bench import bench_main
 
         return bench_main
     if command == "leaderboard":
-        import leaderboard
+        import envsuite.leaderboard
 
-        return leaderboard.run
+        return envsuite.leaderboard.run
     if command == "demo":
         from envsuite.cli import _demo_cmd, _pipeline_cmd
 
@@ -160,19 +159,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LookupError, ValueError, TypeError) as exc:
         print(f"envsuite {args.command}: error: {exc}", file=sys.stderr)
         return 2
-
-
-def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs to kwargs; values are parsed as JSON when they can be (numbers, bools, lists)."""
-    import json
-
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--env-arg expects KEY=VALUE, got {pair!r}")
-        try:
-            kwargs[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            kwargs[key] = raw
-    return kwargs

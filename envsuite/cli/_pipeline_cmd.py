@@ -37,7 +37,7 @@ class DemoPlan:
 
 
 def _train(plan: DemoPlan, console: Console) -> str:
-    from trainers import TrainConfig, run_training
+    from envsuite.trainers import TrainConfig, run_training
 
     console.rule("1/3 train: GRPO on arithmetic_easy (one-digit addition), LoRA rank 16")
     config = TrainConfig(
@@ -63,7 +63,7 @@ def _train(plan: DemoPlan, console: Console) -> str:
 
 
 def _bench(plan: DemoPlan, model: str, label: str, console: Console) -> None:
-    from evals import BenchConfig, run_bench
+    from envsuite.evals import BenchConfig, run_bench
 
     config = BenchConfig(
         model=model,
@@ -81,12 +81,20 @@ def _bench(plan: DemoPlan, model: str, label: str, console: Console) -> None:
 
 
 def _rank(plan: DemoPlan, console: Console) -> Path:
-    from leaderboard import ResultStore, build_leaderboard, render_overall, render_terminal, write_html
+    from envsuite import catalog_reward_ranges
+    from envsuite.leaderboard import (
+        ResultStore,
+        build_leaderboard,
+        render_overall,
+        render_terminal,
+        write_html,
+    )
 
     console.rule("3/3 rank")
     store = ResultStore(plan.db)
     try:
-        board = build_leaderboard(store, env_ids=list(plan.envs))
+        ranges = catalog_reward_ranges(key.versioned_env_id for key in store.keys(plan.envs))
+        board = build_leaderboard(store, env_ids=list(plan.envs), catalog_ranges=ranges)
         console.print(render_terminal(board))
         console.print(render_overall(board))
         report = write_html(Path(plan.out_dir) / "leaderboard", board)

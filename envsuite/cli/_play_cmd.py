@@ -7,8 +7,8 @@ import asyncio
 
 from rich.console import Console
 
-from envsuite._make import RendererConfig, make_env
-from envsuite.cli._main import parse_env_args
+from envsuite import RendererConfig, make_env
+from envsuite.cli._args import parse_env_args
 from envsuite.cli._policies import build_policy
 from envsuite.core import InitialObservationOverflow
 from envsuite.registration import spec

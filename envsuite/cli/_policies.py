@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from envsuite._make import RendererConfig
-from envsuite._text import reply_to_tokens
+from envsuite import RendererConfig
 from envsuite.core import Observation, StopCondition, TokenCompleter, TokensWithLogprobs
+from envsuite.renderers import reply_to_tokens
 from envsuite.renderers.base import Renderer
 
 

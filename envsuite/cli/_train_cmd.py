@@ -1,4 +1,4 @@
-"""``envsuite train ENV_ID``: GRPO on a catalog env (the CLI face of ``trainers.run_training``).
+"""``envsuite train ENV_ID``: GRPO on a catalog env (the CLI face of ``envsuite.trainers.run_training``).
 
 Rerunning the same command into the same ``--log-dir`` resumes from the last checkpoint.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from envsuite.cli._main import parse_env_args
+from envsuite.cli._args import parse_env_args
 
 # (flag, TrainConfig field, type, help); defaults come from TrainConfig so they live in one place.
 _OPTIONS: list[tuple[str, str, Any, str]] = [
@@ -43,7 +43,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
 
 def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
-    from trainers import TrainConfig
+    from envsuite.trainers import TrainConfig
 
     defaults = TrainConfig(env_id="x", log_dir="x")
     p = subparsers.add_parser(
@@ -69,7 +69,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """The ``TrainConfig`` the parsed arguments describe."""
-    from trainers import TrainConfig
+    from envsuite.trainers import TrainConfig
 
     values = {name: getattr(args, name) for _, name, _, _ in _OPTIONS}
     values["scale_advantages_by_std"] = args.scale_advantages_by_std
@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run_train(args: argparse.Namespace) -> int:
     """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
-    from trainers import ConfigError, StopCause, run_training
+    from envsuite.trainers import ConfigError, StopCause, run_training
 
     try:
         config = config_from_args(args)

@@ -5,6 +5,7 @@ importing this package does not import tinker or transformers.
 """
 
 from envsuite.renderers._registry import get_renderer, list_renderers
+from envsuite.renderers._reply import reply_to_tokens
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
@@ -26,4 +27,6 @@ __all__ = [
     # lookup
     "get_renderer",
     "list_renderers",
+    # text replies as tokens
+    "reply_to_tokens",
 ]

@@ -7,7 +7,7 @@ then the whole turn and every later prompt extends the earlier one token for tok
 
 from __future__ import annotations
 
-from envsuite.core import Message, Role
+from envsuite.chat import Message, Role
 from envsuite.renderers._common import Segment, SegmentRenderer
 
 IM_START = "<|im_start|>"

@@ -13,7 +13,7 @@ from typing import Protocol, cast, get_args
 
 import tinker
 
-from envsuite.core import Message, Role, StopCondition
+from envsuite.chat import Message, Role, StopCondition
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,

@@ -9,7 +9,7 @@ default "Cutting Knowledge Date" system message). With a tokenizer that lacks Ll
 
 from __future__ import annotations
 
-from envsuite.core import Message, Role
+from envsuite.chat import Message, Role
 from envsuite.renderers._common import Segment, SegmentRenderer
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envsuite.core import Message
+from envsuite.chat import Message
 from envsuite.renderers._chatml import ChatMLRenderer
 from envsuite.renderers._common import last_index_of
 from envsuite.renderers.base import Tokenizer

@@ -9,7 +9,7 @@ parsed with the single space after ``Assistant:`` removed.
 
 from __future__ import annotations
 
-from envsuite.core import Message, Role
+from envsuite.chat import Message, Role
 from envsuite.renderers._common import Segment, SegmentRenderer
 
 SEPARATOR = "\n\n"

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from envsuite.core import Message, Role, StopCondition
+from envsuite.chat import Message, Role, StopCondition
 
 if TYPE_CHECKING:
     import tinker

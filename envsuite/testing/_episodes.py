@@ -94,7 +94,7 @@ def stop_invariant_violations(record: EpisodeRecord) -> list[str]:
 
 def text_actions(renderer: Renderer, replies: Sequence[str]) -> ActionSource:
     """Cycle through text replies, each as a cleanly stopped turn."""
-    from envsuite._text import reply_to_tokens
+    from envsuite.renderers import reply_to_tokens
 
     encoded = [reply_to_tokens(renderer, reply) for reply in replies]
     return lambda turn: list(encoded[turn % len(encoded)])

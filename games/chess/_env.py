@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
-from games.chess._rules import ChessFactory
-from games.multiagent import DEFAULT_OPPONENT_TIMEOUT, SeatEnv, coordinator_against
+from envsuite.games.chess._rules import ChessFactory
+from envsuite.games.multiagent import DEFAULT_OPPONENT_TIMEOUT, SeatEnv, coordinator_against
 
 DEFAULT_CHESS_MAX_TURNS = 150
 

@@ -1,4 +1,4 @@
-"""Chess rules on python-chess behind the :class:`~games.multiagent.TurnGame` protocol.
+"""Chess rules on python-chess behind the :class:`~envsuite.turn_games.TurnGame` protocol.
 
 Seat 0 plays White. A move is SAN (``Nf3``, ``O-O``, ``exd8=Q+``) or UCI (``g1f3``, ``e7e8q``), bare or
 in brackets; in a longer reply the last bracketed move counts. Games end by checkmate or by the draw
@@ -16,14 +16,8 @@ from dataclasses import dataclass
 
 import chess
 
-from games.multiagent import (
-    GameOutcome,
-    MoveResult,
-    MoveStatus,
-    RetryThenLose,
-    forfeit_rewards,
-    last_bracketed,
-)
+from envsuite.games.multiagent import last_bracketed
+from envsuite.turn_games import MoveResult, MoveStatus, TurnGameBase
 
 _COLORS = ("White", "Black")
 _RULES = (
@@ -68,44 +62,37 @@ def parse_move(board: chess.Board, text: str) -> chess.Move | None:
         return None
 
 
-class ChessGame:
+class ChessGame(TurnGameBase):
     """One game of chess between two seats (seat 0 is White)."""
 
     num_players = 2
 
     def __init__(self, retry_allowance: int = 1, fen: str | None = None, claim_draws: bool = True) -> None:
+        super().__init__([_RULES.format(color=_COLORS[s], seat=s) for s in range(2)], retry_allowance)
         self.claim_draws = claim_draws
         self.board = chess.Board(fen) if fen else chess.Board()
-        self._rules = RetryThenLose(retry_allowance)
-        self._outcome: GameOutcome | None = None
-        self._pending: list[list[str]] = [[_RULES.format(color=_COLORS[s], seat=s)] for s in range(2)]
         self._check_end()
 
     def current_player(self) -> int:
         return 0 if self.board.turn == chess.WHITE else 1
 
-    def is_over(self) -> bool:
-        return self._outcome is not None
+    def seat_name(self, seat: int) -> str:
+        return _COLORS[seat]
 
     def legal_moves(self) -> list[str] | None:
-        if self._outcome is not None:
+        if self.is_over():
             return []
         return [m.uci() for m in self.board.legal_moves]
 
     def move_vocabulary(self) -> Sequence[str]:
         return uci_vocabulary()
 
-    def observation(self, seat: int) -> str:
-        lines = self._pending[seat]
-        if self._outcome is None and seat == self.current_player():
-            san = ", ".join(self.board.san(m) for m in self.board.legal_moves)
-            lines = [
-                *lines,
-                f"Board ({_COLORS[seat]} to move; uppercase is White):\n{self.board}\n"
-                f"FEN: {self.board.fen()}\nLegal moves: {san}",
-            ]
-        self._pending[seat] = []
-        return "\n\n".join(lines)
+    def prompt(self, seat: int) -> str:
+        san = ", ".join(self.board.san(m) for m in self.board.legal_moves)
+        return (
+            f"Board ({_COLORS[seat]} to move; uppercase is White):\n{self.board}\n"
+            f"FEN: {self.board.fen()}\nLegal moves: {san}"
+        )
 
     def extract_move(self, reply: str) -> str:
         found = last_bracketed(reply)
@@ -115,27 +102,19 @@ class ChessGame:
         return words[-1] if words else ""
 
     def apply(self, move: str) -> MoveResult:
-        if self._outcome is not None:
+        if self.is_over():
             return MoveResult(MoveStatus.FORFEIT, move, "the game is over")
         seat = self.current_player()
         parsed = parse_move(self.board, move)
         if parsed is None:
-            return self._refuse(seat, move)
-        self._rules.accepted()
+            reason = f"{move[:40]!r} is not a legal move in this position"
+            return self.refuse(seat, move, reason, f"Illegal move: {reason}. Try again.")
+        self.accept()
         san = self.board.san(parsed)
         self.board.push(parsed)
-        self._pending[1 - seat].append(f"{_COLORS[seat]} played {san}.")
+        self.tell(1 - seat, f"{_COLORS[seat]} played {san}.")
         self._check_end()
         return MoveResult(MoveStatus.ACCEPTED, parsed.uci())
-
-    def _refuse(self, seat: int, move: str) -> MoveResult:
-        reason = f"{move[:40]!r} is not a legal move in this position"
-        status = self._rules.refused()
-        if status is MoveStatus.FORFEIT:
-            self._finish(forfeit_rewards(2, seat), f"{_COLORS[seat]} made a second illegal move.", (seat,))
-        else:
-            self._pending[seat].append(f"Illegal move: {reason}. Try again.")
-        return MoveResult(status, move, reason)
 
     def _check_end(self) -> None:
         ending = self.board.outcome(claim_draw=self.claim_draws)
@@ -143,24 +122,10 @@ class ChessGame:
             return
         termination = ending.termination.name.lower().replace("_", " ")
         if ending.winner is None:
-            self._finish((0.0, 0.0), f"Draw by {termination}.")
+            self.finish((0.0, 0.0), f"Draw by {termination}.")
         else:
             winner = 0 if ending.winner == chess.WHITE else 1
-            self._finish(
-                tuple(1.0 if s == winner else -1.0 for s in range(2)),
-                f"{_COLORS[winner]} wins by {termination}.",
-            )
-
-    def _finish(self, rewards: tuple[float, ...], reason: str, invalid: tuple[int, ...] = ()) -> None:
-        self._outcome = GameOutcome(rewards=rewards, reason=reason, invalid_move_by=invalid)
-        for pending in self._pending:
-            pending.append(f"Game over: {reason}")
-
-    def outcome(self) -> GameOutcome | None:
-        return self._outcome
-
-    def close(self) -> None:
-        return None
+            self.finish(self.win_for(winner), f"{_COLORS[winner]} wins by {termination}.")
 
 
 @dataclass(frozen=True)

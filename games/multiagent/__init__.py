@@ -1,23 +1,24 @@
 """Generic multi-agent coordination for turn-based N-player games.
 
-Write a game once against :class:`TurnGame`; get single-seat envs against fixed opponents, self-play
-groups, opponent pools and (in ``envsuite.wrappers.pettingzoo``) PettingZoo envs for it.
+Write a game once against :class:`~envsuite.turn_games.TurnGame` (the protocol lives in the core, so the
+PettingZoo adapters in ``envsuite.adapters.pettingzoo`` use it too); get single-seat envs against fixed
+opponents, self-play groups and opponent pools for it here.
 """
 
-from games.multiagent._builders import (
+from envsuite.games.multiagent._builders import (
     OpponentPoolGroupBuilder,
     SelfPlayGroupBuilder,
     VsOpponentGroupBuilder,
 )
-from games.multiagent._coordinator import (
+from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
     DEFAULT_TURN_TIMEOUT,
     GameCoordinator,
     SeatResult,
     TurnStatus,
 )
-from games.multiagent._moves import bracket_action, last_bracketed, listed_moves
-from games.multiagent._opponents import (
+from envsuite.games.multiagent._moves import bracket_action, last_bracketed, listed_moves
+from envsuite.games.multiagent._opponents import (
     OPPONENT_NAMES,
     CompleterOpponent,
     CompleterOpponentConfig,
@@ -33,28 +34,9 @@ from games.multiagent._opponents import (
     SeatView,
     opponent_config,
 )
-from games.multiagent._protocol import (
-    GameFactory,
-    GameOutcome,
-    MoveResult,
-    MoveStatus,
-    RetryThenLose,
-    TurnGame,
-    forfeit_rewards,
-)
-from games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
-from games.multiagent._tictactoe import TicTacToeFactory, TicTacToeGame, optimal_moves
-from games.multiagent._tictactoe_env import TicTacToeEnv
+from envsuite.games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
 
 __all__ = [
-    # the game protocol
-    "GameFactory",
-    "GameOutcome",
-    "MoveResult",
-    "MoveStatus",
-    "RetryThenLose",
-    "TurnGame",
-    "forfeit_rewards",
     # reading moves from text
     "bracket_action",
     "last_bracketed",
@@ -87,9 +69,4 @@ __all__ = [
     "OpponentPoolGroupBuilder",
     "SelfPlayGroupBuilder",
     "VsOpponentGroupBuilder",
-    # tic-tac-toe
-    "TicTacToeEnv",
-    "TicTacToeFactory",
-    "TicTacToeGame",
-    "optimal_moves",
 ]

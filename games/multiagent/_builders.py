@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from envsuite import RendererConfig
-from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, env_context
+from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context
 from envsuite.core import Env, EnvGroupBuilder, Split
-from games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT, DEFAULT_TURN_TIMEOUT, GameCoordinator
-from games.multiagent._opponents import OpponentConfig, OpponentPool, opponent_config
-from games.multiagent._protocol import GameFactory
-from games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
+from envsuite.games.multiagent._coordinator import (
+    DEFAULT_OPPONENT_TIMEOUT,
+    DEFAULT_TURN_TIMEOUT,
+    GameCoordinator,
+)
+from envsuite.games.multiagent._opponents import OpponentConfig, OpponentPool, opponent_config
+from envsuite.games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
+from envsuite.turn_games import GameFactory
 
 
 @dataclass(frozen=True)

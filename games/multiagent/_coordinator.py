@@ -1,6 +1,6 @@
 """One game shared by several seats: whose turn it is, opponents' moves, and endings nobody planned.
 
-A :class:`GameCoordinator` owns one :class:`~games.multiagent.TurnGame`. Seats are either *external*
+A :class:`GameCoordinator` owns one :class:`~envsuite.turn_games.TurnGame`. Seats are either *external*
 (each driven by its own seat env, i.e. the trained policy) or played by an :class:`Opponent`. A seat
 env submits its move and then awaits its next turn; meanwhile the coordinator plays the opponents'
 moves and waits for the other external seats. Everything that can stall or fail ends the game with a
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from envsuite.core import StopReason
-from games.multiagent._opponents import Opponent, SeatView
-from games.multiagent._protocol import MoveResult, MoveStatus, TurnGame
+from envsuite.games.multiagent._opponents import Opponent, SeatView
+from envsuite.turn_games import MoveResult, MoveStatus, TurnGame
 
 DEFAULT_OPPONENT_TIMEOUT = 60.0
 DEFAULT_TURN_TIMEOUT = 600.0

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envsuite.core import Message, MessageCompleter
-from games.multiagent._moves import last_bracketed
-from games.multiagent._protocol import TurnGame
-from games.multiagent._tictactoe import TicTacToeGame, optimal_moves
+from envsuite.games.multiagent._moves import last_bracketed
+from envsuite.turn_games import SolvedGame, TurnGame
 
 FALLBACK_MOVE = "[0]"
 
@@ -74,7 +73,7 @@ class RandomOpponent(Opponent):
 
 
 class MinimaxOpponent(Opponent):
-    """Optimal tic-tac-toe (random among equally good moves); other games get a random legal mover."""
+    """Optimal play where the game is solved (tic-tac-toe; random among equally good moves), else random."""
 
     def __init__(self, seed: int | str) -> None:
         self._rng = random.Random(seed)
@@ -82,9 +81,10 @@ class MinimaxOpponent(Opponent):
 
     async def act(self, view: SeatView) -> str:
         game = view.game
-        if isinstance(game, TicTacToeGame) and not game.is_over():
-            mark = "X" if view.seat == 0 else "O"
-            return f"[{self._rng.choice(optimal_moves(game.board, mark))}]"
+        if isinstance(game, SolvedGame) and not game.is_over():
+            best = game.best_moves()
+            if best:
+                return self._rng.choice(best)
         return await self._fallback.act(view)
 
 

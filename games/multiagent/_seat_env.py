@@ -23,13 +23,13 @@ from envsuite.core import (
     StopCondition,
     StopReason,
 )
-from games.multiagent._coordinator import (
+from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
     DEFAULT_TURN_TIMEOUT,
     GameCoordinator,
 )
-from games.multiagent._opponents import Opponent, OpponentConfig, opponent_config
-from games.multiagent._protocol import MoveStatus, TurnGame
+from envsuite.games.multiagent._opponents import Opponent, OpponentConfig, opponent_config
+from envsuite.turn_games import MoveStatus, TurnGame
 
 DEFAULT_MAX_TURNS = 100
 _EMPTY_OBSERVATION = "(It is your turn.)"

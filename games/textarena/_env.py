@@ -6,8 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
-from games.multiagent import DEFAULT_MAX_TURNS, DEFAULT_OPPONENT_TIMEOUT, SeatEnv, coordinator_against
-from games.textarena._game import TextArenaFactory
+from envsuite.games.multiagent import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_OPPONENT_TIMEOUT,
+    SeatEnv,
+    coordinator_against,
+)
+from envsuite.games.textarena._game import TextArenaFactory
 
 
 class TextArenaEnv(SeatEnv):

@@ -1,9 +1,9 @@
-"""A textarena game behind the :class:`~games.multiagent.TurnGame` protocol, with isolated randomness.
+"""A textarena game behind the :class:`~envsuite.turn_games.TurnGame` protocol, with isolated randomness.
 
 The game is textarena's ``-raw`` variant (no wrappers); this adapter does the wrappers' two jobs
 itself: it formats each seat's messages as ``[GAME] ...`` / ``[Player 1] ...`` lines and turns a reply
 into textarena's action form (its last ``[...]``). Every call into textarena runs with the game's own
-random state swapped in (see :mod:`games.textarena._rng`).
+random state swapped in (see :mod:`envsuite.games.textarena._rng`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from games.multiagent import GameOutcome, MoveResult, MoveStatus, bracket_action, listed_moves
-from games.textarena._offline import ensure_offline_nltk
-from games.textarena._records import GameRecord
-from games.textarena._rng import IsolatedRandom
-from games.textarena._table import record
+from envsuite.games.multiagent import bracket_action, listed_moves
+from envsuite.games.textarena._offline import ensure_offline_nltk
+from envsuite.games.textarena._records import GameRecord
+from envsuite.games.textarena._rng import IsolatedRandom
+from envsuite.games.textarena._table import record
+from envsuite.turn_games import GameOutcome, MoveResult, MoveStatus
 
 T = TypeVar("T")
 _MAX_FREE_TEXT_CHARS = 4000

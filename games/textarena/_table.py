@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import difflib
 
-from games.textarena._records import GameRecord
-from games.textarena._table_data import TABLE
+from envsuite.games.textarena._records import GameRecord
+from envsuite.games.textarena._table_data import TABLE
 
 _BY_NAME = {r.name: r for r in TABLE}
 

@@ -3,8 +3,8 @@
 ``TwentyQuestionsEnv`` is registered as ``twenty_questions-v0``. See ``docs/twenty_questions.md``.
 """
 
-from games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer, normalize_reply
-from games.twenty_questions._evaluation import (
+from envsuite.games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer, normalize_reply
+from envsuite.games.twenty_questions._evaluation import (
     DEV_FILE,
     LABELLED_FILE,
     AccuracyReport,
@@ -12,15 +12,15 @@ from games.twenty_questions._evaluation import (
     evaluate_answerer,
     load_labelled_cases,
 )
-from games.twenty_questions._kb import (
+from envsuite.games.twenty_questions._kb import (
     Entity,
     KnowledgeBase,
     knowledge_base_from_json,
     load_knowledge_base,
     word_split,
 )
-from games.twenty_questions._rules import RuleAnswerer
-from games.twenty_questions.env import TwentyQuestionsEnv, guess_in
+from envsuite.games.twenty_questions._rules import RuleAnswerer
+from envsuite.games.twenty_questions.env import TwentyQuestionsEnv, guess_in
 
 __all__ = [
     # env

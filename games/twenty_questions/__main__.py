@@ -1,12 +1,17 @@
-"""``python -m games.twenty_questions``: the rule answerer's accuracy on the held-out labelled set."""
+"""``python -m envsuite.games.twenty_questions``: the rule answerer's accuracy on the held-out labelled set."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
-from games.twenty_questions._evaluation import DEV_FILE, LABELLED_FILE, evaluate_answerer, load_labelled_cases
-from games.twenty_questions._rules import RuleAnswerer
+from envsuite.games.twenty_questions._evaluation import (
+    DEV_FILE,
+    LABELLED_FILE,
+    evaluate_answerer,
+    load_labelled_cases,
+)
+from envsuite.games.twenty_questions._rules import RuleAnswerer
 
 
 def main(argv: list[str]) -> int:

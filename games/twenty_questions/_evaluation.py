@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from games.twenty_questions._answer import Answer, Answerer
+from envsuite.games.twenty_questions._answer import Answer, Answerer
 
 LABELLED_FILE = "data/labelled_questions.jsonl"
 """Held out: written before the rules were run on it, never used to tune them."""
@@ -42,7 +42,11 @@ class AccuracyReport:
 
 def load_labelled_cases(name: str = LABELLED_FILE) -> list[LabelledCase]:
     """Read a JSONL set shipped in the package (``data/labelled_questions.jsonl`` by default)."""
-    text = importlib.resources.files("games.twenty_questions").joinpath(name).read_text(encoding="utf-8")
+    text = (
+        importlib.resources.files("envsuite.games.twenty_questions")
+        .joinpath(name)
+        .read_text(encoding="utf-8")
+    )
     cases = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

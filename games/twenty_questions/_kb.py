@@ -19,7 +19,7 @@ from typing import Any
 
 from envsuite.core import Split
 
-_PACKAGE = "games.twenty_questions"
+_PACKAGE = "envsuite.games.twenty_questions"
 KB_FILE = "data/knowledge_base.json"
 LIST_ATTRS = ("tags", "aliases", "colors", "materials", "places", "uses", "abilities", "parts", "props")
 SCALAR_ATTRS = ("alive", "man_made", "edible", "electric", "legs", "size_m", "kg")

@@ -7,116 +7,20 @@ base's vocabularies. Anything it cannot map yields ``None`` ("I can't answer tha
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 
-from games.twenty_questions import _lexicon as lex
-from games.twenty_questions._kb import KnowledgeBase, normalize_phrase
-
-
-class Relation(enum.StrEnum):
-    """What one atomic check tests on a word."""
-
-    NAME = "name"
-    CATEGORY = "category"
-    SCALAR = "scalar"
-    PROP = "prop"
-    COLOR = "color"
-    MATERIAL = "material"
-    PLACE = "place"
-    USE = "use"
-    ABILITY = "ability"
-    PART = "part"
-    COUNT = "count"
-    SIZE_GT = "size_gt"
-    SIZE_LT = "size_lt"
-    SIZE_MIN = "size_min"
-    SIZE_MAX = "size_max"
-    MASS_GT = "mass_gt"
-    MASS_LT = "mass_lt"
-    MASS_MIN = "mass_min"
-    MASS_MAX = "mass_max"
-
-
-@dataclass(frozen=True)
-class Check:
-    relation: Relation
-    key: str = ""
-    number: float = 0.0
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class Query:
-    """``all_of`` groups must hold; within a group any one check suffices. ``negated`` flips the result."""
-
-    all_of: tuple[tuple[Check, ...], ...]
-    negated: bool = False
-
-
-def parse_spec(spec: str) -> Check:
-    """``"relation:key"`` (``!`` prefix negates; numeric keys for size/mass relations)."""
-    negated = spec.startswith("!")
-    relation, _, key = spec.lstrip("!").partition(":")
-    rel = Relation(relation)
-    if rel.value.startswith(("size_", "mass_")):
-        return Check(rel, number=float(key), negated=negated)
-    return Check(rel, key, negated=negated)
-
-
-def _alternatives(specs: tuple[str, ...], conjunctive: bool) -> tuple[tuple[Check, ...], ...]:
-    checks = tuple(parse_spec(s) for s in specs)
-    return tuple((c,) for c in checks) if conjunctive else (checks,)
-
-
-def lemma_candidates(word: str) -> list[str]:
-    """The word plus plausible base forms and plural forms (the vocabulary picks the right one)."""
-    out = [word]
-    if word in lex.IRREGULAR:
-        out.append(lex.IRREGULAR[word])
-    if word not in lex.NO_STRIP and len(word) > 3:
-        if word.endswith("ies"):
-            out.append(word[:-3] + "y")
-        if word.endswith("es"):
-            out.append(word[:-2])
-        if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-            out.append(word[:-1])
-        for suffix in ("ing", "ed"):
-            if word.endswith(suffix) and len(word) > len(suffix) + 2:
-                stem = word[: -len(suffix)]
-                out += [stem, stem + "e"]
-                if len(stem) > 2 and stem[-1] == stem[-2]:
-                    out.append(stem[:-1])
-    out += [word + "s", word + "es"]
-    return out
-
-
-def match_vocab(phrase: str, vocab: frozenset[str]) -> str | None:
-    """The vocabulary entry ``phrase`` names, trying base/plural forms of its first and last words."""
-    words = phrase.split()
-    if not words:
-        return None
-    if phrase in vocab:
-        return phrase
-    firsts = lemma_candidates(words[0])
-    lasts = lemma_candidates(words[-1]) if len(words) > 1 else [""]
-    for first in firsts:
-        for last in lasts:
-            candidate = " ".join([first, *words[1:-1], last]) if len(words) > 1 else first
-            if candidate in vocab:
-                return candidate
-    return None
-
-
-def _strip_prefixes(text: str, prefixes: tuple[str, ...]) -> str:
-    changed = True
-    while changed:
-        changed = False
-        for prefix in prefixes:
-            if text.startswith(prefix) and len(text) > len(prefix):
-                text, changed = text[len(prefix) :], True
-    return text
+from envsuite.games.twenty_questions import _lexicon as lex
+from envsuite.games.twenty_questions._checks import (
+    Check,
+    Query,
+    Relation,
+    alternatives,
+    match_vocab,
+    strip_prefixes,
+)
+from envsuite.games.twenty_questions._kb import KnowledgeBase, normalize_phrase
+from envsuite.games.twenty_questions._predicates import adjective_groups, predicate_groups
 
 
 @dataclass(frozen=True)
@@ -164,7 +68,7 @@ class QuestionParser:
 
     def parse(self, question: str) -> Query | None:
         text = normalize_phrase(question.replace("'", ""))
-        text = _strip_prefixes(text, lex.FILLERS)
+        text = strip_prefixes(text, lex.FILLERS)
         if not text or not re.search(r"[a-z]", text):
             return None
         words = text.split()
@@ -184,13 +88,11 @@ class QuestionParser:
     def _guess(self, text: str) -> Query | None:
         for prefix in sorted(lex.GUESS_PREFIXES, key=len, reverse=True):
             if text.startswith(prefix + " "):
-                noun = _strip_prefixes(text[len(prefix) :].strip(), lex.NOUN_PREFIXES)
+                noun = strip_prefixes(text[len(prefix) :].strip(), lex.NOUN_PREFIXES)
                 return self._noun_query(noun, guess_only=True)
         return None
 
     def _predicate(self, c: _Clause) -> tuple[tuple[Check, ...], ...] | None:
-        from games.twenty_questions._predicates import predicate_groups
-
         return predicate_groups(self, c.aux, c.subject, c.rest)
 
     def _noun_query(self, noun: str, guess_only: bool = False) -> Query | None:
@@ -199,7 +101,7 @@ class QuestionParser:
 
     def noun_groups(self, noun: str, guess_only: bool = False) -> tuple[tuple[Check, ...], ...] | None:
         """A noun phrase: the secret's name, a category, or another specific thing (None: unknown)."""
-        noun = _strip_prefixes(noun, lex.NOUN_PREFIXES)
+        noun = strip_prefixes(noun, lex.NOUN_PREFIXES)
         name = match_vocab(noun, frozenset(self.kb.name_index))
         if name is not None and (guess_only or noun not in lex.CATEGORY_SYNONYMS):
             canonical = self.kb.name_index[name]
@@ -207,7 +109,7 @@ class QuestionParser:
                 return ((Check(Relation.NAME, canonical), Check(Relation.NAME, name)),)
         if not guess_only:
             if noun in lex.CATEGORY_SYNONYMS:
-                return _alternatives(lex.CATEGORY_SYNONYMS[noun], noun in lex.CONJUNCTIVE_SYNONYMS)
+                return alternatives(lex.CATEGORY_SYNONYMS[noun], noun in lex.CONJUNCTIVE_SYNONYMS)
             tag = match_vocab(noun, self.kb.vocab["tags"])
             if tag is not None:
                 return ((Check(Relation.CATEGORY, tag),),)
@@ -223,8 +125,6 @@ class QuestionParser:
         words = noun.split()
         if len(words) < 2:
             return None
-        from games.twenty_questions._predicates import adjective_groups
-
         head = self.noun_groups(" ".join(words[1:]))
         modifier = adjective_groups(self, words[0])
         if head is None or modifier is None:

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from games.twenty_questions import _lexicon as lex
-from games.twenty_questions._parse import (
-    Check,
-    Relation,
-    _alternatives,
-    _strip_prefixes,
-    match_vocab,
-)
-
-if TYPE_CHECKING:
-    from games.twenty_questions._parse import QuestionParser
+from envsuite.games.twenty_questions import _lexicon as lex
+from envsuite.games.twenty_questions._checks import Check, Relation, alternatives, match_vocab, strip_prefixes
+from envsuite.games.twenty_questions._kb import KnowledgeBase
 
 Groups = tuple[tuple[Check, ...], ...]
+
+
+class QuestionParser(Protocol):
+    """What the predicate mapper needs from the question parser: the knowledge base and noun phrases."""
+
+    @property
+    def kb(self) -> KnowledgeBase: ...
+
+    def noun_groups(self, noun: str, guess_only: bool = False) -> Groups | None: ...
+
 
 _COMPARATIVES = {
     "bigger": Relation.SIZE_GT,
@@ -68,7 +70,7 @@ def adjective_groups(parser: QuestionParser, phrase: str) -> Groups | None:
     """An adjective ("sharp", "wooden", "big", "red") -> checks; None when not understood."""
     kb = parser.kb
     if phrase in lex.ADJECTIVES:
-        return _alternatives(lex.ADJECTIVES[phrase], False)
+        return alternatives(lex.ADJECTIVES[phrase], False)
     if " and " in phrase:
         parts = [adjective_groups(parser, p) for p in phrase.split(" and ")]
         if any(p is None for p in parts):
@@ -87,13 +89,13 @@ def adjective_groups(parser: QuestionParser, phrase: str) -> Groups | None:
 
 
 def _place_groups(parser: QuestionParser, phrase: str) -> Groups | None:
-    phrase = _strip_prefixes(phrase, ("usually ", "mostly ", "often ", "typically ", "found "))
-    phrase = _strip_prefixes(phrase, PREPOSITIONS_SORTED)
-    phrase = _strip_prefixes(phrase, ("the ", "a ", "an ", "your ", "lots of ", "many "))
+    phrase = strip_prefixes(phrase, ("usually ", "mostly ", "often ", "typically ", "found "))
+    phrase = strip_prefixes(phrase, PREPOSITIONS_SORTED)
+    phrase = strip_prefixes(phrase, ("the ", "a ", "an ", "your ", "lots of ", "many "))
     if phrase in lex.PLACE_SYNONYMS:
         return (tuple(Check(Relation.PLACE, p) for p in lex.PLACE_SYNONYMS[phrase]),)
     if phrase in lex.ADJECTIVES and lex.ADJECTIVES[phrase][0].startswith("place:"):
-        return _alternatives(lex.ADJECTIVES[phrase], False)
+        return alternatives(lex.ADJECTIVES[phrase], False)
     place = match_vocab(phrase, parser.kb.vocab["places"])
     if place is not None:
         return ((Check(Relation.PLACE, place),),)
@@ -107,7 +109,7 @@ def _comparison(parser: QuestionParser, rest: str) -> Groups | None:
     if not match or match.group(1) not in _COMPARATIVES:
         return None
     relation = _COMPARATIVES[match.group(1)]
-    ref = _strip_prefixes(
+    ref = strip_prefixes(
         match.group(2), ("a ", "an ", "the ", "your ", "average ", "typical ", "an average ")
     )
     mass = relation in (Relation.MASS_GT, Relation.MASS_LT)
@@ -137,17 +139,17 @@ def _fits(rest: str) -> Groups | None:
 def _verb_groups(parser: QuestionParser, phrase: str, *, subject_is_it: bool) -> Groups | None:
     """A verb phrase: "fly", "lay eggs", "cut paper", "keep food cold" -> ability / use checks."""
     kb = parser.kb
-    phrase = _strip_prefixes(phrase, ("usually ", "ever ", "often ", "really ", "actually ", "be able to "))
+    phrase = strip_prefixes(phrase, ("usually ", "ever ", "often ", "really ", "actually ", "be able to "))
     phrase = phrase.replace(" it ", " ").removesuffix(" it")
     if phrase in lex.VERB_PHRASES:
-        return _alternatives(lex.VERB_PHRASES[phrase], phrase in lex.CONJUNCTIVE_VERBS)
+        return alternatives(lex.VERB_PHRASES[phrase], phrase in lex.CONJUNCTIVE_VERBS)
     words = phrase.split()
     if not words:
         return None
     attempts = [phrase, " ".join(words[:2]), words[0]]
     for attempt in attempts:
         if attempt in lex.VERB_PHRASES:
-            return _alternatives(lex.VERB_PHRASES[attempt], attempt in lex.CONJUNCTIVE_VERBS)
+            return alternatives(lex.VERB_PHRASES[attempt], attempt in lex.CONJUNCTIVE_VERBS)
         ability = match_vocab(attempt, kb.vocab["abilities"])
         use = match_vocab(attempt, kb.vocab["uses"])
         if ability is not None or use is not None:
@@ -160,7 +162,7 @@ def _verb_groups(parser: QuestionParser, phrase: str, *, subject_is_it: bool) ->
 
 
 def _have_groups(parser: QuestionParser, phrase: str) -> Groups | None:
-    phrase = _strip_prefixes(
+    phrase = strip_prefixes(
         phrase, ("got ", "a ", "an ", "any ", "some ", "the ", "lots of ", "a lot of ", "many ", "more than ")
     )
     phrase = lex.PART_SYNONYMS.get(phrase, phrase)
@@ -179,7 +181,7 @@ def _have_groups(parser: QuestionParser, phrase: str) -> Groups | None:
             }[vocab]
             return ((Check(relation, found), Check(Relation.PART, found), Check(Relation.MATERIAL, found)),)
     if phrase in lex.VERB_PHRASES:
-        return _alternatives(lex.VERB_PHRASES[phrase], False)
+        return alternatives(lex.VERB_PHRASES[phrase], False)
     if len(words) > 1:
         return _have_groups(parser, " ".join(words[1:]))
     return None
@@ -195,13 +197,13 @@ def _used_for(parser: QuestionParser, rest: str) -> Groups | None:
     if prep in ("in", "on", "at", "when"):
         obj = re.sub(r"^it ", "", obj)
         return _place_groups(parser, obj) or _verb_groups(parser, obj, subject_is_it=False)
-    obj = _strip_prefixes(obj, ("the ", "a ", "an ", "making ", "make "))
+    obj = strip_prefixes(obj, ("the ", "a ", "an ", "making ", "make "))
     return _verb_groups(parser, obj, subject_is_it=False) or _have_groups(parser, obj)
 
 
 def be_predicate(parser: QuestionParser, rest: str) -> Groups | None:
     """What follows "is it": a noun phrase, an adjective, a place, a use, a material, a comparison."""
-    rest = _strip_prefixes(
+    rest = strip_prefixes(
         rest,
         (
             "usually ",
@@ -257,9 +259,7 @@ def be_predicate(parser: QuestionParser, rest: str) -> Groups | None:
 
 def it_predicate(parser: QuestionParser, rest: str) -> Groups | None:
     """What follows "does/can it": have, live in, use electricity, fly, lay eggs..."""
-    rest = _strip_prefixes(
-        rest, (*_MODALS, "usually ", "often ", "ever ", "normally ", "typically ", "also ")
-    )
+    rest = strip_prefixes(rest, (*_MODALS, "usually ", "often ", "ever ", "normally ", "typically ", "also "))
     first, _, tail = rest.partition(" ")
     if first in lex.SENSE_VERBS and tail and not tail.startswith("like "):
         return adjective_groups(parser, tail)
@@ -270,9 +270,9 @@ def it_predicate(parser: QuestionParser, rest: str) -> Groups | None:
     if fits is not None:
         return fits
     if rest in lex.VERB_PHRASES:
-        return _alternatives(lex.VERB_PHRASES[rest], rest in lex.CONJUNCTIVE_VERBS)
+        return alternatives(lex.VERB_PHRASES[rest], rest in lex.CONJUNCTIVE_VERBS)
     if base in ("live", "grow", "hang", "belong", "stay", "go", "run", "exist", "come", "sit") and tail:
-        stripped = _strip_prefixes(tail, ("from ",))
+        stripped = strip_prefixes(tail, ("from ",))
         place = _place_groups(parser, stripped)
         if place is not None:
             return place
@@ -283,7 +283,7 @@ def it_predicate(parser: QuestionParser, rest: str) -> Groups | None:
 
 def you_predicate(parser: QuestionParser, rest: str) -> Groups | None:
     """What follows "can/do you": affordances (eat it, wear it, ride it) and uses (cut with it)."""
-    rest = _strip_prefixes(rest, (*_MODALS, "usually ", "normally ", "typically ", "often ", "ever "))
+    rest = strip_prefixes(rest, (*_MODALS, "usually ", "normally ", "typically ", "often ", "ever "))
     fits = _fits(rest)
     if fits is not None:
         return fits

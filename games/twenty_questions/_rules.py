@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from games.twenty_questions._answer import Answer, Answerer
-from games.twenty_questions._kb import Entity, KnowledgeBase, load_knowledge_base, normalize_phrase
-from games.twenty_questions._parse import Check, Query, QuestionParser, Relation
+from envsuite.games.twenty_questions._answer import Answer, Answerer
+from envsuite.games.twenty_questions._checks import Check, Query, Relation
+from envsuite.games.twenty_questions._kb import Entity, KnowledgeBase, load_knowledge_base, normalize_phrase
+from envsuite.games.twenty_questions._parse import QuestionParser
 
 _AMBIGUOUS_RATIO = (0.8, 1.25)
 """Sizes within this ratio of the reference are too close to call."""

@@ -28,9 +28,9 @@ from envsuite.core import (
     StopCondition,
     StopReason,
 )
-from games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer
-from games.twenty_questions._kb import load_knowledge_base, normalize_phrase
-from games.twenty_questions._rules import RuleAnswerer
+from envsuite.games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer
+from envsuite.games.twenty_questions._kb import load_knowledge_base, normalize_phrase
+from envsuite.games.twenty_questions._rules import RuleAnswerer
 
 _GUESS_RE = re.compile(r"^\s*\**\s*guess\s*\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _ARTICLES = ("a ", "an ", "the ")

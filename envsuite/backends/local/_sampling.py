@@ -2,7 +2,7 @@
 
 Methods and arguments follow ``tinker.SamplingClient`` (0.38): ``sample`` returns a future of a real
 ``tinker.SampleResponse``, ``compute_logprobs`` a future of per-token prompt logprobs. Every request
-goes to one :class:`~envsuite.backends.local._engine.SamplingEngine` per client, which batches
+goes to one :class:`~envsuite.engine.sampling._engine.SamplingEngine` per client, which batches
 concurrent requests (see that module). A request that cannot be served (an over-long prompt, bad
 settings, an option the local backend lacks) comes back as a future that raises a clear error; it
 never affects other requests.
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tinker
 
-from envsuite.backends.local._engine import (
+from envsuite.backends.local._futures import LocalFuture, failed_future
+from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
     EngineResult,
     SamplingEngine,
+    StopMatcher,
 )
-from envsuite.backends.local._engine_sampler import StopMatcher
-from envsuite.backends.local._futures import LocalFuture, failed_future
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -73,7 +73,7 @@ class LocalSamplingClient:
         config: EngineConfig | None = None,
     ) -> LocalSamplingClient:
         """Sample from ``base_model`` (a model name, local dir or hub id) or a checkpoint at ``model_path``."""
-        from envsuite.backends.local._checkpoint import load_sampling_model
+        from envsuite.engine.weights import load_sampling_model
 
         loaded = load_sampling_model(base_model=base_model, model_path=model_path)
         return cls(

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envsuite.backends.local import _checkpoint as ckpt
 from envsuite.backends.local._futures import LocalFuture, completed_future
-from envsuite.backends.local._lora import LoraSpec, add_lora, fresh_seed, load_base_model
 from envsuite.backends.local._training import LocalTrainingClient, TrainingRun
+from envsuite.engine import weights as ckpt
+from envsuite.engine.weights import LoraSpec, add_lora, fresh_seed, load_base_model
 
 if TYPE_CHECKING:
     from envsuite.backends.local._sampling import LocalSamplingClient

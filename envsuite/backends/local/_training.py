@@ -20,17 +20,16 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 from tinker import types
 
-from envsuite.backends.local import _checkpoint as ckpt
-from envsuite.backends.local._batch import TokenBatch, build_batch
 from envsuite.backends.local._futures import LocalFuture, submit
-from envsuite.backends.local._lora import LoraSpec, adapter_state, merge_lora, snapshot_full
-from envsuite.backends.local._losses import elementwise_loss, parse_loss_fn, resolve_config
+from envsuite.engine import weights as ckpt
+from envsuite.engine.training import TokenBatch, build_batch, elementwise_loss, parse_loss_fn, resolve_config
+from envsuite.engine.weights import LoraSpec, adapter_state, merge_lora, snapshot_full
 
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from envsuite.backends.local._checkpoint import SamplingModel
+    from envsuite.engine.weights import SamplingModel
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

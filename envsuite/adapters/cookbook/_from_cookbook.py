@@ -339,8 +339,8 @@ def register_cookbook_env(
 
     return register(
         env_id,
-        entry_point="envsuite.interop:CookbookCatalogEnv",
+        entry_point="envsuite.adapters.cookbook:CookbookCatalogEnv",
         kwargs={"builder_factory": builder_factory, **dict(factory_kwargs or {})},
-        group_builder_entry_point="envsuite.interop:CookbookCatalogGroupBuilder",
+        group_builder_entry_point="envsuite.adapters.cookbook:CookbookCatalogGroupBuilder",
         **spec_fields,
     )

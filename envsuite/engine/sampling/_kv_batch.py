@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from envsuite.backends.local._token_tree import TreeLayout, tree_layout
+from envsuite.engine._token_tree import TreeLayout, tree_layout
 
 
 @dataclass

@@ -10,14 +10,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from games.multiagent._moves import bracket_action
-from games.multiagent._protocol import (
-    GameOutcome,
-    MoveResult,
-    MoveStatus,
-    RetryThenLose,
-    forfeit_rewards,
-)
+from envsuite.games.multiagent._moves import bracket_action
+from envsuite.turn_games import MoveResult, MoveStatus, TurnGameBase
 
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 _MARKS = ("X", "O")
@@ -74,84 +68,62 @@ def render(board: str) -> str:
     return "\n---------\n".join(rows)
 
 
-class TicTacToeGame:
-    """One game of tic-tac-toe (a :class:`~games.multiagent.TurnGame`)."""
+class TicTacToeGame(TurnGameBase):
+    """One game of tic-tac-toe (a :class:`~envsuite.turn_games.TurnGame`)."""
 
     num_players = 2
 
     def __init__(self, retry_allowance: int = 1) -> None:
+        super().__init__([_RULES.format(mark=_MARKS[s], seat=s) for s in range(2)], retry_allowance)
         self.board = "." * 9
         self._to_move = 0
-        self._rules = RetryThenLose(retry_allowance)
-        self._outcome: GameOutcome | None = None
-        self._pending: list[list[str]] = [[_RULES.format(mark=_MARKS[s], seat=s)] for s in range(2)]
 
     def current_player(self) -> int:
         return self._to_move
 
-    def is_over(self) -> bool:
-        return self._outcome is not None
+    def seat_name(self, seat: int) -> str:
+        return f"Player {seat}"
 
     def legal_moves(self) -> list[str] | None:
-        if self._outcome is not None:
+        if self.is_over():
             return []
         return [VOCABULARY[i] for i, c in enumerate(self.board) if c == "."]
 
     def move_vocabulary(self) -> Sequence[str]:
         return VOCABULARY
 
-    def observation(self, seat: int) -> str:
-        lines = self._pending[seat]
-        if self._outcome is None and seat == self._to_move:
-            legal = ", ".join(self.legal_moves() or [])
-            lines = [
-                *lines,
-                f"Board:\n{render(self.board)}\nYour move ({_MARKS[seat]}). Legal moves: {legal}",
-            ]
-        self._pending[seat] = []
-        return "\n\n".join(lines)
+    def prompt(self, seat: int) -> str:
+        legal = ", ".join(self.legal_moves() or [])
+        return f"Board:\n{render(self.board)}\nYour move ({_MARKS[seat]}). Legal moves: {legal}"
+
+    def best_moves(self) -> list[str]:
+        """The optimal moves for the seat to move (a :class:`~envsuite.turn_games.SolvedGame`)."""
+        if self.is_over():
+            return []
+        return [VOCABULARY[cell] for cell in optimal_moves(self.board, _MARKS[self._to_move])]
 
     def extract_move(self, reply: str) -> str:
         return bracket_action(reply)
 
     def apply(self, move: str) -> MoveResult:
-        if self._outcome is not None:
+        if self.is_over():
             return MoveResult(MoveStatus.FORFEIT, move, "the game is over")
         seat = self._to_move
         cell = _cell(move)
         if cell is None or self.board[cell] != ".":
             reason = "not a cell 0-8" if cell is None else f"cell {cell} is taken"
-            return self._refuse(seat, move, reason)
-        self._rules.accepted()
+            return self.refuse(seat, move, reason, f"Illegal move {move!r}: {reason}. Try again.")
+        self.accept()
         self.board = _place(self.board, cell, _MARKS[seat])
-        self._pending[1 - seat].append(f"Player {seat} ({_MARKS[seat]}) took cell {cell}.")
+        self.tell(1 - seat, f"Player {seat} ({_MARKS[seat]}) took cell {cell}.")
         won = winner(self.board)
         if won is not None:
-            self._finish(tuple(1.0 if s == seat else -1.0 for s in range(2)), f"Player {seat} won.")
+            self.finish(self.win_for(seat), f"Player {seat} won.")
         elif "." not in self.board:
-            self._finish((0.0, 0.0), "The game is a draw.")
+            self.finish((0.0, 0.0), "The game is a draw.")
         else:
             self._to_move = 1 - seat
         return MoveResult(MoveStatus.ACCEPTED, move)
-
-    def _refuse(self, seat: int, move: str, reason: str) -> MoveResult:
-        status = self._rules.refused()
-        if status is MoveStatus.FORFEIT:
-            self._finish(forfeit_rewards(2, seat), f"Player {seat} made a second illegal move.", (seat,))
-        else:
-            self._pending[seat].append(f"Illegal move {move!r}: {reason}. Try again.")
-        return MoveResult(status, move, reason)
-
-    def _finish(self, rewards: tuple[float, ...], reason: str, invalid: tuple[int, ...] = ()) -> None:
-        self._outcome = GameOutcome(rewards=rewards, reason=reason, invalid_move_by=invalid)
-        for pending in self._pending:
-            pending.append(f"Game over: {reason}")
-
-    def outcome(self) -> GameOutcome | None:
-        return self._outcome
-
-    def close(self) -> None:
-        return None
 
 
 def _cell(move: str) -> int | None:

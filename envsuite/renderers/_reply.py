@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envsuite.core import StopCondition
+from envsuite.chat import StopCondition
 from envsuite.renderers.base import Renderer
 
 

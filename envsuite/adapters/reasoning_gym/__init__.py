@@ -48,7 +48,7 @@ def register_reasoning_gym(names: Iterable[str] = DEFAULT_DATASETS) -> list[str]
             continue
         register(
             env_id,
-            entry_point="envsuite.interop._rg_env:ReasoningGymEnv",
+            entry_point="envsuite.adapters.reasoning_gym._env:ReasoningGymEnv",
             kwargs={"dataset": name},
             kind=EnvKind.SINGLE_TURN,
             description=f"reasoning-gym {name}: one procedural problem, scored by reasoning-gym.",

@@ -32,8 +32,8 @@ from typing import Any, Generic, TypeVar
 import torch
 from transformers import PreTrainedModel
 
-from envsuite.backends.local._engine_batch import KVBatch, prefill
-from envsuite.backends.local._engine_sampler import (
+from envsuite.engine.sampling._kv_batch import KVBatch, prefill
+from envsuite.engine.sampling._token_choice import (
     RowSampling,
     StopMatcher,
     choose_tokens,

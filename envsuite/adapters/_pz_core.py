@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from games.multiagent import GameFactory, TurnGame
+    from envsuite.turn_games import GameFactory, TurnGame
 
 
 class TurnGameCore:
-    """A :class:`~games.multiagent.TurnGame` behind numeric observations and integer actions.
+    """A :class:`~envsuite.turn_games.TurnGame` behind numeric observations and integer actions.
 
     Actions index the game's fixed move vocabulary when it has one (tic-tac-toe, chess), otherwise the
     current legal-move list (up to ``max_moves`` entries). An index that names no legal move is passed

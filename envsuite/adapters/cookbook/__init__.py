@@ -1,15 +1,13 @@
-"""Interop with other RL-environment ecosystems.
+"""tinker-cookbook interop, both ways.
 
 * tinker-cookbook -> envsuite: :class:`CookbookEnvAdapter`, :class:`CookbookGroupBuilderAdapter`,
   dataset adapters, and :func:`register_cookbook_env` to put a cookbook env in the catalog.
 * envsuite -> tinker-cookbook: :class:`EnvForCookbook`, :class:`GroupBuilderForCookbook` and
   :class:`CompleterForCookbook`, for tinker-cookbook's ``do_group_rollout``.
-* reasoning-gym: :mod:`envsuite.interop.reasoning_gym` registers ``reasoning_gym/<name>`` envs.
-
-Nothing here imports tinker-cookbook or reasoning-gym until it is used.
+Nothing here imports tinker-cookbook until it is used.
 """
 
-from envsuite.interop._from_cookbook import (
+from envsuite.adapters.cookbook._from_cookbook import (
     CookbookCatalogEnv,
     CookbookCatalogGroupBuilder,
     CookbookDatasetAdapter,
@@ -21,7 +19,7 @@ from envsuite.interop._from_cookbook import (
     register_cookbook_env,
     stop_reason_from_metrics,
 )
-from envsuite.interop._to_cookbook import (
+from envsuite.adapters.cookbook._to_cookbook import (
     COOKBOOK_MISSING,
     CompleterForCookbook,
     EnvForCookbook,

@@ -31,9 +31,9 @@ import numpy as np
 from gymnasium import spaces
 
 from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
-from envsuite._text import reply_to_tokens
 from envsuite.core import STOP_METRIC_PREFIX, Env, InitialObservationOverflow, StopCondition, StopReason
 from envsuite.registration import EnvSpec, spec
+from envsuite.renderers import reply_to_tokens
 
 Mode = Literal["tokens", "text"]
 _T = TypeVar("_T")
@@ -233,7 +233,7 @@ def mirror_to_gymnasium(env_spec: EnvSpec) -> None:
         return
     try:
         gymnasium.register(
-            id=gym_id, entry_point="envsuite.wrappers.gymnasium:GymEnv", kwargs={"env_id": env_spec.id}
+            id=gym_id, entry_point="envsuite.adapters.gymnasium:GymEnv", kwargs={"env_id": env_spec.id}
         )
     except gymnasium.error.Error:
         # An id gymnasium cannot express is still fully usable through envsuite.make.

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from envsuite.backends.local._lora import LoraSpec, add_lora, load_adapter_state, load_base_model, merge_lora
+from envsuite.engine.weights._lora import LoraSpec, add_lora, load_adapter_state, load_base_model, merge_lora
 from envsuite.models import CHECKPOINT_META_FILE
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
-from games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT
-from games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
-from games.multiagent._tictactoe import TicTacToeFactory
+from envsuite.games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT
+from envsuite.games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
+from envsuite.games.tictactoe._rules import TicTacToeFactory
 
 
 class TicTacToeEnv(SeatEnv):

@@ -21,10 +21,10 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
-from envsuite.wrappers._pz_core import TurnGameCore
+from envsuite.adapters._pz_core import TurnGameCore
 
 if TYPE_CHECKING:
-    from games.multiagent import GameFactory
+    from envsuite.turn_games import GameFactory
 
 DEFAULT_OBS_TOKENS = 256
 DEFAULT_MAX_MOVES = 64

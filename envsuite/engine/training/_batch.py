@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 from tinker import types
 
-from envsuite.backends.local._losses import LOSS_SPECS, LossFn, LossInputError
-from envsuite.backends.local._token_tree import tree_layout
+from envsuite.engine._token_tree import tree_layout
+from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,10 @@
+"""The PyTorch compute behind the local backend (``envsuite.backends.local``), CPU or GPU.
+
+* ``envsuite.engine.sampling``: the sampling engine (continuous batching over one KV cache, per-row RNG,
+  stop detection) that every local SamplingClient submits to;
+* ``envsuite.engine.training``: datums to model inputs (token trees for shared prefixes) and the losses;
+* ``envsuite.engine.weights``: base models, LoRA adapters, merging, and checkpoint directories.
+
+Nothing here knows the Tinker client interface; the clients in ``envsuite.backends.local`` do. Importing
+a subpackage loads torch.
+"""
