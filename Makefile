@@ -10,7 +10,15 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install test demo lint typecheck pytest bench clean
 
+# System packages the tests need, installed here and never from a test: Debian's chromium for the
+# leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
+# download). Without root or apt-get it warns, and those tests skip saying why.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CHROMIUM := /usr/bin/chromium
+
 $(STAMP): pyproject.toml
+	test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; } \
+		|| echo "warning: could not install Debian's chromium; the leaderboard page tests will skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q torch==2.13.0

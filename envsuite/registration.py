@@ -296,6 +296,43 @@ def catalog_reward_ranges(env_ids: Iterable[str]) -> dict[str, tuple[float, floa
     return ranges
 
 
+class EnvFamily(enum.StrEnum):
+    """How views group envs: by what they exercise, or by who ships them."""
+
+    MATH = "math"
+    TWENTY_QUESTIONS = "twenty questions"
+    GAMES = "games"
+    REASONING_GYM = "reasoning-gym"
+    PLUGINS = "plugins"
+    OTHER = "other"
+
+
+def env_family(env_spec: EnvSpec) -> EnvFamily:
+    """An env's family, from its package (plugins), namespace and tags."""
+    if env_spec.package != "envsuite":
+        return EnvFamily.PLUGINS
+    if env_spec.base_id.split("/")[-1] == "twenty_questions":
+        return EnvFamily.TWENTY_QUESTIONS
+    if env_spec.namespace == "reasoning_gym" or "reasoning-gym" in env_spec.tags:
+        return EnvFamily.REASONING_GYM
+    if "math" in env_spec.tags:
+        return EnvFamily.MATH
+    if "game" in env_spec.tags or env_spec.kind is EnvKind.GAME:
+        return EnvFamily.GAMES
+    return EnvFamily.OTHER
+
+
+def catalog_env_families(env_ids: Iterable[str]) -> dict[str, str]:
+    """The family of each of ``env_ids``; ids this install's catalog does not know come from plugins."""
+    families: dict[str, str] = {}
+    for env_id in env_ids:
+        try:
+            families[env_id] = env_family(registry.spec(env_id)).value
+        except RegistryError:
+            families[env_id] = EnvFamily.PLUGINS.value
+    return families
+
+
 def pprint_registry(*, print_fn: Callable[[str], None] = print) -> None:
     """Print the catalog grouped by namespace, with unavailable envs and their reasons."""
     by_namespace: dict[str, list[EnvSpec]] = {}

@@ -8,17 +8,27 @@ Producers (``evals/``, a user's loop) write :class:`RunRecord` + :class:`Episode
 from __future__ import annotations
 
 from envsuite.leaderboard._board import Leaderboard, OverallScore, build_leaderboard
-from envsuite.leaderboard._cli import add_arguments, cli_main, run
+from envsuite.leaderboard._cli import (
+    NoStoreError,
+    StoreChoice,
+    add_arguments,
+    choose_store,
+    cli_main,
+    find_stores,
+    run,
+)
 from envsuite.leaderboard._db import (
     Backend,
     DatabaseURL,
     MissingDriverError,
+    StoreNotFoundError,
     StoreURLError,
     default_url,
     parse_url,
 )
+from envsuite.leaderboard._export import board_dict, board_json
 from envsuite.leaderboard._html import HtmlReport, render_html, write_html
-from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings, recompute_ratings
+from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
     AddRunResult,
     Entrant,
@@ -46,8 +56,9 @@ from envsuite.leaderboard._stats import (
     PairedComparison,
     paired_comparison,
 )
-from envsuite.leaderboard._store import ResultStore, RunConflictError
-from envsuite.leaderboard._terminal import render_overall, render_ratings, render_terminal
+from envsuite.leaderboard._store import ResultStore, RunConflictError, recompute_ratings
+from envsuite.leaderboard._terminal import FittedTable, render_overall, render_ratings, render_terminal
+from envsuite.leaderboard._text import display_text
 
 __all__ = [
     # records (what producers write)
@@ -70,6 +81,7 @@ __all__ = [
     "Backend",
     "DatabaseURL",
     "MissingDriverError",
+    "StoreNotFoundError",
     "StoreURLError",
     "default_url",
     "parse_url",
@@ -100,13 +112,21 @@ __all__ = [
     "compute_ratings",
     "recompute_ratings",
     # views and CLI
+    "display_text",
+    "FittedTable",
     "render_terminal",
     "render_overall",
     "render_ratings",
     "HtmlReport",
     "render_html",
     "write_html",
+    "board_dict",
+    "board_json",
     "add_arguments",
+    "choose_store",
+    "find_stores",
+    "StoreChoice",
+    "NoStoreError",
     "cli_main",
     "run",
 ]

@@ -1,33 +1,54 @@
-"""``envsuite leaderboard``: print the tables and optionally write the static page.
+"""``envsuite leaderboard``: print the tables (or JSON) and optionally write the static page.
 
 The envsuite CLI wires this in with :func:`add_arguments` (on its ``leaderboard`` sub-parser) and
 :func:`run` (the handler); :func:`cli_main` is the same thing as a standalone entry point.
+
+Reading never creates a store. Without ``--db`` the default store is read when it exists; otherwise
+the stores under ``runs/`` (where ``envsuite bench`` and ``make demo`` write) are looked for: one is
+read and named, several are listed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 
 from envsuite import catalog_reward_ranges
-from envsuite.leaderboard._board import build_leaderboard
-from envsuite.leaderboard._db import MissingDriverError, StoreURLError, default_url
+from envsuite.leaderboard._board import Leaderboard, build_leaderboard
+from envsuite.leaderboard._db import (
+    DEFAULT_DB_ENV,
+    Backend,
+    MissingDriverError,
+    StoreNotFoundError,
+    StoreURLError,
+    default_url,
+    parse_url,
+)
+from envsuite.leaderboard._export import board_json
 from envsuite.leaderboard._html import write_html
-from envsuite.leaderboard._ratings import recompute_ratings
 from envsuite.leaderboard._schema import SchemaTooNewError
 from envsuite.leaderboard._stats import DEFAULT_BOOTSTRAP
-from envsuite.leaderboard._store import ResultStore
+from envsuite.leaderboard._store import ResultStore, recompute_ratings
 from envsuite.leaderboard._terminal import render_overall, render_ratings, render_terminal
+from envsuite.leaderboard._text import display_text
+
+STORE_SEARCH_ROOT = Path("runs")
+STORE_FILE_NAME = "leaderboard.sqlite"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         default=None,
-        help=f"store path or URL (sqlite:///PATH, postgresql://...); default: {default_url()}",
+        help=f"store path or URL (sqlite:///PATH, postgresql://...); default: ${DEFAULT_DB_ENV}, else "
+        f"{default_url()}, else the one store under {STORE_SEARCH_ROOT}/ (make demo writes "
+        f"runs/demo/{STORE_FILE_NAME})",
     )
     parser.add_argument(
         "--env",
@@ -37,13 +58,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="only these envs (repeatable; 'math' means every version, 'math-v0' one)",
     )
-    parser.add_argument("--html", default=None, metavar="DIR", help="also write index.html + chart into DIR")
+    parser.add_argument("--html", default=None, metavar="DIR", help="also write the static page into DIR")
+    parser.add_argument("--json", action="store_true", help="print the leaderboard as JSON (for scripts)")
     parser.add_argument("--boot", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap replicates B")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
     parser.add_argument(
         "--recompute-ratings",
         action="store_true",
-        help="replay all stored matches into the ratings table first",
+        help="replay all stored matches into the ratings table first (adding matches already does)",
+    )
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """Which store to read, and a line saying why when the user did not name it."""
+
+    url: str
+    note: str | None = None
+
+
+class NoStoreError(LookupError):
+    """No store to read (the message says where results were looked for)."""
+
+
+def find_stores(root: Path = STORE_SEARCH_ROOT) -> list[Path]:
+    """SQLite stores under ``root`` (the default store included), nearest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.rglob(STORE_FILE_NAME) if p.is_file()]
+    return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
+
+def choose_store(db: str | None) -> StoreChoice:
+    """The store ``envsuite leaderboard`` reads: ``--db``, else the default, else the one under runs/."""
+    if db is not None:
+        return StoreChoice(db)
+    url = default_url()
+    parsed = parse_url(url)
+    if parsed.backend is Backend.POSTGRES or parsed.target == ":memory:" or Path(parsed.target).exists():
+        return StoreChoice(url)
+    if os.environ.get(DEFAULT_DB_ENV):
+        raise NoStoreError(f"no leaderboard store at {url} (from ${DEFAULT_DB_ENV})")
+    stores = find_stores()
+    if len(stores) == 1:
+        return StoreChoice(str(stores[0]), f"no store at {url}; reading {stores[0]}, the one under runs/")
+    if stores:
+        listed = "\n".join(f"  envsuite leaderboard --db {p}" for p in stores)
+        raise NoStoreError(f"no store at {url}; {len(stores)} stores under runs/, pick one:\n{listed}")
+    raise NoStoreError(
+        f"no leaderboard store at {url}: `envsuite bench --model M` writes results there "
+        f"(`make demo` writes runs/demo/{STORE_FILE_NAME}); or pass --db PATH|URL"
     )
 
 
@@ -51,33 +115,47 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Render the leaderboard for parsed ``args``; returns a process exit code."""
     out = console or Console()
     try:
-        with ResultStore(args.db) as store:
+        choice = choose_store(args.db)
+        with ResultStore(choice.url, create=False) as store:
             if args.recompute_ratings:
                 recompute_ratings(store)
+            env_ids = [key.versioned_env_id for key in store.keys(args.env)]
             board = build_leaderboard(
                 store,
                 env_ids=args.env,
                 n_boot=args.boot,
                 seed=args.seed,
-                catalog_ranges=catalog_reward_ranges(key.versioned_env_id for key in store.keys(args.env)),
+                catalog_ranges=catalog_reward_ranges(env_ids),
             )
+    except (NoStoreError, StoreNotFoundError) as exc:
+        for line in str(exc).splitlines():
+            print(f"envsuite leaderboard: {display_text(line)}", file=sys.stderr)
+        return 1
     except (StoreURLError, MissingDriverError, SchemaTooNewError, ValueError) as exc:
-        print(f"envsuite leaderboard: error: {exc}", file=sys.stderr)
+        print(f"envsuite leaderboard: error: {display_text(exc)}", file=sys.stderr)
         return 2
-    if not board.entries and not board.ratings:
-        out.print(
-            f"no results in {args.db or default_url()}" + (f" for {', '.join(args.env)}" if args.env else "")
-        )
+    if args.json:
+        print(board_json(board, store=choice.url))
     else:
-        out.print(render_terminal(board))
-        if board.overall:
-            out.print(render_overall(board))
-        if board.ratings:
-            out.print(render_ratings(board))
+        if choice.note:
+            out.print(display_text(choice.note), markup=False, highlight=False)
+        _print_tables(out, board, choice.url, args.env)
     if args.html:
         report = write_html(args.html, board)
-        out.print(f"wrote {report.index}")
+        print(f"wrote {report.index}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _print_tables(out: Console, board: Leaderboard, url: str, env: Sequence[str] | None) -> None:
+    if not board.entries and not board.ratings:
+        where = display_text(url) + (f" for {display_text(', '.join(env))}" if env else "")
+        out.print(f"no results in {where}", markup=False, highlight=False)
+        return
+    out.print(render_terminal(board))
+    if board.overall:
+        out.print(render_overall(board))
+    if board.ratings:
+        out.print(render_ratings(board))
 
 
 def build_parser() -> argparse.ArgumentParser:

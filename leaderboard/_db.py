@@ -41,6 +41,10 @@ class MissingDriverError(ImportError):
     """The URL needs an optional database driver that is not installed."""
 
 
+class StoreNotFoundError(FileNotFoundError):
+    """A store opened for reading (``create=False``) does not exist."""
+
+
 @dataclass(frozen=True)
 class DatabaseURL:
     """A parsed store location."""
@@ -95,12 +99,12 @@ class SQLiteConnection:
 
     backend = Backend.SQLITE
 
-    def __init__(self, path: str) -> None:
-        if path != ":memory:":
+    def __init__(self, path: str, *, create: bool = True) -> None:
+        if path != ":memory:" and create:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a writer takes the write lock
         # up front (and waits for it) instead of failing on a read-to-write upgrade.
-        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self._conn = _open_sqlite(path, create=create)
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if path != ":memory:":
             _enable_wal(self._conn)
@@ -174,6 +178,17 @@ def adapt_placeholders(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+def _open_sqlite(path: str, *, create: bool) -> sqlite3.Connection:
+    if create or path == ":memory:":
+        return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    # mode=rw opens an existing file and fails instead of creating an empty store.
+    uri = Path(path).resolve().as_uri() + "?mode=rw"
+    try:
+        return sqlite3.connect(uri, timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=True)
+    except sqlite3.OperationalError as exc:
+        raise StoreNotFoundError(f"no leaderboard store at {path}") from exc
+
+
 def _enable_wal(conn: sqlite3.Connection) -> None:
     """Switch a store to WAL once (the mode persists in the file).
 
@@ -195,9 +210,9 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             delay = min(delay * 2, 0.5)
 
 
-def connect(url: str | os.PathLike[str]) -> Connection:
-    """Open a connection for a store URL or path."""
+def connect(url: str | os.PathLike[str], *, create: bool = True) -> Connection:
+    """Open a connection for a store URL or path; ``create=False`` refuses to make a new SQLite file."""
     parsed = parse_url(url)
     if parsed.backend is Backend.POSTGRES:
         return PostgresConnection(parsed.target)
-    return SQLiteConnection(parsed.target)
+    return SQLiteConnection(parsed.target, create=create)

@@ -18,6 +18,7 @@ from envsuite.leaderboard._board import Leaderboard
 from envsuite.leaderboard._chart import write_chart
 from envsuite.leaderboard._stats import Estimate, KeySummary
 from envsuite.leaderboard._terminal import fmt_sampling, fmt_seeds
+from envsuite.leaderboard._text import display_text
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#1b1b1b}
@@ -92,7 +93,7 @@ class HtmlReport:
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(display_text(text), quote=True)
 
 
 def log_href(log_path: str, out_dir: Path) -> str:

@@ -1,4 +1,7 @@
-"""openskill ratings replayed from stored matches: the same matches always give the same table."""
+"""openskill ratings replayed from matches: the same matches always give the same table.
+
+The store calls :func:`compute_ratings` whenever matches are added, so stored ratings stay current.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from envsuite.leaderboard._records import MatchResult, Rating
-from envsuite.leaderboard._store import ResultStore
 
 ALL_GAMES = "*"
 """The pool that rates every match together, whatever the env."""
@@ -44,10 +46,3 @@ def compute_ratings(matches: Sequence[MatchResult]) -> list[Rating]:
         for player, r in table.items()
     ]
     return sorted(ratings, key=lambda r: (r.pool, -r.ordinal, r.player))
-
-
-def recompute_ratings(store: ResultStore) -> list[Rating]:
-    """Recompute every pool from the stored matches and replace the stored ratings table."""
-    ratings = compute_ratings(store.matches())
-    store.replace_ratings(ratings)
-    return ratings

@@ -43,12 +43,25 @@ def is_secret_name(name: str) -> bool:
     return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(segments))
 
 
+# Shell variables whose names contain a secret-looking segment ("pwd") but hold the working
+# directory: scrubbing their values would redact every path under it (log links, run dirs).
+_PATH_ENV_NAMES = frozenset({"PWD", "OLDPWD"})
+
+
+def _looks_like_path(value: str) -> bool:
+    """A filesystem path, not a credential (``GOOGLE_APPLICATION_CREDENTIALS`` names a file)."""
+    return value.startswith(("/", "~", "./", "../")) or os.path.exists(value)
+
+
 def _env_secret_values() -> list[str]:
     # Read at call time: a key exported after import must still be caught.
     values = {
         value
         for name, value in os.environ.items()
-        if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET_LEN
+        if name not in _PATH_ENV_NAMES
+        and is_secret_name(name)
+        and len(value) >= _MIN_ENV_SECRET_LEN
+        and not _looks_like_path(value)
     }
     return sorted(values, key=len, reverse=True)
 

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from envsuite.leaderboard._db import Connection, connect, default_url
+from envsuite.leaderboard._db import Backend, Connection, connect, default_url
+from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
     AddRunResult,
     EpisodeResult,
@@ -97,9 +98,11 @@ class ResultStore:
     takes the write lock up front. Writes are idempotent on run ids and match ids.
     """
 
-    def __init__(self, url: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, url: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        """Open (and by default create) the store; ``create=False`` raises :class:`StoreNotFoundError`
+        instead of making an empty SQLite file, for readers."""
         self.url = os.fspath(url) if url is not None else default_url()
-        self._conn: Connection = connect(self.url)
+        self._conn: Connection = connect(self.url, create=create)
         try:
             migrate(self._conn)
         except BaseException:
@@ -185,35 +188,62 @@ class ResultStore:
         )
 
     def add_matches(self, matches: Iterable[MatchResult]) -> int:
-        """Store head-to-head results; a match id already stored is skipped. Returns how many were new."""
+        """Store head-to-head results and bring the ratings up to date, in one transaction.
+
+        A match id already stored is skipped. Returns how many matches were new.
+        """
         added = 0
         with self._conn.transaction():
+            self._lock_ratings()
             for match in matches:
-                match_id = redact_text(match.match_id)
-                new = self._conn.execute(
-                    "INSERT INTO matches (match_id, env_id, played_at, run_id) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    (match_id, redact_text(match.env_id), match.played_at, match.run_id),
-                )
-                if not new:
-                    continue
-                added += 1
-                for seat, (player, rank) in enumerate(zip(match.players, match.ranks, strict=True)):
-                    self._conn.execute(
-                        "INSERT INTO match_players (match_id, seat, player, player_rank) VALUES (?, ?, ?, ?)",
-                        (match_id, seat, redact_text(player), rank),
-                    )
+                added += self._insert_match(match)
+            if added:
+                self._write_ratings(compute_ratings(self.matches()))
         return added
+
+    def _insert_match(self, match: MatchResult) -> int:
+        match_id = redact_text(match.match_id)
+        new = self._conn.execute(
+            "INSERT INTO matches (match_id, env_id, played_at, run_id) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (match_id, redact_text(match.env_id), match.played_at, match.run_id),
+        )
+        if not new:
+            return 0
+        for seat, (player, rank) in enumerate(zip(match.players, match.ranks, strict=True)):
+            self._conn.execute(
+                "INSERT INTO match_players (match_id, seat, player, player_rank) VALUES (?, ?, ?, ?)",
+                (match_id, seat, redact_text(player), rank),
+            )
+        return 1
+
+    def _lock_ratings(self) -> None:
+        # SQLite's BEGIN IMMEDIATE already serialises writers. On PostgreSQL two writers could each
+        # rate a snapshot missing the other's matches, and the later commit would win: take a lock
+        # that writers of matches queue on (plain reads still proceed).
+        if self._conn.backend is Backend.POSTGRES:
+            self._conn.execute("LOCK TABLE ratings IN EXCLUSIVE MODE")
 
     def replace_ratings(self, ratings: Iterable[Rating]) -> None:
         """Swap the stored ratings table for ``ratings`` in one transaction."""
         with self._conn.transaction():
-            self._conn.execute("DELETE FROM ratings")
-            for r in ratings:
-                self._conn.execute(
-                    "INSERT INTO ratings (pool, player, mu, sigma, ordinal, matches) VALUES (?, ?, ?, ?, ?, ?)",
-                    (r.pool, r.player, r.mu, r.sigma, r.ordinal, r.matches),
-                )
+            self._write_ratings(ratings)
+
+    def recompute_ratings(self) -> list[Rating]:
+        """Replay every stored match and replace the stored ratings (``add_matches`` does this itself)."""
+        with self._conn.transaction():
+            self._lock_ratings()
+            ratings = compute_ratings(self.matches())
+            self._write_ratings(ratings)
+        return ratings
+
+    def _write_ratings(self, ratings: Iterable[Rating]) -> None:
+        self._conn.execute("DELETE FROM ratings")
+        for r in ratings:
+            self._conn.execute(
+                "INSERT INTO ratings (pool, player, mu, sigma, ordinal, matches) VALUES (?, ?, ?, ?, ?, ?)",
+                (r.pool, r.player, r.mu, r.sigma, r.ordinal, r.matches),
+            )
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -289,12 +319,24 @@ class ResultStore:
         ]
 
     def ratings(self, pool: str | None = None) -> list[Rating]:
-        """Stored ratings, best first (by ordinal) within each pool."""
+        """Current ratings, best first (by ordinal) within each pool.
+
+        Stores written before ratings were kept current on every ``add_matches`` may hold a stale
+        table; that shows as a seat count that differs from the all-games pool's match counts, and
+        the ratings are then replayed from the stored matches (without writing).
+        """
         rows = self._conn.query(
             "SELECT pool, player, mu, sigma, ordinal, matches FROM ratings ORDER BY pool, ordinal DESC, player"
         )
-        return [
-            Rating(row[0], row[1], float(row[2]), float(row[3]), float(row[4]), int(row[5]))
-            for row in rows
-            if pool is None or row[0] == pool
+        ratings = [
+            Rating(row[0], row[1], float(row[2]), float(row[3]), float(row[4]), int(row[5])) for row in rows
         ]
+        seats = int(self._conn.query("SELECT COUNT(*) FROM match_players")[0][0])
+        if seats != sum(r.matches for r in ratings if r.pool == ALL_GAMES):
+            ratings = compute_ratings(self.matches())
+        return [r for r in ratings if pool is None or r.pool == pool]
+
+
+def recompute_ratings(store: ResultStore) -> list[Rating]:
+    """Recompute every pool from the stored matches and replace the stored ratings table."""
+    return store.recompute_ratings()

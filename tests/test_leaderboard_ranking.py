@@ -141,6 +141,27 @@ def test_ratings_rank_the_winner_first_and_are_order_independent(store: ResultSt
     assert recompute_ratings(store) == store.ratings() == ratings  # recomputing replaces, never appends
 
 
+def test_ratings_stay_current_as_matches_are_added(store: ResultStore) -> None:
+    """Issue 15.7: a bench that only adds matches (never recomputes) must still show ratings."""
+    games = _games()
+    store.add_matches(games[:12])
+    assert store.ratings() == compute_ratings(games[:12])
+    store.add_matches(games[12:])
+    assert store.ratings() == compute_ratings(games)
+    assert build_leaderboard(store, n_boot=20).ratings == tuple(compute_ratings(games))
+    # The stored table itself is current (a reader on another version sees it too).
+    stored = store._conn.query("SELECT COUNT(*), SUM(matches) FROM ratings WHERE pool = '*'")
+    assert stored[0] == (3, sum(len(g.players) for g in games))
+
+
+def test_a_stale_ratings_table_is_replayed_on_read(store: ResultStore) -> None:
+    """Stores written before 15.7 hold matches and no ratings: reading replays them."""
+    games = _games()
+    store.add_matches(games)
+    store.replace_ratings([])  # what an older envsuite left behind
+    assert store.ratings() == compute_ratings(games)
+
+
 def test_terminal_table_and_cli(
     store: ResultStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -194,6 +194,24 @@ def test_secrets_never_reach_the_store_or_the_page(tmp_path: Path, monkeypatch: 
     assert redact_text("no secrets here, max_tokens=5") == "no secrets here, max_tokens=5"
 
 
+def test_working_directory_and_paths_are_not_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15.6: PWD names the working directory, not a password; log paths under it must survive."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("OLDPWD", str(tmp_path.parent))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "creds.json"))
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-0123456789abcdef")
+    log = str(tmp_path / "runs" / "demo" / "bench" / "a.eval")
+    assert redact_text(log) == log
+    assert redact_text(f"sent tok-0123456789abcdef from {tmp_path}") == f"sent {REDACTED} from {tmp_path}"
+    with ResultStore(tmp_path / "lb.sqlite") as store:
+        ep = EpisodeResult(seed=0, reward=1.0, transcript_ref=f"{log}#1")
+        store.add_run(RunRecord(make_key(), "eval-1", log_path=log, config={"cwd": str(tmp_path)}), [ep])
+        (run,) = store.runs()
+        assert run.log_path == log and run.config == {"cwd": str(tmp_path)}
+        assert store.episodes()[0].episode.transcript_ref == f"{log}#1"
+
+
 def test_file_identity(tmp_path: Path) -> None:
     a, b = tmp_path / "a.eval", tmp_path / "b.eval"
     a.write_bytes(b"log one")

@@ -1,0 +1,92 @@
+"""The leaderboard as plain JSON values, for scripts (``envsuite leaderboard --json``) and the page.
+
+Values are the stored data, not display text: a script gets the model name exactly as stored (JSON
+escapes control characters, so printing the document never drives a terminal).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envsuite.leaderboard._board import Leaderboard
+from envsuite.leaderboard._records import Rating, ResultKey
+from envsuite.leaderboard._stats import Estimate, KeySummary
+
+JSON_FORMAT_VERSION = 1
+
+
+def estimate_dict(est: Estimate | None) -> dict[str, float | int] | None:
+    if est is None:
+        return None
+    return {"mean": est.mean, "lo": est.lo, "hi": est.hi, "n": est.n}
+
+
+def key_dict(key: ResultKey) -> dict[str, Any]:
+    return {
+        "key_id": key.key_id,
+        "env": key.versioned_env_id,
+        "env_id": key.env_id,
+        "env_version": key.env_version,
+        "model": key.model,
+        "partner": key.partner,
+        "renderer": key.renderer,
+        "sampling": json.loads(key.sampling),
+        "seeds": key.seed_list(),
+        "package_version": key.package_version,
+    }
+
+
+def entry_dict(entry: KeySummary) -> dict[str, Any]:
+    return {
+        **key_dict(entry.key),
+        "n_samples": entry.n_samples,
+        "n_episodes": entry.n_episodes,
+        "reward": estimate_dict(entry.reward),
+        "success": estimate_dict(entry.success),
+        "normalized": estimate_dict(entry.normalized),
+        "reward_range": list(entry.reward_range),
+        "log_paths": list(entry.log_paths),
+        "metrics": dict(entry.metric_means),
+    }
+
+
+def rating_dict(r: Rating) -> dict[str, Any]:
+    return {
+        "pool": r.pool,
+        "player": r.player,
+        "mu": r.mu,
+        "sigma": r.sigma,
+        "ordinal": r.ordinal,
+        "matches": r.matches,
+    }
+
+
+def board_dict(board: Leaderboard, *, store: str | None = None) -> dict[str, Any]:
+    """Everything the views show, as JSON values (``store`` names where the results were read)."""
+    return {
+        "format": JSON_FORMAT_VERSION,
+        "store": store,
+        "confidence": board.confidence,
+        "n_boot": board.n_boot,
+        "seed": board.seed,
+        "shared_envs": list(board.shared_envs),
+        "entries": [entry_dict(e) for e in board.entries],
+        "overall": [
+            {
+                "rank": o.rank,
+                "model": o.entrant.model,
+                "renderer": o.entrant.renderer,
+                "sampling": json.loads(o.entrant.sampling),
+                "package_version": o.entrant.package_version,
+                "score": estimate_dict(o.score),
+            }
+            for o in board.overall
+        ],
+        "ratings": [rating_dict(r) for r in board.ratings],
+    }
+
+
+def board_json(board: Leaderboard, *, store: str | None = None) -> str:
+    """:func:`board_dict` as indented JSON text (ASCII only: safe to print anywhere)."""
+    return json.dumps(board_dict(board, store=store), indent=2, ensure_ascii=True, allow_nan=False)
