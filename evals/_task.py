@@ -21,7 +21,7 @@ from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
 from envsuite.core import Env, InitialObservationOverflow, StopReason
 from envsuite.evals._messages import to_inspect
 from envsuite.registration import spec
-from envsuite.renderers import reply_to_tokens
+from envsuite.renderers import encodable_text, reply_to_tokens
 
 RESULT_KEY = "envsuite_result"
 MAX_TURNS_GUARD = 512
@@ -99,7 +99,7 @@ async def _play(
         state = await generate(state)
         text = state.output.completion
         if state.output.stop_reason == "max_tokens":
-            tokens = renderer.build().tokenizer.encode(text, add_special_tokens=False)
+            tokens = renderer.build().tokenizer.encode(encodable_text(text), add_special_tokens=False)
         else:
             tokens = reply_to_tokens(renderer.build(), text, stop)
         try:

@@ -72,3 +72,22 @@ def test_gymnasium_make_finds_catalog_ids() -> None:
 def test_bad_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="mode"):
         envsuite.make("arithmetic", mode="pixels", model=TEST_MODEL)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "env_id", ["arithmetic", "math", "twenty_questions", "tictactoe", "textarena/Nim-v0"]
+)
+def test_text_with_lone_surrogates_is_a_defined_outcome(env_id: str) -> None:
+    """Issue 15.1: any str is an action; unpaired surrogates become U+FFFD instead of a TypeError."""
+    env = envsuite.make(env_id, mode="text", model=TEST_MODEL)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("hello \ud800 world \udfff")
+    assert isinstance(reward, float)
+    assert "\ufffd" in info["conversation"][-1]["content"] or info["conversation"][-1]["role"] != "assistant"
+    env.close()
+
+
+def test_surrogate_pairs_join_and_lone_ones_are_replaced() -> None:
+    assert envsuite.renderers.encodable_text("a\ud83d\ude00b") == "a\U0001f600b"
+    assert envsuite.renderers.encodable_text("\ude00\ud83d") == "\ufffd\ufffd"
+    assert envsuite.renderers.encodable_text("plain") == "plain"

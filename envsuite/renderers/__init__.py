@@ -5,7 +5,7 @@ importing this package does not import tinker or transformers.
 """
 
 from envsuite.renderers._registry import get_renderer, list_renderers
-from envsuite.renderers._reply import reply_to_tokens
+from envsuite.renderers._reply import encodable_text, reply_to_tokens
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
@@ -28,5 +28,6 @@ __all__ = [
     "get_renderer",
     "list_renderers",
     # text replies as tokens
+    "encodable_text",
     "reply_to_tokens",
 ]

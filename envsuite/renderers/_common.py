@@ -14,6 +14,7 @@ from typing import Protocol, cast, get_args
 import tinker
 
 from envsuite.chat import Message, Role, StopCondition
+from envsuite.renderers._reply import encodable_text
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
@@ -68,6 +69,7 @@ class TokenCodec:
     def text(self, text: str) -> list[int]:
         if not text:
             return []
+        text = encodable_text(text)  # message text may hold lone surrogates; tokenizers reject them
         if self._splits:
             splitting = cast(_SplittingTokenizer, self.tokenizer)
             return list(splitting.encode(text, add_special_tokens=False, split_special_tokens=True))

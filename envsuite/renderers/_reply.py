@@ -6,16 +6,33 @@ from envsuite.chat import StopCondition
 from envsuite.renderers.base import Renderer
 
 
+def encodable_text(text: str) -> str:
+    """``text`` with every lone surrogate (``"\\ud800"``) replaced by U+FFFD.
+
+    A Python ``str`` may hold surrogate code points that no UTF-8 text can (they arrive from
+    ``surrogateescape``-decoded input, JSON ``"\\ud800"`` escapes or careless slicing); tokenizers
+    reject them with a ``TypeError``. A surrogate *pair* written as two code points is joined into the
+    character it stands for; an unpaired one becomes the replacement character, which is what a
+    byte-level sampler emits for bytes that are not UTF-8. So any ``str`` is a defined reply.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def reply_to_tokens(renderer: Renderer, text: str, stop: StopCondition | None = None) -> list[int]:
     """Tokens of ``text`` as a finished assistant turn: the text, then the first stop sequence.
 
     Used wherever a person or a script writes the reply (gym text mode, ``envsuite play``, the
     conformance checker), so the env sees exactly what a cleanly stopping sampler would send.
+    Lone surrogates in ``text`` become U+FFFD (see :func:`encodable_text`) instead of raising.
     """
-    tokens = list(renderer.tokenizer.encode(text, add_special_tokens=False))
+    tokens = list(renderer.tokenizer.encode(encodable_text(text), add_special_tokens=False))
     stop = stop or renderer.get_stop_sequences()
     if stop and isinstance(stop[0], int):
         tokens.append(int(stop[0]))
     elif stop:
-        tokens.extend(renderer.tokenizer.encode(str(stop[0]), add_special_tokens=False))
+        tokens.extend(renderer.tokenizer.encode(encodable_text(str(stop[0])), add_special_tokens=False))
     return tokens

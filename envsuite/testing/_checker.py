@@ -209,7 +209,7 @@ async def _check_garbage(s: _Setup, name: str) -> CheckResult:
         return _failed(
             name, "; ".join(problems[:4]), "parse defensively: return a parse-error stop, never raise"
         )
-    return _passed(name, "random, empty, 10k tokens, invalid UTF-8, out-of-vocab ids")
+    return _passed(name, "random, empty, 10k tokens, invalid UTF-8, out-of-vocab ids, lone-surrogate text")
 
 
 def _episode_problems(s: _Setup, kind: str, record: EpisodeRecord) -> list[str]:
@@ -316,7 +316,7 @@ def check_env(
     Checks: contract types; seeded determinism (same seed and actions give the same observations and
     rewards); seeds vary episodes (a warning unless ``strict``); every member of a group plays the same
     episode; builders pickle; garbage actions (random ids, empty, 10k tokens, invalid UTF-8,
-    out-of-vocab ids) end in a defined outcome within the turn budget, never an exception; the final
+    out-of-vocab ids, text with lone surrogates) end in a defined outcome within the turn budget, never an exception; the final
     transition carries exactly one stop reason; returns stay inside the spec's ``reward_range``; an
     over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
     shares SmolLM2's).

@@ -14,6 +14,7 @@ from envsuite.core import (
     StepResult,
     StopReason,
 )
+from envsuite.renderers import reply_to_tokens
 from envsuite.renderers.base import Renderer
 
 # Replies that make sense for some env in the catalog; every env must take all of them.
@@ -94,8 +95,6 @@ def stop_invariant_violations(record: EpisodeRecord) -> list[str]:
 
 def text_actions(renderer: Renderer, replies: Sequence[str]) -> ActionSource:
     """Cycle through text replies, each as a cleanly stopped turn."""
-    from envsuite.renderers import reply_to_tokens
-
     encoded = [reply_to_tokens(renderer, reply) for reply in replies]
     return lambda turn: list(encoded[turn % len(encoded)])
 
@@ -120,10 +119,13 @@ def garbage_actions(renderer: Renderer, seed: int) -> dict[str, ActionSource]:
     random_ids = [rng.randrange(vocab) for _ in range(48)]
     huge = [rng.randrange(vocab) for _ in range(10_000)]
     bad_utf8 = list(_invalid_utf8_ids(renderer)) or [0xFFFF % vocab]
+    # A str no UTF-8 text can hold (gym text mode and `envsuite play` accept any str).
+    lone_surrogate = reply_to_tokens(renderer, "hello \ud800 world \udfff")
     return {
         "random_tokens": lambda turn: random_ids[turn % 8 : turn % 8 + 40],
         "empty": lambda turn: [],
         "ten_thousand_tokens": lambda turn: huge,
         "invalid_utf8": lambda turn: bad_utf8,
         "out_of_vocab_ids": lambda turn: [vocab + 7, vocab * 3],
+        "lone_surrogate_text": lambda turn: lone_surrogate,
     }
