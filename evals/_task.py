@@ -118,6 +118,13 @@ async def _play(
     return state
 
 
+def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
+    try:
+        make_env(env_id, seed=seed, split="test", **env_kwargs)
+    except Exception as exc:
+        raise ValueError(f"env {env_id!r} cannot be built with env_kwargs {env_kwargs}: {exc}") from exc
+
+
 @solver
 def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included)."""
@@ -174,8 +181,14 @@ def envsuite_env(
     temperature: float = 0.7,
     env_kwargs: dict[str, Any] | None = None,
 ) -> Task:
-    """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``."""
+    """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``.
+
+    ``env_kwargs`` are checked here, by building one episode, so a bad setting (an unknown keyword, an
+    unreadable dataset) fails the task at once instead of scoring every sample as ``env_error``.
+    """
     env_spec = spec(env_id)
+    if env_kwargs:
+        _check_env_kwargs(env_spec.id, env_kwargs, seed)
     samples = [
         Sample(
             input=f"{env_spec.id} episode {s}",

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import read_eval_log
 from inspect_ai.model import ModelOutput, ModelUsage
@@ -204,3 +205,11 @@ def test_a_failing_env_is_scored_as_env_error(tmp_path: Path) -> None:
         score = next(iter(sample.scores.values()))  # type: ignore[union-attr]
         assert score.metadata is not None and score.metadata["stop_reason"] == "env_error"
         assert "env exploded" in score.metadata["error"]
+
+
+def test_bad_env_kwargs_fail_the_task_at_once(tmp_path: Path) -> None:
+    """Issue 15.2: a bad dataset is an error when the task is built, not 0 reward on every sample."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"foo": 1}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: unknown record format"):
+        envsuite_env(env_id="math", episodes=2, env_kwargs={"dataset": str(bad)})

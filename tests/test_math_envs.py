@@ -294,6 +294,31 @@ def test_bad_problem_files_fail_clearly(tmp_path: Path, content: str, match: str
         make("math", dataset=str(path))
 
 
+def test_over_long_line_fails_without_reading_it_whole(tmp_path: Path) -> None:
+    """Issue 15.2: a record over the 1 MiB line limit is refused as soon as the limit is passed."""
+    path = tmp_path / "huge.jsonl"
+    huge = {"question": "x" * (3 << 20), "answer": "#### 1"}
+    path.write_text(json.dumps(GSM8K[0]) + "\n" + json.dumps(huge) + "\n", encoding="utf-8")
+    with pytest.raises(MathDatasetError, match=r"huge.jsonl:2: line is longer than the 1 MiB limit"):
+        make("math", dataset=str(path))
+
+
+def test_over_large_file_is_refused_before_reading(tmp_path: Path) -> None:
+    """Issue 15.2: files over 512 MiB are refused from their size (a sparse file: no disk is used)."""
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as handle:
+        handle.truncate((512 << 20) + 1)
+    with pytest.raises(MathDatasetError, match="over the 512 MiB limit"):
+        make("math", dataset=str(path))
+
+
+def test_non_utf8_line_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(json.dumps(GSM8K[0]).encode() + b"\n" + b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+    with pytest.raises(MathDatasetError, match=r"latin1.jsonl:2: not UTF-8"):
+        make("math", dataset=str(path))
+
+
 def test_missing_file_and_conflicting_sources_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(MathDatasetError, match="cannot read"):
         make("math", dataset=str(tmp_path / "nope.jsonl"))

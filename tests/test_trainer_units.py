@@ -96,6 +96,31 @@ def test_preflight_rejects_unknown_env_model_and_kwargs(tmp_path: Path) -> None:
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_preflight_reports_dataset_errors_before_materializing_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15.2: a bad dataset fails in seconds, not after the embedded model's ~20 s conversion."""
+    import envsuite.models
+
+    def no_materializing(name: str) -> None:
+        raise AssertionError(f"preflight materialized {name} before checking the env")
+
+    monkeypatch.setattr(envsuite.models, "resolve_model", no_materializing)
+    good = tmp_path / "one.jsonl"
+    good.write_text('{"question": "What is 1+1?", "answer": "#### 2"}\n', encoding="utf-8")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"foo": 1}\n', encoding="utf-8")
+    config = TrainConfig(env_id="math", log_dir=str(tmp_path), env_kwargs={"dataset": str(bad)})
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:1: unknown record format"):
+        preflight(config)
+    # The test split is built too when the run evaluates: its errors must not surface mid-run.
+    split_files = {"dataset": str(good), "test_dataset": str(bad)}
+    with pytest.raises(ConfigError, match=r"test split.*bad\.jsonl:1"):
+        preflight(TrainConfig(env_id="math", log_dir=str(tmp_path), env_kwargs=split_files))
+    with pytest.raises(ConfigError, match=r"no problem falls in the 'test' split.*--eval-every 0"):
+        preflight(TrainConfig(env_id="math", log_dir=str(tmp_path), env_kwargs={"dataset": str(good)}))
+
+
 def test_learning_rate_schedules() -> None:
     base = TrainConfig(env_id="a", log_dir="b", n_steps=10, learning_rate=1.0, warmup_steps=2)
     assert base.learning_rate_at(0) == pytest.approx(1 / 3)

@@ -13,7 +13,11 @@ RESUME_MAY_CHANGE = frozenset(
 
 
 def preflight(config: TrainConfig) -> None:
-    """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError."""
+    """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError.
+
+    Cheap checks go first: the env (and its test split, when the run evaluates) is built before the
+    embedded model is materialized (about 20 s the first time), so a bad dataset fails in seconds.
+    """
     config.validate()
     from envsuite.backends import Backend
     from envsuite.registration import RegistryError, spec
@@ -28,30 +32,46 @@ def preflight(config: TrainConfig) -> None:
         spec(config.env_id)
     except (RegistryError, ValueError) as exc:
         raise ConfigError(f"env_id: {exc}") from None
-    if config.backend == "local":
-        from envsuite.models import UnknownModelError, resolve_model
+    local = config.backend == "local"
+    from envsuite.models import KNOWN_MODELS
 
-        try:
-            resolve_model(config.model)
-        except UnknownModelError as exc:
-            raise ConfigError(f"model: {exc}") from None
+    if local and config.model not in KNOWN_MODELS:
+        _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
     _check_env_builds(config)
+    if local and config.model in KNOWN_MODELS:
+        _check_model(config.model)
+
+
+def _check_model(name: str) -> None:
+    from envsuite.models import UnknownModelError, resolve_model
+
+    try:
+        resolve_model(name)
+    except UnknownModelError as exc:
+        raise ConfigError(f"model: {exc}") from None
 
 
 def _check_env_builds(config: TrainConfig) -> None:
     from envsuite import make_env
 
-    try:
-        make_env(
-            config.env_id,
-            seed=config.seed,
-            model=config.model,
-            renderer=config.renderer_name,
-            max_context_tokens=config.max_context_tokens,
-            **config.env_kwargs,
-        )
-    except Exception as exc:
-        raise ConfigError(f"env {config.env_id!r} rejected env_kwargs {config.env_kwargs}: {exc}") from None
+    splits = ["train", "test"] if config.eval_every and config.n_test_groups else ["train"]
+    for split in splits:
+        try:
+            make_env(
+                config.env_id,
+                seed=config.seed,
+                split=split,  # type: ignore[arg-type]
+                model=config.model,
+                renderer=config.renderer_name,
+                max_context_tokens=config.max_context_tokens,
+                **config.env_kwargs,
+            )
+        except Exception as exc:
+            hint = " (or pass --eval-every 0 to train without evaluations)" if split == "test" else ""
+            raise ConfigError(
+                f"env {config.env_id!r} with env_kwargs {config.env_kwargs} cannot build its {split} "
+                f"split: {exc}{hint}"
+            ) from None
 
 
 def check_and_record_config(config: TrainConfig, log_dir: Path) -> None:

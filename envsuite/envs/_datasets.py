@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from envsuite.core import Split
 from envsuite.envs._problem import Problem, split_of
@@ -55,16 +55,29 @@ def _problem(question: str, reference: str, where: str) -> Problem:
     return Problem(question=question.strip(), answer=reference.strip())
 
 
+MAX_LINE_BYTES = 1 << 20
+"""Longest JSONL line read (1 MiB; GSM8K and MATH records are a few KB). Longer lines are an error."""
+MAX_FILE_BYTES = 512 << 20
+"""Largest problem file read (512 MiB); parsed problems stay in memory, so bigger files are refused."""
+
+
 def load_jsonl(path: str, split: Split | None = None) -> tuple[Problem, ...]:
     """The problems in a JSONL file: all of them, or those whose question hashes into ``split``.
 
-    Cached per file version, so building many envs on one file reads and splits it once.
+    The file is streamed line by line, each line read to at most :data:`MAX_LINE_BYTES`, and files over
+    :data:`MAX_FILE_BYTES` are refused before reading, so a malformed file fails in bounded time and
+    memory. Cached per file version, so building many envs on one file reads and splits it once.
     """
     resolved = Path(path).expanduser()
     try:
         stat = resolved.stat()
     except OSError as exc:
         raise MathDatasetError(f"cannot read problem file {path!r}: {exc}") from exc
+    if stat.st_size > MAX_FILE_BYTES:
+        raise MathDatasetError(
+            f"{path}: {stat.st_size / 2**20:,.0f} MiB is over the {MAX_FILE_BYTES >> 20} MiB limit for a "
+            "problem file (problems are held in memory); split it or pass a sample"
+        )
     return _split_cached(str(resolved.resolve()), stat.st_mtime_ns, stat.st_size, split)
 
 
@@ -78,20 +91,42 @@ def _split_cached(path: str, mtime_ns: int, size: int, split: Split | None) -> t
 def _load_jsonl_cached(path: str, mtime_ns: int, size: int) -> tuple[Problem, ...]:
     problems: list[Problem] = []
     try:
-        with open(path, encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise MathDatasetError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-                problems.append(parse_record(record, f"{path}:{lineno}"))
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(_bounded_lines(handle, path), start=1):
+                problems.extend(_parse_line(raw, f"{path}:{lineno}"))
+    except OSError as exc:
         raise MathDatasetError(f"cannot read problem file {path!r}: {exc}") from exc
     if not problems:
         raise MathDatasetError(f"{path}: no problems in the file")
     return tuple(problems)
+
+
+def _bounded_lines(handle: BinaryIO, path: str) -> Iterator[bytes]:
+    """The file's lines, none read past :data:`MAX_LINE_BYTES` (a longer one raises at once)."""
+    lineno = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise MathDatasetError(
+                f"{path}:{lineno}: line is longer than the {MAX_LINE_BYTES >> 20} MiB limit for one "
+                "problem record (is this a JSONL file, one JSON object per line?)"
+            )
+        yield raw
+
+
+def _parse_line(raw: bytes, where: str) -> list[Problem]:
+    """The problem on one line (none for a blank line)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MathDatasetError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    if not line.strip():
+        return []
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MathDatasetError(f"{where}: invalid JSON ({exc.msg})") from exc
+    return [parse_record(record, where)]
 
 
 def load_hub(name: str, config: str | None, split: str) -> tuple[Problem, ...]:
