@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Iterator
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from envsuite.grading import (
     ExtractedAnswer,
     GradeOutcome,
     Grader,
+    GraderUnavailableError,
+    default_grader,
     extract_boxed,
     extract_final_answer,
     grade_answer,
@@ -216,3 +220,70 @@ async def test_async_grading_does_not_block_and_runs_concurrently(grader: Grader
 def test_default_grader_works_on_the_main_thread() -> None:
     assert threading.current_thread() is threading.main_thread()
     assert grade_answer("\\frac{10}{4}", "2.5 hours").correct
+
+
+# -- a worker that cannot start ----------------------------------------------------------------------
+
+
+def _interpreter_that_fails(tmp_path: Path, times: int | None) -> str:
+    """A stand-in for ``sys.executable`` that exits 1 on its first ``times`` starts (always if None),
+    then runs the real interpreter: a worker start failing for real, as under a loaded machine."""
+    script = tmp_path / "python"
+    count = tmp_path / "starts"
+    limit = "1000000" if times is None else str(times)
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n + 1)) > "{count}"\n'
+        f'if [ "$n" -lt {limit} ]; then echo "worker start refused" >&2; exit 1; fi\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_failed_worker_start_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15.3: one failed warm-up does not make grading unavailable."""
+    monkeypatch.setattr(sys, "executable", _interpreter_that_fails(tmp_path, times=2))
+    own = Grader()
+    try:
+        assert own.verify("x + 1", "1 + x").outcome is GradeOutcome.CORRECT
+        assert own.start_failures == 2
+    finally:
+        own.close()
+
+
+def test_grader_unavailable_is_raised_then_fails_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", _interpreter_that_fails(tmp_path, times=None))
+    own = Grader()
+    with pytest.raises(GraderUnavailableError, match="3 attempts"):
+        own.verify("x + 1", "1 + x")
+    assert own.start_failures == 3
+    with pytest.raises(GraderUnavailableError, match="not retrying"):
+        own.verify("x + 1", "1 + x")
+    assert own.start_failures == 3  # the cool-down spared the machine three more starts
+    own.close()
+
+
+async def test_math_env_step_never_raises_when_grading_is_impossible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15.3: docs/math.md says grading never raises; an ungradeable step is an env error, counted."""
+    import envsuite
+    from envsuite.core import StopReason
+    from envsuite.renderers import reply_to_tokens
+
+    default_grader().close()
+    monkeypatch.setattr(sys, "executable", _interpreter_that_fails(tmp_path, times=None))
+    try:
+        env = envsuite.make_env("math", seed=2, model="tiny-random")
+        await env.initial_observation()
+        result = await env.step(reply_to_tokens(env.renderer, "so \\boxed{x^2 + 1}"))  # type: ignore[attr-defined]
+    finally:
+        monkeypatch.undo()
+        default_grader().close()  # the next test starts a real worker, without a cool-down
+    assert result.episode_done and result.stop_reason is StopReason.ENV_ERROR
+    assert result.reward == 0.0
+    assert result.metrics["grade_unavailable"] == 1.0 and result.metrics["correct"] == 0.0
+    assert "grader unavailable" in str(result.logs["error"]) and "3 attempts" in str(result.logs["grade"])

@@ -131,7 +131,13 @@ async def test_math_rewards_and_logs() -> None:
     answer = reference(env)
     good = await play(env, f"Step by step... the answer is \\boxed{{{answer}}}.")
     assert (good.reward, good.stop_reason) == (1.0, StopReason.COMPLETED)
-    assert good.metrics == {"correct": 1.0, "format": 1.0, "grade_timeout": 0.0, "stop/completed": 1.0}
+    assert good.metrics == {
+        "correct": 1.0,
+        "format": 1.0,
+        "grade_timeout": 0.0,
+        "grade_unavailable": 0.0,
+        "stop/completed": 1.0,
+    }
     assert isinstance(env, ProblemEnv) and good.logs["question"] == env.problem.question
     assert env.prompt.startswith(env.problem.question) and "\\boxed{}" in env.prompt
     assert good.logs["answer"] == answer

@@ -31,7 +31,7 @@ from envsuite.core import (
     StopCondition,
     StopReason,
 )
-from envsuite.grading import GradeOutcome, GradeResult
+from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import ParsedResponse
@@ -94,8 +94,12 @@ class ProblemEnv(Env):
     """Base of single-turn envs: render the question, parse and check the reply, reward it.
 
     Subclasses set :attr:`problem` and :attr:`prompt` (the user message) in ``__init__`` and implement
-    :meth:`check`. Metrics: ``correct``, ``format``, ``grade_timeout`` and ``stop/<reason>``; logs:
-    question, reference, reply, extracted answer and the grader's verdict.
+    :meth:`check`. Metrics: ``correct``, ``format``, ``grade_timeout``, ``grade_unavailable`` and
+    ``stop/<reason>``; logs: question, reference, reply, extracted answer and the grader's verdict.
+
+    ``step`` never raises: when the grader cannot run at all (its worker failed every start), the reply
+    is not graded and the episode ends with ``StopReason.ENV_ERROR``, reward 0, ``grade_unavailable``
+    = 1 and the reason in ``logs["error"]`` (trainers drop such groups; benches score them as env errors).
     """
 
     problem: Problem
@@ -145,7 +149,10 @@ class ProblemEnv(Env):
             return self._final(action, reply, StopReason.PARSE_ERROR, None, why)
         if not parsed.clean_stop:
             return self._final(action, reply, StopReason.MAX_TOKENS, None, "truncated reply (not graded)")
-        verdict = await self.check(reply)
+        try:
+            verdict = await self.check(reply)
+        except GraderUnavailableError as exc:
+            return self._ungraded(action, reply, str(exc))
         unreadable = verdict.answer is None or verdict.grade.outcome is GradeOutcome.UNPARSEABLE
         stop = StopReason.PARSE_ERROR if unreadable else StopReason.COMPLETED
         return self._final(action, reply, stop, verdict, verdict.grade.detail)
@@ -156,6 +163,15 @@ class ProblemEnv(Env):
         except Exception:
             # The renderer contract says parse_response never raises; a broken one must not crash a run.
             return None
+
+    def _ungraded(self, action: Action, reply: str, why: str) -> StepResult:
+        """The grader could not run: no verdict on the model, so reward 0 and an env error."""
+        result = self._final(action, reply, StopReason.ENV_ERROR, None, why)
+        result.reward = 0.0
+        result.metrics["grade_unavailable"] = 1.0
+        result.logs["grade"] = f"unavailable: {why}"
+        result.logs["error"] = f"grader unavailable: {why}"[:500]
+        return result
 
     def _final(
         self, action: Action, reply: str, stop: StopReason, verdict: Verdict | None, detail: str
@@ -182,6 +198,7 @@ class ProblemEnv(Env):
                 "correct": float(correct),
                 "format": float(format_ok),
                 "grade_timeout": float(timed_out),
+                "grade_unavailable": 0.0,
             },
             logs=logs,
         )

@@ -28,11 +28,22 @@ DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
 """How long a starting worker may take to import math-verify (not counted against requests)."""
 
+START_ATTEMPTS = 3
+"""Worker starts tried before a request gives up (a warm-up can time out on a loaded machine)."""
+
+UNAVAILABLE_COOLDOWN_S = 30.0
+"""After every start attempt failed, requests fail at once for this long before starting is tried again
+(so a broken interpreter costs one round of attempts, not one per request)."""
+
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class GraderUnavailableError(RuntimeError):
     """The grading worker could not be started (math-verify missing, or the interpreter failed)."""
+
+
+class _StartFailed(Exception):
+    """One attempt at starting the worker failed (it is retried)."""
 
 
 class _WorkerDied(Exception):
@@ -53,8 +64,12 @@ class Grader:
         self._buffer = b""
         self._next_id = 0
         self._owner_pid = os.getpid()
+        self._unavailable_until = 0.0
+        self._last_start_error = ""
         self.restarts = 0
         """How many times a worker was killed or lost and had to be replaced."""
+        self.start_failures = 0
+        """How many worker starts failed (each was retried, up to :data:`START_ATTEMPTS` per request)."""
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -62,7 +77,8 @@ class Grader:
         """Compare with math-verify in the worker, waiting at most ``timeout_s`` for the verdict.
 
         No screening happens here (see :func:`~envsuite.grading.grade_answer`). Raises
-        :class:`GraderUnavailableError` only when no worker can be started at all.
+        :class:`GraderUnavailableError` only when no worker can be started: :data:`START_ATTEMPTS`
+        starts in a row failed (then, for :data:`UNAVAILABLE_COOLDOWN_S`, requests raise at once).
         """
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -96,9 +112,10 @@ class Grader:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def close(self) -> None:
-        """Stop the worker (a later request starts a new one)."""
+        """Stop the worker (a later request starts a new one, without waiting out a cool-down)."""
         with self._lock:
             self._kill()
+            self._unavailable_until = 0.0
 
     # -- process management --------------------------------------------------------------------
 
@@ -116,6 +133,26 @@ class Grader:
         if self._proc is not None:
             self._kill()
             self.restarts += 1
+        if time.monotonic() < self._unavailable_until:
+            raise GraderUnavailableError(
+                f"the math-verify grading worker could not be started ({self._last_start_error}); "
+                "not retrying for a while"
+            )
+        for _ in range(START_ATTEMPTS):
+            try:
+                return self._start_once()
+            except _StartFailed as exc:
+                self.start_failures += 1
+                self._last_start_error = str(exc)
+        self._unavailable_until = time.monotonic() + UNAVAILABLE_COOLDOWN_S
+        raise GraderUnavailableError(
+            f"the math-verify grading worker did not start in {START_ATTEMPTS} attempts (last: "
+            f"{self._last_start_error}); check that math-verify is installed in this interpreter (its "
+            "error, if any, is on stderr above)"
+        )
+
+    def _start_once(self) -> subprocess.Popen[bytes]:
+        """One worker start: spawn it and wait for its ``ready`` line (after its warm-up grade)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
@@ -127,16 +164,16 @@ class Grader:
                 env=env,
             )
         except OSError as exc:
-            raise GraderUnavailableError(f"could not start the grading worker: {exc}") from exc
+            raise _StartFailed(f"could not spawn it: {exc}") from exc
         self._proc, self._buffer = proc, b""
         try:
             self._receive(proc, None, time.monotonic() + self.startup_timeout_s)
-        except (TimeoutError, _WorkerDied) as exc:
+        except TimeoutError:
             self._kill()
-            raise GraderUnavailableError(
-                f"the math-verify grading worker did not start ({exc}); check that math-verify is "
-                "installed in this interpreter (its error, if any, is on stderr above)"
-            ) from exc
+            raise _StartFailed(f"no ready line within {self.startup_timeout_s:g} s") from None
+        except _WorkerDied as exc:
+            self._kill()
+            raise _StartFailed(f"{exc} before it was ready") from None
         return proc
 
     def _replace_worker(self) -> None:
