@@ -143,6 +143,24 @@ def test_fuzz_never_raises(answerer: RuleAnswerer) -> None:
         assert answerer.answer_now(rng.choice(words), question) in set(Answer)
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Is it an animal? " * 200,  # ~3,400 characters: hit RecursionError before (issue 15.4)
+        "Is it an animal? " * 5000,
+        "Is it a " + "big " * 3000 + "dog?",
+        "Is it " + "x" * 100_000 + "?",
+    ],
+)
+def test_long_questions_are_declined_not_crashed(answerer: RuleAnswerer, question: str) -> None:
+    assert answerer.answer_now("dog", question) is Answer.UNKNOWN
+
+
+def test_a_rambling_question_near_the_limit_still_gets_an_answer(answerer: RuleAnswerer) -> None:
+    padded = "Okay, so, hmm, well, " * 13 + "is it an animal?"  # 289 characters, under the limit
+    assert len(padded) <= 300 and answerer.answer_now("elephant", padded) is Answer.YES
+
+
 def test_unknown_secret_is_a_clear_error(answerer: RuleAnswerer) -> None:
     with pytest.raises(ValueError, match="not in the knowledge base"):
         answerer.answer_now("flibbertigibbet", "Is it an animal?")
@@ -202,6 +220,37 @@ async def test_malformed_turns_are_answered_and_counted(renderer: Renderer) -> N
     step = await env.step(_reply(renderer, "Is it a fruit?"))
     assert step.episode_done and step.stop_reason is StopReason.MAX_TURNS
     assert step.metrics["malformed_turns"] >= 3 and step.metrics["unanswerable_rate"] >= 0.6
+
+
+async def test_empty_turns_are_malformed_and_skip_the_answerer(renderer: Renderer) -> None:
+    """Issue 15.4 (decided in docs/twenty_questions.md): a turn with no word uses a turn, is answered
+    "I can't answer that." and counts as malformed; the answerer is never asked."""
+    asked: list[str] = []
+
+    class Recording(RuleAnswerer):
+        async def answer(self, secret: str, question: str) -> Answer:
+            asked.append(question)
+            return await super().answer(secret, question)
+
+    empties = ["", "   ", "?", "...", "Guess:", "**Guess:** ?"]
+    env = TwentyQuestionsEnv(
+        _ctx(renderer), secret="dog", max_questions=len(empties) + 1, answerer=Recording()
+    )
+    await env.initial_observation()
+    for text in empties:
+        step = await env.step(_reply(renderer, text))
+        assert not step.episode_done and step.logs["answer"] == Answer.UNKNOWN.value
+    step = await env.step(_reply(renderer, "Is it an animal?"))
+    assert step.episode_done and asked == ["Is it an animal?"]
+    assert step.metrics["malformed_turns"] == len(empties)
+    assert step.metrics["questions_asked"] == len(empties) + 1
+
+
+async def test_a_long_question_in_the_env_is_declined(renderer: Renderer) -> None:
+    env = TwentyQuestionsEnv(_ctx(renderer, max_tokens=100_000), secret="dog", max_questions=2)
+    await env.initial_observation()
+    step = await env.step(_reply(renderer, "Is it an animal? " * 200))
+    assert not step.episode_done and step.logs["answer"] == Answer.UNKNOWN.value
 
 
 async def test_observations_extend_previous_plus_action(renderer: Renderer) -> None:

@@ -3,6 +3,10 @@
 The parser is rule-based: normalize, peel fillers, detect wh-questions / alternatives (not yes/no),
 split ``aux + subject + predicate``, then map the predicate through the lexicon and the knowledge
 base's vocabularies. Anything it cannot map yields ``None`` ("I can't answer that").
+
+Work is bounded by the input: questions over :data:`MAX_QUESTION_CHARS` are declined unparsed, and noun
+phrases over :data:`MAX_NOUN_WORDS` words are not read as modifier chains, so a long or rambling reply
+gets its decline in about the time of a short one.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from envsuite.games.twenty_questions._checks import (
 )
 from envsuite.games.twenty_questions._kb import KnowledgeBase, normalize_phrase
 from envsuite.games.twenty_questions._predicates import adjective_groups, predicate_groups
+
+MAX_QUESTION_CHARS = 300
+"""Longest question the rules read (the labelled sets' longest is 40 characters); longer: declined."""
+MAX_NOUN_WORDS = 6
+"""Longest noun phrase read as ``modifier ... head`` ("big red wooden kitchen table")."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class QuestionParser:
         self.kb = kb
 
     def parse(self, question: str) -> Query | None:
+        if len(question.strip()) > MAX_QUESTION_CHARS:
+            return None
         text = normalize_phrase(question.replace("'", ""))
         text = strip_prefixes(text, lex.FILLERS)
         if not text or not re.search(r"[a-z]", text):
@@ -123,7 +134,7 @@ class QuestionParser:
 
     def _modified_noun(self, noun: str) -> tuple[tuple[Check, ...], ...] | None:
         words = noun.split()
-        if len(words) < 2:
+        if not 2 <= len(words) <= MAX_NOUN_WORDS:
             return None
         head = self.noun_groups(" ".join(words[1:]))
         modifier = adjective_groups(self, words[0])

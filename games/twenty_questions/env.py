@@ -3,8 +3,9 @@
 Rules: the player has ``max_questions`` turns. Each turn is either a question (answered "Yes.", "No."
 or "I can't answer that.") or a guess ``Guess: <word>``. A correct guess ends the game with reward 1
 (minus the optional ``question_penalty`` per question asked, floored at 0). A wrong guess is answered
-"No." and counts as a question, like a malformed turn (empty, garbage, invalid UTF-8, truncated),
-which is answered "I can't answer that.". When the turns run out the game ends with reward 0
+"No." and counts as a question, like a malformed turn (empty, no word at all such as "?" or a bare
+"Guess:", invalid UTF-8, truncated), which is answered "I can't answer that." without asking the
+answerer. When the turns run out the game ends with reward 0
 (``StopReason.MAX_TURNS``). Each observation extends the previous one plus the action's tokens.
 """
 
@@ -33,6 +34,7 @@ from envsuite.games.twenty_questions._kb import load_knowledge_base, normalize_p
 from envsuite.games.twenty_questions._rules import RuleAnswerer
 
 _GUESS_RE = re.compile(r"^\s*\**\s*guess\s*\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_EMPTY_GUESS_RE = re.compile(r"^\s*\**\s*guess\s*\**\s*:[\W_]*$", re.IGNORECASE | re.MULTILINE)
 _ARTICLES = ("a ", "an ", "the ")
 RULES_PROMPT = (
     "Let's play twenty questions. I am thinking of a common noun: an animal, a food, a plant, an object, "
@@ -59,6 +61,11 @@ def guess_in(text: str) -> str | None:
     for article in _ARTICLES:
         guess = guess.removeprefix(article)
     return guess or None
+
+
+def is_empty_turn(text: str) -> bool:
+    """No question and no guess: nothing but whitespace, punctuation or an empty ``Guess:`` label."""
+    return not re.search(r"[^\W_]", _EMPTY_GUESS_RE.sub("", text))
 
 
 def _as_answerer(answerer: Answerer | MessageCompleter | None) -> Answerer:
@@ -131,7 +138,7 @@ class TwentyQuestionsEnv(Env):
         self._turns += 1
         parsed = self.ctx.renderer.parse_response(list(action))
         text = parsed.message.get("content", "")
-        malformed = not parsed.clean_stop or not parsed.valid_utf8 or not text.strip()
+        malformed = not parsed.clean_stop or not parsed.valid_utf8 or is_empty_turn(text)
         guess = None if malformed else guess_in(text)
         if guess is not None and guess in self._names:
             return self._finish(action, parsed.message, won=True, reply="Correct!")
