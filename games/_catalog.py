@@ -49,16 +49,26 @@ def register_games() -> None:
         tags=("game", "two-player"),
     )
     for game in all_games():
-        players = f"{game.num_players}-player" if game.num_players else "unknown players"
         register(
             game.env_id,
             entry_point="envsuite.games.textarena:TextArenaEnv",
             kwargs={"game": game.name},
             kind=EnvKind.GAME,
-            description=f"TextArena {game.name} ({players}); other seats played by an opponent.",
+            description=_textarena_description(game.name, game.num_players),
             reward_range=(-1.0, 1.0),
             max_turns=100,
             partner_kwarg="opponent",
             unavailable=game.unavailable,
             tags=("game", "textarena"),
         )
+
+
+def _textarena_description(name: str, num_players: int | None) -> str:
+    """What a player of one TextArena game faces: alone, against opponents, or (unprobed) either."""
+    if num_players == 1:
+        return f"TextArena {name} (single-player puzzle)."
+    if num_players:
+        return f"TextArena {name} ({num_players}-player); the other seats are played by an opponent."
+    return (
+        f"TextArena {name} (player count unknown until it runs); any other seats are played by an opponent."
+    )

@@ -8,11 +8,24 @@ from collections.abc import Callable, Sequence
 
 Handler = Callable[[argparse.Namespace], int]
 
+DESCRIPTION = """\
+A catalog of token-level environments for RL on language models (math,
+twenty questions, games), with a GRPO trainer, Inspect AI benchmarks and a
+leaderboard. Everything runs offline on the embedded SmolLM2-135M model.
+
+first steps:
+  envsuite list               what is in the catalog
+  envsuite play tictactoe     watch one episode (--policy human: play it)
+  envsuite demo               train, benchmark base vs trained, rank them
+
+`envsuite COMMAND --help` describes each command."""
+
 
 def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("list", help="list the catalog (unavailable envs are shown with the reason)")
     p.add_argument("--namespace", help="only envs in this namespace (e.g. textarena)")
     p.add_argument("--available", action="store_true", help="hide unavailable and deprecated envs")
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON (for scripts)")
 
 
 def _add_show(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,13 +48,15 @@ def _add_play(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--policy",
         default="random",
-        help="random | human | a model name or checkpoint dir (e.g. smollm2-135m-instruct)",
+        help="random (random legal moves in games, random tokens elsewhere) | human | a model name or "
+        "checkpoint dir (e.g. smollm2-135m-instruct)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--model", default=None, help="tokenizer/renderer model for random and human policies")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,7 +110,9 @@ def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="envsuite", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="envsuite", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (
         _add_list,

@@ -1,4 +1,9 @@
-"""``envsuite play``: one episode in the terminal, showing each observation, action and reward."""
+"""``envsuite play``: one episode in the terminal, showing each message, reward and the final outcome.
+
+The view is the conversation as a person reads it (role, then text), not the chat template's raw tokens;
+``--raw`` shows the decoded tokens instead. Everything shown passes through
+:func:`envsuite.display.printable`, so model output cannot drive the terminal.
+"""
 
 from __future__ import annotations
 
@@ -9,46 +14,83 @@ from rich.console import Console
 
 from envsuite import RendererConfig, make_env
 from envsuite.cli._args import parse_env_args
-from envsuite.cli._policies import build_policy
-from envsuite.core import InitialObservationOverflow
+from envsuite.cli._policies import LegalMoves, build_policy
+from envsuite.core import Env, InitialObservationOverflow, Message, TokensWithLogprobs
+from envsuite.display import printable
 from envsuite.registration import spec
+from envsuite.renderers.base import Renderer
+
+
+def _legal_moves(env: Env) -> LegalMoves | None:
+    from envsuite.games.multiagent import SeatEnv
+
+    return env.legal_moves if isinstance(env, SeatEnv) else None
+
+
+class _View:
+    """Prints what is new since the last call: messages (default) or decoded tokens (``--raw``)."""
+
+    def __init__(self, console: Console, env: Env, renderer: Renderer, raw: bool) -> None:
+        self.console, self.env, self.renderer, self.raw = console, env, renderer, raw
+        self._shown_messages = 0
+        self._shown_tokens: list[int] = []
+
+    def show_new(self, tokens: list[int], title: str) -> None:
+        messages = self.env.conversation()
+        if self.raw or not messages:
+            self._show_tokens(tokens, title)
+            return
+        for message in messages[self._shown_messages :]:
+            self._show_message(message)
+        self._shown_messages = len(messages)
+
+    def _show_message(self, message: Message) -> None:
+        self.console.rule(printable(message["role"]))
+        self.console.print(printable(message["content"]), markup=False, highlight=False)
+
+    def _show_tokens(self, tokens: list[int], title: str) -> None:
+        seen = self._shown_tokens
+        # Show only what is new when the observation extends the last one (the usual multi-turn case).
+        new = tokens[len(seen) :] if tokens[: len(seen)] == seen else tokens
+        self.console.rule(title)
+        text = self.renderer.tokenizer.decode(new, skip_special_tokens=not self.raw)
+        self.console.print(printable(str(text)), markup=False, highlight=False)
+        self._shown_tokens = list(tokens)
 
 
 async def _play(args: argparse.Namespace, console: Console) -> float:
     env_spec = spec(args.env_id)
     model = args.model or (args.policy if args.policy not in ("random", "human") else None)
     renderer = RendererConfig(model_name=model) if model else RendererConfig()
-    tokenizer = renderer.build().tokenizer
+    env = make_env(env_spec.id, seed=args.seed, renderer=renderer, **parse_env_args(args.env_arg))
     policy = build_policy(
         args.policy,
         renderer=renderer,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         seed=args.seed,
+        legal_moves=_legal_moves(env),
     )
-    env = make_env(env_spec.id, seed=args.seed, renderer=renderer, **parse_env_args(args.env_arg))
     start = await env.initial_observation()
     if isinstance(start, InitialObservationOverflow):
         console.print(f"the prompt does not fit ({start.prompt_tokens} > {start.max_tokens} tokens)")
         return 0.0
+    view = _View(console, env, renderer.build(), args.raw)
     ob, stop = start
-    seen: list[int] = []
     total = 0.0
     for turn in range(1, 10_000):
-        tokens = ob.to_ints()
-        console.rule(f"observation (turn {turn})")
-        # Show only what is new when the observation extends the last one (the usual multi-turn case).
-        new = tokens[len(seen) :] if tokens[: len(seen)] == seen else tokens
-        console.print(tokenizer.decode(new), markup=False, highlight=False)
-        action = await policy(ob, stop)
-        console.rule("action")
-        console.print(tokenizer.decode(action.tokens), markup=False, highlight=False)
+        view.show_new(ob.to_ints(), f"observation (turn {turn})")
+        action: TokensWithLogprobs = await policy(ob, stop)
         result = await env.step(action.tokens)
+        view.show_new(ob.to_ints() + list(action.tokens), "action")
         total += result.reward
-        seen = tokens + list(action.tokens)
-        console.print(f"[bold]reward[/] {result.reward:+.3f}   metrics {dict(result.metrics)}")
+        metrics = {k: round(float(v), 3) for k, v in result.metrics.items()}
+        console.print(
+            f"[bold]reward[/] {result.reward:+.3f}   metrics {printable(str(metrics))}", markup=True
+        )
         ob, stop = result.next_observation, result.next_stop_condition
         if result.episode_done:
+            view.show_new(ob.to_ints(), "final observation")
             reason = result.stop_reason.value if result.stop_reason else "?"
             console.rule(f"episode over: stop/{reason}, return {total:+.3f}")
             break

@@ -70,6 +70,13 @@ class SeatEnv(Env):
     def conversation(self) -> list[Message]:
         return list(self._messages)
 
+    def legal_moves(self) -> list[str] | None:
+        """This seat's legal moves now, in the form a reply may state them, or None when the game does
+        not know them (for scripted players such as ``envsuite play --policy random``)."""
+        if self.coordinator.over:
+            return []
+        return self.coordinator.game.legal_moves()
+
     @property
     def opponent_identity(self) -> str:
         """Who plays the other seats (part of a result's identity on the leaderboard)."""
