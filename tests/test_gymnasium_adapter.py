@@ -91,3 +91,57 @@ def test_surrogate_pairs_join_and_lone_ones_are_replaced() -> None:
     assert envsuite.renderers.encodable_text("a\ud83d\ude00b") == "a\U0001f600b"
     assert envsuite.renderers.encodable_text("\ude00\ud83d") == "\ufffd\ufffd"
     assert envsuite.renderers.encodable_text("plain") == "plain"
+
+
+def test_gymnasium_make_takes_namespaced_ids_as_documented() -> None:
+    """Issue 15.12: ``envsuite/<catalog id>`` for namespaced ids too; gymnasium's own ids still parse."""
+    from gymnasium.envs.registration import parse_env_id
+
+    assert "envsuite/textarena/TicTacToe-v0" in gymnasium.registry
+    env = gymnasium.make("envsuite/textarena/TicTacToe-v0", model=TEST_MODEL)
+    obs, _ = env.reset(seed=0)
+    assert len(obs) > 0
+    env.close()
+    assert parse_env_id("ALE/Pong-v5") == ("ALE", "Pong", 5)
+    assert parse_env_id("CartPole-v1") == (None, "CartPole", 1)
+
+
+@pytest.mark.parametrize("mode", ["tokens", "text"])
+def test_async_vector_env_with_shared_memory_matches_sync(mode: str) -> None:
+    """Issue 15.12: make_vec(..., "async") with its default shared memory, in both modes."""
+    kwargs = {"mode": mode, "model": TEST_MODEL, "max_context_tokens": 128}
+    async_env = gymnasium.make_vec("envsuite/arithmetic-v0", 2, vectorization_mode="async", **kwargs)
+    sync_env = gymnasium.make_vec("envsuite/arithmetic-v0", 2, vectorization_mode="sync", **kwargs)
+    try:
+        async_obs, _ = async_env.reset(seed=4)
+        sync_obs, _ = sync_env.reset(seed=4)
+        _assert_same(async_obs, sync_obs)
+        long_reply = np.arange(300, 600) if mode == "tokens" else "é中 " * 3000  # final obs over the bound
+        actions = (np.array([16, 2]), long_reply) if mode == "tokens" else ("12 \U0001f600", long_reply)
+        async_step = async_env.step(actions)
+        sync_step = sync_env.step(actions)
+        _assert_same(async_step[0], sync_step[0])
+        assert np.array_equal(async_step[1], sync_step[1]) and all(async_step[2])
+        assert len(sync_step[0][1]) == sync_env.single_observation_space.max_length  # type: ignore[attr-defined]
+        assert sync_step[4]["observation_cut_from"][1] > sync_env.single_observation_space.max_length  # type: ignore[attr-defined]
+    finally:
+        async_env.close()
+        sync_env.close()
+
+
+def test_async_vector_env_built_by_hand() -> None:
+    from gymnasium.vector import AsyncVectorEnv
+
+    env_fns = [lambda: envsuite.make("textarena/TicTacToe-v0", model=TEST_MODEL) for _ in range(2)]
+    vector = AsyncVectorEnv(env_fns)
+    try:
+        obs, _ = vector.reset(seed=3)
+        assert len(obs) == 2 and obs[0].dtype == np.int64 and len(obs[0]) > 10
+    finally:
+        vector.close()
+
+
+def _assert_same(left: object, right: object) -> None:
+    assert len(left) == len(right)  # type: ignore[arg-type]
+    for a, b in zip(left, right, strict=True):  # type: ignore[call-overload]
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b

@@ -7,14 +7,22 @@ Two modes:
 * ``mode="text"``: observation = the rendered prompt text, action = the reply text (the adapter tokenizes
   it and appends the renderer's end-of-turn token, so a text reply is always a clean stop).
 
+Observations are bounded (``observation_space.max_length``: ``2 * max_context_tokens`` tokens, or 32
+characters per token in text mode). Only a final observation can be longer (the conversation plus the
+last action); it is cut to the bound and ``info["observation_cut_from"]`` holds its full length. Bounded
+observations let ``AsyncVectorEnv`` / ``gymnasium.make_vec(..., vectorization_mode="async")`` pass them
+through shared memory (the default) in both modes.
+
 ``reset(seed=s)`` starts a fresh single-use catalog env on episode seed ``s`` (without a seed, the
 gym env's own ``np_random`` picks one). ``info`` carries the stop condition, the conversation as chat
 messages, the env's metrics and logs, and on the last step the stop reason. A prompt that does not fit
 ``max_context_tokens`` gives an empty observation with ``info["prompt_overflow"]``; the next step ends
 the episode with ``stop_reason == "context_overflow"``.
 
-Catalog ids are mirrored into gymnasium's registry as ``envsuite/<id>`` (a namespaced id
-``ns/name-vN`` becomes ``envsuite-ns/name-vN``), so ``gymnasium.make("envsuite/arithmetic")`` works.
+Catalog ids are mirrored into gymnasium's registry as ``envsuite/<id>``, namespaced ids included:
+``gymnasium.make("envsuite/arithmetic")`` and ``gymnasium.make("envsuite/textarena/TicTacToe-v0")``.
+gymnasium's id pattern does not allow a ``/`` inside a name, so importing envsuite widens it to allow one
+(every id that parsed before parses the same way).
 """
 
 from __future__ import annotations
@@ -22,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import re
-import string
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
@@ -31,6 +38,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
+from envsuite.adapters._gym_spaces import PromptText, TokenSequence
 from envsuite.core import STOP_METRIC_PREFIX, Env, InitialObservationOverflow, StopCondition, StopReason
 from envsuite.registration import EnvSpec, spec
 from envsuite.renderers import reply_to_tokens
@@ -39,23 +47,6 @@ Mode = Literal["tokens", "text"]
 _T = TypeVar("_T")
 GYM_NAMESPACE = "envsuite"
 _CHARS_PER_TOKEN_BOUND = 32
-
-
-class PromptText(spaces.Text):
-    """A text space for prompts: any Unicode string up to ``max_length`` (gymnasium's ``Text`` only
-    admits characters from a fixed charset). Samples are drawn from printable ASCII plus a few
-    non-ASCII letters."""
-
-    def __init__(self, max_length: int, seed: int | None = None) -> None:
-        charset = string.printable + "éüßøλπ中文"
-        super().__init__(max_length=max_length, min_length=0, charset=charset, seed=seed)
-
-    def contains(self, x: Any) -> bool:
-        return (
-            isinstance(x, str)
-            and len(x) <= self.max_length
-            and not any(0xD800 <= ord(c) <= 0xDFFF for c in x)
-        )
 
 
 class GymEnv(gymnasium.Env[Any, Any]):
@@ -89,15 +80,15 @@ class GymEnv(gymnasium.Env[Any, Any]):
         self._renderer = self.renderer_config.build()
         tokenizer = self._renderer.tokenizer
         vocab_size = len(tokenizer)  # type: ignore[arg-type]
+        self.max_observation_tokens = 2 * max_context_tokens
         if mode == "tokens":
-            self.observation_space: spaces.Space[Any] = spaces.Sequence(
-                spaces.Discrete(vocab_size), stack=True
+            self.observation_space: TokenSequence | PromptText = TokenSequence(
+                vocab_size, self.max_observation_tokens
             )
             self.action_space: spaces.Space[Any] = spaces.Sequence(spaces.Discrete(vocab_size), stack=True)
         else:
-            max_chars = max_context_tokens * _CHARS_PER_TOKEN_BOUND
-            self.observation_space = PromptText(max_chars)
-            self.action_space = PromptText(max_chars)
+            self.observation_space = PromptText(self.max_observation_tokens * _CHARS_PER_TOKEN_BOUND)
+            self.action_space = PromptText(max_context_tokens * _CHARS_PER_TOKEN_BOUND)
         self._loop = asyncio.new_event_loop()
         self._env: Env | None = None
         self._stop: StopCondition = []
@@ -151,6 +142,9 @@ class GymEnv(gymnasium.Env[Any, Any]):
         if result.stop_reason is not None:
             info["stop_reason"] = result.stop_reason.value
         obs = self._encode_observation(result.next_observation.to_ints())
+        if len(obs) > self.observation_space.max_length:
+            info["observation_cut_from"] = len(obs)
+            obs = obs[: self.observation_space.max_length]
         return obs, float(result.reward), result.episode_done, False, info
 
     def render(self) -> str | None:
@@ -219,15 +213,27 @@ def make(
 
 
 def gymnasium_id(env_id: str) -> str:
-    """The id a catalog env has in gymnasium's registry."""
-    namespace, _, rest = env_id.rpartition("/")
-    if not namespace:
-        return f"{GYM_NAMESPACE}/{rest}"
-    return f"{GYM_NAMESPACE}-{re.sub(r'[^A-Za-z0-9_-]', '-', namespace)}/{rest}"
+    """The id a catalog env has in gymnasium's registry: ``envsuite/<catalog id>``."""
+    return f"{GYM_NAMESPACE}/{env_id}"
+
+
+_GYM_ID_WITH_SLASHES = re.compile(
+    r"^(?:(?P<namespace>[\w:-]+)\/)?(?:(?P<name>[\w:./-]+?))(?:-v(?P<version>\d+))?$"
+)
+"""gymnasium's own id pattern with ``/`` also allowed in the name (the namespace stays slash-free)."""
+
+
+def _allow_slashes_in_gymnasium_names() -> None:
+    """Let gymnasium parse ``envsuite/textarena/TicTacToe-v0`` (namespace ``envsuite``, name
+    ``textarena/TicTacToe``). Every id gymnasium accepted before parses exactly as it did."""
+    from gymnasium.envs import registration
+
+    registration.ENV_ID_RE = _GYM_ID_WITH_SLASHES
 
 
 def mirror_to_gymnasium(env_spec: EnvSpec) -> None:
     """Register one catalog spec with gymnasium (idempotent)."""
+    _allow_slashes_in_gymnasium_names()
     gym_id = gymnasium_id(env_spec.id)
     if gym_id in gymnasium.registry:
         return
