@@ -121,12 +121,12 @@ def saved_state(service: LocalServiceClient) -> Path:
 def test_missing_files_are_named(service: LocalServiceClient, saved_state: Path) -> None:
     (saved_state / "optimizer.pt").unlink()
     with pytest.raises(CheckpointError, match=r"incomplete: missing optimizer\.pt"):
-        service.create_training_client_from_state_with_optimizer(str(saved_state))
+        service.create_training_client_from_state_with_optimizer(str(saved_state)).result()
     (saved_state / "envsuite_checkpoint.json").unlink()
     with pytest.raises(CheckpointError, match=r"envsuite_checkpoint\.json is missing"):
-        service.create_sampling_client(model_path=str(saved_state))
+        service.create_sampling_client(model_path=str(saved_state)).result()
     with pytest.raises(CheckpointError, match="does not exist"):
-        service.create_sampling_client(model_path=str(saved_state / "nope"))
+        service.create_sampling_client(model_path=str(saved_state / "nope")).result()
 
 
 def test_corrupt_files_are_refused(service: LocalServiceClient, saved_state: Path) -> None:
@@ -134,20 +134,20 @@ def test_corrupt_files_are_refused(service: LocalServiceClient, saved_state: Pat
     good = load_file(str(adapter))
     adapter.write_bytes(b"not a safetensors file")
     with pytest.raises(CheckpointError, match=r"adapter\.safetensors is corrupt"):
-        service.create_training_client_from_state(str(saved_state))
+        service.create_training_client_from_state(str(saved_state)).result()
     save_file({name: torch.full_like(t, float("nan")) for name, t in good.items()}, str(adapter))
     with pytest.raises(CheckpointError, match="NaN or inf"):
-        service.create_sampling_client(model_path=str(saved_state))
+        service.create_sampling_client(model_path=str(saved_state)).result()
     (saved_state / "envsuite_checkpoint.json").write_text("{ truncated")
     with pytest.raises(CheckpointError, match=r"corrupt envsuite_checkpoint\.json"):
-        service.create_training_client_from_state(str(saved_state))
+        service.create_training_client_from_state(str(saved_state)).result()
 
 
 def test_wrong_kind_and_names(service: LocalServiceClient) -> None:
     client = _new_client(service, full=False)
     sampler = client.save_weights_for_sampler("s").result().path
     with pytest.raises(CheckpointError, match="is a sampler checkpoint"):
-        service.create_training_client_from_state(sampler)
+        service.create_training_client_from_state(sampler).result()
     with pytest.raises(CheckpointError, match="already exists"):
         client.save_weights_for_sampler("s")
     assert client.save_weights_for_sampler("s", overwrite=True).result().path == sampler

@@ -186,7 +186,7 @@ def test_bad_optimizer_params_fail_at_once(service: LocalServiceClient) -> None:
 
 def test_unknown_model_lists_the_known_ones(service: LocalServiceClient) -> None:
     with pytest.raises(UnknownModelError, match="tiny-random"):
-        service.create_lora_training_client("tiny-randm")
+        service.create_lora_training_client("tiny-randm").result()
 
 
 def test_backend_choice() -> None:

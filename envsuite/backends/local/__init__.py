@@ -1,11 +1,19 @@
-"""The local compute backend: the Tinker client interface on PyTorch + transformers (CPU or GPU)."""
+"""The local compute backend: the Tinker client interface on PyTorch + transformers (CPU or GPU).
+
+Every public method of the installed ``tinker`` SDK's Service/Training/Sampling/Rest clients is here,
+sync and ``_async``; :func:`install` makes ``tinker.ServiceClient(...)`` build the local one.
+"""
 
 from __future__ import annotations
 
 from envsuite.backends.local._futures import LocalFuture, completed_future, failed_future, submit
-from envsuite.backends.local._sampling import LocalSamplingClient
+from envsuite.backends.local._install import install, installed, is_installed, uninstall
+from envsuite.backends.local._rest import LocalRestClient
+from envsuite.backends.local._runs import UnknownRunError, resolve_checkpoint_path
+from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
 from envsuite.backends.local._service import LocalServiceClient
-from envsuite.backends.local._training import LocalTrainingClient, NonFiniteError
+from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, NonFiniteError
+from envsuite.backends.local._unsupported import NOT_LOCAL, not_local
 from envsuite.engine.sampling import EngineClosedError, EngineConfig, PromptTooLongError
 from envsuite.engine.training import (
     LossFn,
@@ -27,19 +35,32 @@ __all__ = [
     "completed_future",
     "failed_future",
     "submit",
+    # the SDK's clients, locally
+    "LocalRestClient",
+    "LocalSamplingClient",
+    "LocalSamplingClientFuture",
+    "LocalServiceClient",
+    "LocalTrainingClient",
+    "LocalTrainingClientFuture",
+    "NOT_LOCAL",
+    "not_local",
+    # tinker.ServiceClient -> local
+    "install",
+    "installed",
+    "is_installed",
+    "uninstall",
     # sampling
     "EngineClosedError",
     "EngineConfig",
-    "LocalSamplingClient",
     "PromptTooLongError",
     # training and checkpoints
     "CheckpointError",
     "CheckpointKind",
-    "LocalServiceClient",
-    "LocalTrainingClient",
     "NonFiniteError",
     "SamplingModel",
+    "UnknownRunError",
     "load_sampling_model",
+    "resolve_checkpoint_path",
     # losses
     "LossFn",
     "LossInputError",

@@ -4,6 +4,8 @@ Every local client method returns a :data:`LocalFuture`, so callers use it exact
 client's ``APIFuture``: ``fut.result(timeout)`` from blocking code, ``await fut`` or
 ``await fut.result_async(timeout)`` from async code. Cancelling the wrapped future (or the asyncio task
 awaiting it) cancels the operation while it is still queued or running in the sampling engine.
+Calls that make a client return the SDK's back-compat future of it (``LocalTrainingClientFuture``,
+``LocalSamplingClientFuture``, beside the clients).
 """
 
 from __future__ import annotations

@@ -16,13 +16,17 @@ list replaces the end-of-sequence default. The returned tokens include the stop 
 from __future__ import annotations
 
 import itertools
+import os
+import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tinker
+from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
 
 from envsuite.backends.local._futures import LocalFuture, failed_future
+from envsuite.backends.local._unsupported import not_local
 from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
@@ -32,9 +36,18 @@ from envsuite.engine.sampling import (
 )
 
 if TYPE_CHECKING:
+    from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+    from tinker.lib.queue_state_logger import QueueState
+    from tinker.lib.retry_handler import RetryConfig
+    from tinker.lib.telemetry import Telemetry
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _UNSUPPORTED = "the local sampling backend does not support {} (only the hosted Tinker service does)"
+_SNAPSHOT = "snapshot:"
+_PATH = "path:"
+_BASE = "base:"
+_live_snapshots: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref.WeakValueDictionary()
+"""In-memory sampling clients by handle, so ``from_sampler_handle`` finds them in this process."""
 
 
 class LocalSamplingClient:
@@ -54,6 +67,7 @@ class LocalSamplingClient:
         *,
         model_path: str | None = None,
         config: EngineConfig | None = None,
+        base_weights: bool = False,
     ) -> None:
         self._tokenizer = tokenizer
         self._base_model = base_model
@@ -63,6 +77,13 @@ class LocalSamplingClient:
         self._client_id = next(self._ids)
         self._sequence_ids = itertools.count()
         self._eos_ids = _eos_token_ids(model, tokenizer)
+        if model_path is not None:
+            self._handle = _PATH + str(model_path)
+        elif base_weights:
+            self._handle = _BASE + base_model
+        else:
+            self._handle = f"{_SNAPSHOT}{os.getpid()}:{self._client_id}"
+            _live_snapshots[self._handle] = self
 
     @classmethod
     def load(
@@ -77,7 +98,12 @@ class LocalSamplingClient:
 
         loaded = load_sampling_model(base_model=base_model, model_path=model_path)
         return cls(
-            loaded.model, loaded.tokenizer, loaded.base_model, model_path=loaded.model_path, config=config
+            loaded.model,
+            loaded.tokenizer,
+            loaded.base_model,
+            model_path=loaded.model_path,
+            config=config,
+            base_weights=model_path is None,
         )
 
     @property
@@ -90,6 +116,61 @@ class LocalSamplingClient:
 
     def get_base_model(self) -> str:
         return self._base_model
+
+    async def get_base_model_async(self) -> str:
+        return self._base_model
+
+    def get_sampler_handle(self) -> str:
+        """A string that names these weights for :meth:`from_sampler_handle`.
+
+        Checkpoint and base-model clients get a handle any process can load; an in-memory snapshot
+        (``save_weights_and_get_sampling_client()`` without a name) gets one that works in this process.
+        """
+        return self._handle
+
+    @staticmethod
+    def from_sampler_handle(handle: str, *, api_key: str | None = None) -> LocalSamplingClient:
+        """The sampling client a :meth:`get_sampler_handle` string names (``api_key`` is not needed locally)."""
+        if handle.startswith(_SNAPSHOT):
+            live = _live_snapshots.get(handle)
+            if live is None:
+                raise ValueError(
+                    f"sampler handle {handle!r} names in-memory weights of another process (or a closed "
+                    "client); save them with a name (save_weights_and_get_sampling_client(name)) to share them"
+                )
+            return live
+        if handle.startswith(_PATH):
+            return LocalSamplingClient.load(model_path=handle[len(_PATH) :])
+        if handle.startswith(_BASE):
+            return LocalSamplingClient.load(base_model=handle[len(_BASE) :])
+        raise ValueError(f"{handle!r} is not a local sampler handle (get_sampler_handle() makes them)")
+
+    @staticmethod
+    def create(
+        holder: Any,
+        *,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        sampling_session_id: str | None = None,
+        retry_config: RetryConfig | None = None,
+        record_stability_info: bool = False,
+    ) -> AwaitableConcurrentFuture[LocalSamplingClient]:
+        raise not_local(
+            "SamplingClient.create",
+            "it opens a sampling session through the SDK's InternalClientHolder (a hosted session); "
+            "use LocalServiceClient.create_sampling_client",
+        )
+
+    def on_queue_state_change(self, queue_state: QueueState, queue_state_reason: str | None) -> None:
+        """Nothing to do: the local engine has no server-side queue to report on."""
+
+    def get_telemetry(self) -> Telemetry | None:
+        """None: the local backend sends no telemetry."""
+        return None
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickles as its handle: checkpoint and base-model clients reload in another process."""
+        return (LocalSamplingClient.from_sampler_handle, (self._handle,))
 
     def close(self) -> None:
         """Stop the engine; requests still in flight fail with ``EngineClosedError``."""
@@ -127,6 +208,36 @@ class LocalSamplingClient:
             return self._to_response(result, prompt_logprobs_last_n)
 
         return LocalFuture(self._engine.submit(request, convert))
+
+    async def sample_async(
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: tinker.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> tinker.SampleResponse:
+        """:meth:`sample`, awaited: the response itself (as the SDK's ``sample_async``)."""
+        return await self.sample(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            topk_sample_logprobs,
+            target_prompt_logprobs,
+            prompt_alt_tokens_k,
+            prompt_logprobs_last_n,
+        )
+
+    async def compute_logprobs_async(
+        self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
 
     def compute_logprobs(
         self, prompt: tinker.ModelInput, prompt_logprobs_last_n: int | None = None
@@ -245,3 +356,11 @@ def _eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -
         elif isinstance(source, list):
             ids.update(int(x) for x in source)
     return frozenset(ids)
+
+
+class LocalSamplingClientFuture(BackcompatClientFuture[LocalSamplingClient]):
+    """What the local calls that make a sampling client return, as the SDK's ``BackcompatSamplingClientFuture``.
+
+    ``.result()`` or ``await`` gives the client; using the future itself as the client still works,
+    forwarded to the finished client with the SDK's deprecation warning.
+    """

@@ -1,61 +1,55 @@
 """``LocalTrainingClient``: Tinker's TrainingClient on a local PyTorch model (LoRA or full fine-tune).
 
-Every call returns a :data:`LocalFuture` at once and runs on the client's single worker thread, so
-calls take effect in the order they were made (``forward_backward`` then ``optim_step`` then a save
-sees exactly those updates), as with the hosted service. Gradients accumulate over
-``forward_backward`` calls until the next ``optim_step``, which applies AdamW (decoupled weight decay,
-as ``torch.optim.AdamW``) with the step's ``AdamParams`` and clears them.
+Every public method of the installed SDK's ``TrainingClient`` is here with its arguments, sync and
+``_async`` (the async twins return what the SDK's do: a future for compute calls, the value for
+``get_info_async``, the client for the ``create``/``save ... sampling_client`` calls). Every call
+returns at once and runs on the client's single worker thread, so calls take effect in the order they
+were made (``forward_backward`` then ``optim_step`` then a save sees exactly those updates), as with
+the hosted service. Gradients accumulate over ``forward_backward`` calls until the next
+``optim_step``, which applies AdamW (decoupled weight decay, as ``torch.optim.AdamW``) with the step's
+``AdamParams`` and clears them. What cannot work locally raises :class:`NotImplementedError` naming
+the method and why (listed in docs/backend.md).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import torch
 from tinker import types
+from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
+from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inputs, run_loss_handle
 
 from envsuite.backends.local._futures import LocalFuture, submit
+from envsuite.backends.local._runs import resolve_checkpoint_path
+from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
+from envsuite.backends.local._trainer_core import (
+    CustomLoss,
+    NonFiniteError,
+    TrainerCore,
+    TrainingRun,
+    check_adam,
+)
+from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import weights as ckpt
-from envsuite.engine.training import TokenBatch, build_batch, elementwise_loss, parse_loss_fn, resolve_config
-from envsuite.engine.weights import LoraSpec, adapter_state, merge_lora, snapshot_full
 
 if TYPE_CHECKING:
     from peft import PeftModel
+    from tinker.lib.retry_handler import RetryConfig
+    from tinker.lib.telemetry import Telemetry
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from envsuite.engine.weights import SamplingModel
 
+__all__ = ["LocalTrainingClient", "LocalTrainingClientFuture", "NonFiniteError", "TrainingRun"]
+
 T = TypeVar("T")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_LOGIT_ROWS = 1024
-"""Positions per unembedding chunk: without gradients, at most 1024 x vocab fp32 logits are alive."""
 
-
-class NonFiniteError(FloatingPointError):
-    """A loss, gradient or weight came out NaN or infinite.
-
-    A NaN loss or gradient stops the call before it changes anything. Weights that an optimizer step
-    made non-finite stay that way (restore a checkpoint), and no checkpoint is written from them.
-    """
-
-
-@dataclass(frozen=True)
-class TrainingRun:
-    """Identity of a training client: where its checkpoints go and what it trains."""
-
-    run_id: str
-    base_model: str
-    checkpoint_root: Path
-    lora: LoraSpec | None
-
-
-SamplingClientFactory = Callable[["SamplingModel"], Any]
+SamplingClientFactory = Callable[["SamplingModel"], LocalSamplingClient]
 """Builds a sampling client from a loaded model (the service passes the local sampling client)."""
 
 
@@ -69,28 +63,13 @@ class LocalTrainingClient:
         run: TrainingRun,
         make_sampling_client: SamplingClientFactory,
     ) -> None:
-        from peft import PeftModel
-
-        self._model = model
-        self._peft: PeftModel | None = None
-        if isinstance(model, PeftModel):
-            self._peft = model
-            self._lm = cast("PreTrainedModel", model.get_base_model())
-        else:
-            self._lm = model
-        embeddings: Any = self._lm.get_input_embeddings()
-        self._vocab_size = int(embeddings.num_embeddings)
-        self._tokenizer = tokenizer
+        self._core = TrainerCore(model, tokenizer, run)
         self._run = run
         self._make_sampling_client = make_sampling_client
-        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        self._param_names = [name for name, _ in named]
-        self._params = [p for _, p in named]
-        self._optimizer = torch.optim.AdamW(
-            self._params, lr=0.0, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0, fused=True
-        )
-        self._step = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"envsuite-train-{run.run_id}")
+        self._closed = False
+        self.model_id: str = run.run_id
+        """The training run id (the SDK's ``model_id``); checkpoints live under ``<log_dir>/<model_id>``."""
 
     # ------------------------------------------------------------------------------------------
     # Compute
@@ -99,78 +78,250 @@ class LocalTrainingClient:
     def forward(
         self,
         data: Sequence[types.Datum],
-        loss_fn: str,
+        loss_fn: types.LossFnType,
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         """Per-token logprobs and the loss, without gradients."""
-        return self._submit(self._run_loss, list(data), loss_fn, loss_fn_config, False)
+        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, False)
+
+    async def forward_async(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward(data, loss_fn, loss_fn_config)
 
     def forward_backward(
         self,
         data: Sequence[types.Datum],
-        loss_fn: str,
+        loss_fn: types.LossFnType,
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         """Per-token logprobs and the loss; gradients of the summed loss accumulate for ``optim_step``."""
-        return self._submit(self._run_loss, list(data), loss_fn, loss_fn_config, True)
+        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, True)
+
+    async def forward_backward_async(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    def forward_backward_custom(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: CustomLoss | LossHandle,
+        *,
+        loss_type_input: Literal["logprobs"] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """A loss of your own over the per-datum target logprobs (a callable or a ``LossHandle``).
+
+        ``loss_fn(data, logprobs_D) -> (loss, metrics)``; ``logprobs_D[i]`` has the shape of datum
+        ``i``'s ``target_tokens`` and carries gradients, so the loss's backward accumulates as
+        ``forward_backward``'s does. A ``LossHandle`` from ``create_custom_loss`` runs its traced graph.
+        """
+        if loss_type_input not in (None, "logprobs"):
+            raise ValueError(f"loss_type_input must be 'logprobs' or None, got {loss_type_input!r}")
+        batch = list(data)
+        loss: CustomLoss
+        if isinstance(loss_fn, LossHandle):
+            check_loss_inputs(loss_fn, batch)
+            handle = loss_fn
+
+            def loss(d: list[types.Datum], lp: list[Any]) -> Any:
+                return run_loss_handle(handle, d, lp)
+        else:
+            loss = loss_fn
+        return self._submit(self._core.run_custom_loss, batch, loss)
+
+    async def forward_backward_custom_async(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: CustomLoss | LossHandle,
+        *,
+        loss_type_input: Literal["logprobs"] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        return self.forward_backward_custom(data, loss_fn, loss_type_input=loss_type_input)
 
     def optim_step(
-        self, optim_params: types.AdamParams | None = None, *, adam_params: types.AdamParams | None = None
+        self, optim_params: types.OptimParams | None = None, *, adam_params: types.AdamParams | None = None
     ) -> LocalFuture[types.OptimStepResponse]:
         """One AdamW step with the accumulated gradients, then clear them."""
         if optim_params is not None and adam_params is not None:
             raise ValueError("pass optim_params or adam_params, not both")
         params = optim_params if optim_params is not None else adam_params
+        if params is not None and not isinstance(params, types.AdamParams):
+            kind = getattr(params, "type", type(params).__name__)
+            raise not_local("optim_step", f"the {kind!r} optimizer; the local backend trains with AdamW")
         if not isinstance(params, types.AdamParams):
             raise TypeError(
                 f"the local backend trains with AdamW: pass tinker.AdamParams, got {type(params)}"
             )
-        _check_adam(params)
-        return self._submit(self._run_optim_step, params)
+        check_adam(params)
+        return self._submit(self._core.optim_step, params)
+
+    async def optim_step_async(
+        self, optim_params: types.OptimParams | None = None, *, adam_params: types.AdamParams | None = None
+    ) -> LocalFuture[types.OptimStepResponse]:
+        return self.optim_step(optim_params, adam_params=adam_params)
 
     # ------------------------------------------------------------------------------------------
-    # Checkpoints and sampling
+    # Checkpoints
     # ------------------------------------------------------------------------------------------
 
     def save_state(
-        self, name: str, overwrite: bool = False, user_metadata: dict[str, str] | None = None
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
     ) -> LocalFuture[types.SaveWeightsResponse]:
-        """Save weights + optimizer state + step under ``<run>/weights/<name>``; the result's path resumes it."""
+        """Save weights + optimizer state + step under ``<run>/weights/<name>``; the result's path resumes it.
+
+        ``ttl_seconds`` is recorded as the checkpoint's ``expires_at``; local checkpoints are never
+        deleted on their own.
+        """
         dest = self._checkpoint_dir("weights", name, overwrite)
-        return self._submit(self._run_save, dest, ckpt.CheckpointKind.STATE, user_metadata or {})
+
+        def save() -> types.SaveWeightsResponse:
+            path = self._core.save(dest, ckpt.CheckpointKind.STATE, user_metadata or {}, ttl_seconds)
+            return types.SaveWeightsResponse(path=str(path))
+
+        return self._submit(save)
+
+    async def save_state_async(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> LocalFuture[types.SaveWeightsResponse]:
+        return self.save_state(name, ttl_seconds, overwrite, user_metadata)
 
     def save_weights_for_sampler(
-        self, name: str, overwrite: bool = False, user_metadata: dict[str, str] | None = None
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+        *,
+        overwrite: bool = False,
     ) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
-        """Save sampling weights under ``<run>/sampler_weights/<name>`` (LoRA: the adapter only)."""
-        dest = self._checkpoint_dir("sampler_weights", name, overwrite)
-        return self._submit(self._run_save, dest, ckpt.CheckpointKind.SAMPLER, user_metadata or {})
+        """Save sampling weights under ``<run>/sampler_weights/<name>`` (LoRA: the adapter only).
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalFuture[Any]:
+        ``overwrite`` is a local extension (the SDK has none here); an existing name fails without it.
+        """
+        dest = self._checkpoint_dir("sampler_weights", name, overwrite)
+
+        def save() -> types.SaveWeightsForSamplerResponse:
+            path = self._core.save(dest, ckpt.CheckpointKind.SAMPLER, user_metadata or {}, ttl_seconds)
+            return types.SaveWeightsForSamplerResponse(path=str(path))
+
+        return self._submit(save)
+
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
+        return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
+
+    def save_weights_external(
+        self, name: str, ttl_seconds: int | None = None, age_encryption_recipients: list[str] | None = None
+    ) -> LocalFuture[types.SaveWeightsExternalResponse]:
+        raise not_local(
+            "save_weights_external",
+            "it exports age-encrypted weights to the hosted service's storage; local checkpoints are "
+            "already plain files (save_weights_for_sampler)",
+        )
+
+    async def save_weights_external_async(
+        self, name: str, ttl_seconds: int | None = None, age_encryption_recipients: list[str] | None = None
+    ) -> LocalFuture[types.SaveWeightsExternalResponse]:
+        return self.save_weights_external(name, ttl_seconds, age_encryption_recipients)
+
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        """Load a state checkpoint's weights; the optimizer starts fresh (Tinker semantics)."""
+        return self._submit(self._run_load, path, False)
+
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        return self.load_state(path, weights_access_token)
+
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        """Load a state checkpoint's weights, optimizer state and step: training resumes exactly."""
+        return self._submit(self._run_load, path, True)
+
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        return self.load_state_with_optimizer(path, weights_access_token)
+
+    # ------------------------------------------------------------------------------------------
+    # Sampling clients
+    # ------------------------------------------------------------------------------------------
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: RetryConfig | None = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> LocalSamplingClientFuture:
         """A NEW sampling client with the current weights (saved to disk too when ``name`` is given).
 
         The client holds an in-memory snapshot; for LoRA it shares the frozen base tensors with training.
         """
+        _check_sampler_options("save_weights_and_get_sampling_client", record_stability_info, kind)
         dest = None if name is None else self._checkpoint_dir("sampler_weights", name, False)
-        return self._submit(self._run_snapshot_client, dest)
 
-    def create_sampling_client(self, model_path: str) -> LocalFuture[Any]:
-        """A sampling client for a saved checkpoint path."""
-        return self._submit(
-            lambda: self._make_sampling_client(ckpt.load_sampling_model(model_path=model_path))
+        def snapshot() -> LocalSamplingClient:
+            path = None
+            if dest is not None:
+                path = str(self._core.save(dest, ckpt.CheckpointKind.SAMPLER, {}, None))
+            return self._make_sampling_client(self._core.sampling_snapshot(path))
+
+        return LocalSamplingClientFuture(self._submit(snapshot))
+
+    async def save_weights_and_get_sampling_client_async(
+        self,
+        name: str | None = None,
+        retry_config: RetryConfig | None = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> LocalSamplingClient:
+        return await self.save_weights_and_get_sampling_client(
+            name, retry_config, record_stability_info, kind
         )
 
-    def load_state(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
-        """Load a state checkpoint's weights; the optimizer starts fresh (Tinker semantics)."""
-        return self._submit(self._run_load, path, False)
+    def create_sampling_client(
+        self, model_path: str, retry_config: RetryConfig | None = None, record_stability_info: bool = False
+    ) -> LocalSamplingClientFuture:
+        """A sampling client for a saved checkpoint path (a directory or ``tinker://`` path)."""
+        _check_sampler_options("create_sampling_client", record_stability_info, "snapshot")
+        directory = str(resolve_checkpoint_path(model_path, self._run.checkpoint_root))
 
-    def load_state_with_optimizer(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
-        """Load a state checkpoint's weights, optimizer state and step: training resumes exactly."""
-        return self._submit(self._run_load, path, True)
+        def load() -> LocalSamplingClient:
+            return self._make_sampling_client(ckpt.load_sampling_model(model_path=directory))
+
+        return LocalSamplingClientFuture(self._submit(load))
+
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: RetryConfig | None = None, record_stability_info: bool = False
+    ) -> LocalSamplingClient:
+        return await self.create_sampling_client(model_path, retry_config, record_stability_info)
+
+    # ------------------------------------------------------------------------------------------
+    # Information
+    # ------------------------------------------------------------------------------------------
 
     def get_info(self) -> types.GetInfoResponse:
         """Model name, architecture and LoRA rank."""
-        config = self._lm.config
+        config = self._core.lm.config
         arch = (getattr(config, "architectures", None) or [config.model_type])[0]
         lora = self._run.lora
         return types.GetInfoResponse(
@@ -183,186 +334,39 @@ class LocalTrainingClient:
             model_name=self._run.base_model,
         )
 
+    async def get_info_async(self) -> types.GetInfoResponse:
+        return self.get_info()
+
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
-        return self._tokenizer
+        return self._core.tokenizer
+
+    def get_console_url(self) -> str:
+        """Where this run's checkpoints are (there is no web console locally)."""
+        return (self._run.checkpoint_root / self._run.run_id).resolve().as_uri()
+
+    def get_telemetry(self) -> Telemetry | None:
+        """None: the local backend sends no telemetry."""
+        return None
 
     @property
     def step(self) -> int:
         """Optimizer steps taken (restored by ``load_state_with_optimizer``)."""
-        return self._step
+        return self._core.step
 
     def close(self) -> None:
-        """Finish queued calls and stop the worker thread."""
+        """Finish queued calls and stop the worker thread (a local extension); later calls fail."""
+        self._closed = True
         self._executor.shutdown(wait=True)
 
     # ------------------------------------------------------------------------------------------
-    # Worker-thread bodies
-    # ------------------------------------------------------------------------------------------
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> LocalFuture[T]:
+        if self._closed:
+            raise RuntimeError(f"training client {self.model_id} is closed (its ServiceClient was closed?)")
         return submit(self._executor, fn, *args)
 
-    def _run_loss(
-        self,
-        data: list[types.Datum],
-        loss_name: str,
-        config: Mapping[str, float | str] | None,
-        backward: bool,
-    ) -> types.ForwardBackwardOutput:
-        loss_fn = parse_loss_fn(loss_name)
-        resolved = resolve_config(loss_fn, config)
-        pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
-        batch = build_batch(data, loss_fn, self._vocab_size, int(pad_id))
-        with torch.set_grad_enabled(backward):
-            logprobs_N = self._target_logprobs(batch)
-            loss_N = elementwise_loss(loss_fn, logprobs_N, batch.loss_inputs_N, resolved)
-            total = loss_N.sum()
-            if not bool(torch.isfinite(total)):
-                raise NonFiniteError(
-                    f"{loss_fn.value} loss is {float(total)}: check the advantages / sampler logprobs for "
-                    "NaN or extreme values; no gradient was accumulated"
-                )
-            if backward:
-                total.backward()
-        outputs = []
-        for logprobs_T, loss_T in zip(
-            logprobs_N.detach().split(batch.lengths_D), loss_N.detach().split(batch.lengths_D), strict=True
-        ):
-            outputs.append(
-                {
-                    "logprobs": types.TensorData.from_torch(logprobs_T),
-                    "elementwise_loss": types.TensorData.from_torch(loss_T),
-                }
-            )
-        return types.ForwardBackwardOutput(
-            loss_fn_output_type="ArrayRecord",
-            loss_fn_outputs=outputs,
-            metrics={"loss:sum": float(total.detach())},
-        )
-
-    def _target_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """log p(target) at every datum position, datum after datum (``batch.hidden_index_N`` order).
-
-        The unembedding runs once per distinct hidden state (a shared prefix column serves every datum
-        whose path crosses it), in chunks of positions so at most ``_LOGIT_ROWS`` x vocab logits are
-        alive at once.
-        """
-        hidden = self._lm.get_decoder()(
-            input_ids=batch.input_ids_RW,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids_RW,
-            use_cache=False,
-        ).last_hidden_state
-        hidden_flat = hidden.reshape(-1, hidden.shape[-1])
-        states_M, state_of_N = torch.unique(batch.hidden_index_N, return_inverse=True)
-        head = self._lm.get_output_embeddings()
-        values, where = [], []
-        for start in range(0, states_M.shape[0], _LOGIT_ROWS):
-            logits = head(hidden_flat.index_select(0, states_M[start : start + _LOGIT_ROWS]))
-            logprobs = torch.log_softmax(logits, dim=-1)
-            in_chunk = ((state_of_N >= start) & (state_of_N < start + _LOGIT_ROWS)).nonzero().squeeze(1)
-            values.append(logprobs[state_of_N[in_chunk] - start, batch.targets_N[in_chunk]])
-            where.append(in_chunk)
-        picked = torch.cat(values)
-        return picked.new_zeros(batch.num_tokens).scatter(0, torch.cat(where), picked)
-
-    def _run_optim_step(self, params: types.AdamParams) -> types.OptimStepResponse:
-        grads = [p.grad for p in self._params if p.grad is not None]
-        if not grads:
-            raise RuntimeError("optim_step without gradients: call forward_backward first")
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        if not bool(torch.isfinite(norm)):
-            self._optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(
-                f"gradient norm is {float(norm)}; the step was skipped and gradients cleared"
-            )
-        if params.grad_clip_norm > 0.0:
-            torch.nn.utils.clip_grad_norm_(self._params, params.grad_clip_norm)
-        for group in self._optimizer.param_groups:
-            group.update(
-                lr=params.learning_rate,
-                betas=(params.beta1, params.beta2),
-                eps=params.eps,
-                weight_decay=params.weight_decay,
-            )
-        self._optimizer.step()
-        self._optimizer.zero_grad(set_to_none=True)
-        self._step += 1
-        bad = self._first_non_finite_weight()
-        if bad is not None:
-            raise NonFiniteError(
-                f"step {self._step} made weight {bad} NaN/inf (learning rate or weight decay too large?); "
-                "this client cannot be saved any more: resume from a checkpoint"
-            )
-        return types.OptimStepResponse(metrics={"grad_norm:mean": float(norm), "step:max": float(self._step)})
-
-    def _first_non_finite_weight(self) -> str | None:
-        for name, param in zip(self._param_names, self._params, strict=True):
-            if not bool(torch.isfinite(param).all()):
-                return name
-        return None
-
-    def _meta(self, kind: ckpt.CheckpointKind, user_metadata: dict[str, str]) -> ckpt.CheckpointMeta:
-        return ckpt.CheckpointMeta(
-            kind, self._run.base_model, self._run.lora, self._step, dict(user_metadata)
-        )
-
-    def _run_save(self, dest: Path, kind: ckpt.CheckpointKind, user_metadata: dict[str, str]) -> Any:
-        bad = self._first_non_finite_weight()
-        if bad is not None:
-            raise NonFiniteError(f"weight {bad} holds NaN/inf; refusing to write {str(dest)!r}")
-
-        def payload(directory: Path) -> None:
-            if self._peft is not None:
-                ckpt.save_adapter(directory, adapter_state(self._peft))
-            else:
-                ckpt.save_full_model(directory, self._lm)
-            if kind is ckpt.CheckpointKind.STATE:
-                ckpt.save_optimizer(
-                    directory,
-                    {
-                        "optimizer": self._optimizer.state_dict(),
-                        "param_names": self._param_names,
-                        "step": self._step,
-                    },
-                )
-
-        path = str(ckpt.write_checkpoint(dest, self._meta(kind, user_metadata), payload))
-        if kind is ckpt.CheckpointKind.STATE:
-            return types.SaveWeightsResponse(path=path)
-        return types.SaveWeightsForSamplerResponse(path=path)
-
-    def _run_snapshot_client(self, dest: Path | None) -> Any:
-        path = None if dest is None else self._run_save(dest, ckpt.CheckpointKind.SAMPLER, {}).path
-        model = merge_lora(self._peft) if self._peft is not None else snapshot_full(self._lm)
-        return self._make_sampling_client(
-            ckpt.SamplingModel(model, self._tokenizer, self._run.base_model, path)
-        )
-
     def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
-        meta = ckpt.read_meta(path, expect=ckpt.CheckpointKind.STATE)
-        if meta.base_model != self._run.base_model or meta.lora != _same_shape(meta.lora, self._run.lora):
-            raise ckpt.CheckpointError(
-                f"checkpoint {path!r} is for {meta.base_model} (lora={meta.lora}); this client trains "
-                f"{self._run.base_model} (lora={self._run.lora})"
-            )
-        loaded = ckpt.load_trainable_weights(Path(path), meta)
-        optimizer_state = ckpt.load_optimizer(Path(path)) if with_optimizer else None
-        if optimizer_state is not None and optimizer_state.get("param_names") != self._param_names:
-            raise ckpt.CheckpointError(
-                f"checkpoint {path!r}: optimizer state does not match the model's parameters"
-            )
-        source = dict(loaded.named_parameters())
-        with torch.no_grad():
-            for name, param in zip(self._param_names, self._params, strict=True):
-                param.copy_(source[name])
-        self._optimizer.zero_grad(set_to_none=True)
-        if optimizer_state is not None:
-            self._optimizer.load_state_dict(optimizer_state["optimizer"])
-            self._step = int(optimizer_state["step"])
-        else:
-            self._optimizer.state.clear()
-            self._step = 0
+        self._core.load(resolve_checkpoint_path(path, self._run.checkpoint_root), with_optimizer)
         return types.LoadWeightsResponse(path=path, model_id=self._run.run_id)
 
     def _checkpoint_dir(self, segment: str, name: str, overwrite: bool) -> Path:
@@ -376,26 +380,22 @@ class LocalTrainingClient:
         return dest
 
 
-def _same_shape(saved: LoraSpec | None, current: LoraSpec | None) -> LoraSpec | None:
-    """``current`` with the saved seed, so a checkpoint matches when only the init seed differs."""
-    if saved is None or current is None:
-        return current
-    return LoraSpec(
-        current.rank, saved.seed, current.train_mlp, current.train_attn, current.train_unembed, current.alpha
-    )
+class LocalTrainingClientFuture(BackcompatClientFuture[LocalTrainingClient]):
+    """What the local ``create_*training_client*`` calls return: a future of the client.
+
+    As the SDK's ``BackcompatTrainingClientFuture``: ``.result()`` or ``await`` gives the client; using
+    the future itself as the client (``fut.forward_backward(...)``) still works, forwarded to the
+    finished client with the SDK's deprecation warning.
+    """
 
 
-def _check_adam(params: types.AdamParams) -> None:
-    values = {
-        "learning_rate": params.learning_rate,
-        "beta1": params.beta1,
-        "beta2": params.beta2,
-        "eps": params.eps,
-        "weight_decay": params.weight_decay,
-        "grad_clip_norm": params.grad_clip_norm,
-    }
-    for key, value in values.items():
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"AdamParams.{key} must be a finite number >= 0, got {value}")
-    if not (params.beta1 < 1 and params.beta2 < 1):
-        raise ValueError("AdamParams beta1 and beta2 must be < 1")
+def _check_sampler_options(method: str, record_stability_info: bool, kind: str) -> None:
+    if record_stability_info:
+        raise not_local(
+            method, "record_stability_info needs the hosted service's session-scoped sampler records"
+        )
+    if kind != "snapshot":
+        raise not_local(
+            method,
+            f"kind={kind!r}: local sampling clients hold a fixed snapshot; ask for a new one after each update",
+        )

@@ -15,12 +15,14 @@ layout: ``<root>/<run id>/sampler_weights/<name>`` and ``<root>/<run id>/weights
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,8 @@ class CheckpointMeta:
     lora: LoraSpec | None
     step: int
     user_metadata: dict[str, str] = field(default_factory=dict)
+    expires_at: datetime | None = None
+    """When the writer asked the checkpoint to expire (``ttl_seconds``); recorded, never enforced."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +75,7 @@ class CheckpointMeta:
             "lora": None if self.lora is None else self.lora.to_json(),
             "step": self.step,
             "user_metadata": self.user_metadata,
+            "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
         }
 
     @staticmethod
@@ -84,7 +89,13 @@ class CheckpointMeta:
             lora=None if lora is None else LoraSpec.from_json(lora),
             step=int(data["step"]),
             user_metadata={str(k): str(v) for k, v in dict(data.get("user_metadata") or {}).items()},
+            expires_at=datetime.fromisoformat(expires)
+            if isinstance(expires := data.get("expires_at"), str)
+            else None,
         )
+
+    def with_expiry(self, expires_at: datetime | None) -> CheckpointMeta:
+        return dataclasses.replace(self, expires_at=expires_at)
 
     def required_files(self) -> list[str]:
         files = [ADAPTER_FILE] if self.lora is not None else ["config.json", "model.safetensors"]
@@ -130,6 +141,14 @@ def write_checkpoint(dest: Path, meta: CheckpointMeta, write_payload: Callable[[
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def rewrite_meta(directory: Path, meta: CheckpointMeta) -> None:
+    """Replace a complete checkpoint's JSON (atomically: a crash leaves the old one)."""
+    read_meta(directory)
+    tmp = directory / f".{META_FILE}.tmp"
+    tmp.write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+    os.replace(tmp, directory / META_FILE)
 
 
 def save_adapter(directory: Path, state: dict[str, torch.Tensor]) -> None:
