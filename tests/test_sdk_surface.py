@@ -254,7 +254,7 @@ def test_what_cannot_work_locally_names_the_method(service: LocalServiceClient) 
         lambda: service.holder,
     ]
     for case in cases:
-        with pytest.raises(NotImplementedError, match="not available on the local backend: .+"):
+        with pytest.raises(NotImplementedError, match=r"not available on the local backend: .+"):
             case()
 
 
