@@ -29,7 +29,9 @@ from envsuite._make import (
 from envsuite.adapters.gymnasium import make
 from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 from envsuite.core import (
+    STOP_METRIC_PREFIX,
     Action,
+    ActionExtra,
     Env,
     EnvContext,
     EnvGroupBuilder,
@@ -39,6 +41,7 @@ from envsuite.core import (
     Observation,
     RLDataset,
     RLDatasetBuilder,
+    RolloutError,
     StepResult,
     StopCondition,
     StopReason,
@@ -47,6 +50,7 @@ from envsuite.core import (
     Trajectory,
     TrajectoryGroup,
     Transition,
+    stop_reason_from_metrics,
 )
 from envsuite.registration import (
     DeprecatedEnvError,
@@ -77,7 +81,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     # core contracts (envsuite.core)
+    "STOP_METRIC_PREFIX",
     "Action",
+    "ActionExtra",
     "Env",
     "EnvContext",
     "EnvGroupBuilder",
@@ -87,6 +93,7 @@ __all__ = [
     "Observation",
     "RLDataset",
     "RLDatasetBuilder",
+    "RolloutError",
     "StepResult",
     "StopCondition",
     "StopReason",
@@ -95,6 +102,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryGroup",
     "Transition",
+    "stop_reason_from_metrics",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",

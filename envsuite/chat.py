@@ -6,9 +6,14 @@ renderer at run time. ``envsuite.core`` re-exports every name here.
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypeAlias, TypedDict
+from typing import NotRequired, TypeAlias, TypedDict
 
-Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+Role: TypeAlias = str
+"""Who speaks: usually ``system``, ``user``, ``assistant`` or ``tool``. As in tinker-cookbook, any
+other speaker name (``player``, ``answerer``) is allowed and renders under its own name; only
+``assistant`` turns are the policy's (trained, and closed by the stop sequence)."""
+
+STANDARD_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 
 class Message(TypedDict):
@@ -22,4 +27,4 @@ class Message(TypedDict):
 StopCondition: TypeAlias = list[str] | list[int]
 """Where the policy must stop sampling: stop strings or stop token ids (never mixed)."""
 
-__all__ = ["Message", "Role", "StopCondition"]
+__all__ = ["STANDARD_ROLES", "Message", "Role", "StopCondition"]

@@ -1,8 +1,11 @@
 """The environment layer's contracts: the shapes every env, builder, dataset and completer must have.
 
-This is the one file to read before writing an env. Names and call signatures follow tinker-cookbook's
-``rl/types.py`` and ``completers.py`` so an env written for one works in the other; data travels as the
-Tinker SDK's types (``tinker.ModelInput`` for observations).
+This is the one file to read before writing an env. Wherever a name exists in tinker-cookbook 0.5.8's
+``rl/types.py`` and ``completers.py`` it has the same fields, call signature and meaning here
+(``Env.step(action, *, extra=None)``, ``InitialObservationOverflow``, ``StopReason``,
+``Trajectory.stop_reason``, ``TrajectoryGroup.rollout_errors``, ...), so an env, a group builder or a
+completer written for one runs in the other's rollouts without an adapter. envsuite only adds (marked
+"(envsuite)" below), never renames. Data travels as the Tinker SDK's types (``tinker.ModelInput``).
 
 Object graph (each arrow is "builds", each builder is a small picklable config object)::
 
@@ -17,6 +20,8 @@ Invariants every implementation keeps:
   ``episode_done=True``; then the env is discarded. There is no ``reset``.
 * The final :class:`StepResult` of an episode carries a :class:`StopReason` in ``stop_reason`` and the
   metric ``stop/<reason> = 1.0`` (use :meth:`StepResult.final`). Non-final steps carry neither.
+  (tinker-cookbook envs return their own ``StepResult``, without ``stop_reason``, and may omit the
+  metric; envsuite's rollouts and checker read the metric and accept that.)
 * A bad action (garbage tokens, empty, endless, invalid UTF-8, an illegal move) is a defined outcome
   (a parse-error stop with a penalty, or a re-prompt), never an exception.
 * All members of one group share one episode (same seed, problem, secret, deal), so group-centred
@@ -32,7 +37,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 # Re-exported (redundant aliases): the contracts speak of them, and env authors import them from here.
 from envsuite.chat import Message as Message
@@ -63,6 +68,9 @@ Metrics: TypeAlias = dict[str, float | int]
 Logs: TypeAlias = dict[str, str | int | float]
 """Human-readable diagnostics (the parsed reply, the answer key, ...); never aggregated."""
 
+SampleStop: TypeAlias = Literal["stop", "length"]
+"""Why sampling of one reply stopped (``tinker.StopReason``'s values)."""
+
 
 # --------------------------------------------------------------------------------------------------
 # Outcomes
@@ -70,42 +78,108 @@ Logs: TypeAlias = dict[str, str | int | float]
 
 
 class StopReason(enum.StrEnum):
-    """Why an episode ended. The final transition records it as the metric ``stop/<value>``."""
+    """Why an episode ended. The final transition records it as the metric ``stop/<value>``.
+
+    The first nine members are tinker-cookbook 0.5.8's ``StopReason`` (same names, values and
+    meanings); the last four are envsuite's additions.
+    """
 
     COMPLETED = "completed"
     """The task reached its natural end (answer graded, game over, guess made)."""
+    TOOL_STOPPED = "tool_stopped"
+    """A tool signalled that the episode should stop."""
+    MAX_TURNS = "max_turns"
+    """The turn cap was reached (e.g. 20 questions asked without a correct guess)."""
+    MAX_TOKENS = "max_tokens"
+    """The token budget was exhausted: mid-turn (the reply hit the sampler's ``max_tokens`` without a
+    stop sequence), between turns, or by an oversized initial prompt (the overflow sentinel)."""
+    MAX_SAMPLED_TOKENS = "max_sampled_tokens"
+    """The cumulative sampled-token (action-only) budget was exhausted."""
+    MAX_TOOL_CALLS = "max_tool_calls"
+    """The trajectory-level tool-call budget was exhausted."""
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The rendered conversation (the next observation) exceeded the episode's token budget."""
     PARSE_ERROR = "parse_error"
     """The reply could not be understood (no answer, garbage tokens, invalid UTF-8, empty)."""
-    MAX_TOKENS = "max_tokens"
-    """The reply hit the sampling token limit without a stop sequence (truncated)."""
-    MAX_TURNS = "max_turns"
-    """The episode used its turn budget (e.g. 20 questions asked without a correct guess)."""
-    CONTEXT_OVERFLOW = "context_overflow"
-    """The next observation would not fit the env's token budget."""
-    INVALID_MOVE = "invalid_move"
-    """A game ended because the player made an illegal move (after any allowed retries)."""
-    PARTNER_ERROR = "partner_error"
-    """A partner or opponent (answerer, fixed opponent) failed or timed out."""
     ROLLOUT_TIMEOUT = "rollout_timeout"
     """The rollout driver ended the episode because it ran past its time limit."""
+    INVALID_MOVE = "invalid_move"
+    """(envsuite) A game ended because the player made an illegal move (after any allowed retries)."""
+    PARTNER_ERROR = "partner_error"
+    """(envsuite) A partner or opponent (answerer, fixed opponent) failed or timed out."""
     ENV_ERROR = "env_error"
-    """The env itself raised; the driver recorded the failure instead of crashing the batch."""
+    """(envsuite) The env itself raised; the driver recorded the failure instead of crashing the batch."""
 
 
 STOP_METRIC_PREFIX = "stop/"
+"""Metric-key prefix of the one-hot stop-reason metric (``stop/<reason>``)."""
+
+
+def stop_reason_from_metrics(metrics: Metrics) -> str | None:
+    """The reason named by a ``stop/<reason>`` metric key, if any (as tinker-cookbook reads it)."""
+    return next((k[len(STOP_METRIC_PREFIX) :] for k in metrics if k.startswith(STOP_METRIC_PREFIX)), None)
 
 
 @dataclass(frozen=True)
 class InitialObservationOverflow:
     """Sentinel returned by :meth:`Env.initial_observation` when the prompt exceeds the token budget.
 
-    Returning it (instead of raising) lets a rollout driver skip one episode without failing the group.
+    tinker-cookbook's sentinel, field for field: the rollout driver ends the episode at once with one
+    synthetic transition (empty observation and action, ``episode_done``) carrying ``reward``,
+    ``metrics`` and ``logs``, and mirrors its ``stop/<reason>`` metric (``max_tokens`` for an
+    oversized prompt) onto the trajectory. Returning it instead of raising lets one over-long prompt
+    leave the rest of its group intact. Build it with :meth:`prompt_too_long`.
     """
 
-    prompt_tokens: int
-    """Length of the prompt that did not fit."""
-    max_tokens: int
-    """The budget it had to fit in."""
+    reward: float
+    """Reward of the synthetic final transition."""
+    metrics: Metrics = field(default_factory=dict)
+    """Should hold one ``stop/<reason>`` key (``stop/max_tokens`` for an oversized prompt)."""
+    logs: Logs = field(default_factory=dict)
+    prompt_tokens: int | None = None
+    """(envsuite) Length of the prompt that did not fit, when known."""
+    max_tokens: int | None = None
+    """(envsuite) The budget it had to fit in, when known."""
+
+    @classmethod
+    def prompt_too_long(
+        cls, prompt_tokens: int, max_tokens: int, reward: float = 0.0
+    ) -> InitialObservationOverflow:
+        """The sentinel for a first prompt of ``prompt_tokens`` tokens over a ``max_tokens`` budget."""
+        return cls(
+            reward=reward,
+            metrics={STOP_METRIC_PREFIX + StopReason.MAX_TOKENS.value: 1.0},
+            logs={"initial_observation_overflow": f"prompt of {prompt_tokens} tokens > budget {max_tokens}"},
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+        )
+
+
+def as_overflow(start: object) -> InitialObservationOverflow | None:
+    """The overflow sentinel ``initial_observation`` returned, or None when it returned a prompt.
+
+    tinker-cookbook's own sentinel (another class with the same fields) is read by its fields, so
+    code that checks for overflow takes either env's.
+    """
+    if isinstance(start, InitialObservationOverflow):
+        return start
+    if isinstance(start, tuple) or not hasattr(start, "reward"):
+        return None
+    return InitialObservationOverflow(
+        reward=float(getattr(start, "reward", 0.0)),
+        metrics=dict(getattr(start, "metrics", {}) or {}),
+        logs=dict(getattr(start, "logs", {}) or {}),
+    )
+
+
+class ActionExtra(TypedDict, total=False):
+    """What the rollout driver passes with an action to :meth:`Env.step` (tinker-cookbook's type).
+
+    Every key is optional; envs ignore what they do not need. Values pickle.
+    """
+
+    stop_reason: SampleStop
+    """Why sampling stopped: ``"stop"`` (a stop sequence) or ``"length"`` (``max_tokens`` reached)."""
 
 
 @dataclass
@@ -162,10 +236,12 @@ class StepResult:
 
 @dataclass
 class TokensWithLogprobs:
-    """A sampled reply: its tokens and, when the sampler reports them, their logprobs."""
+    """A sampled reply: its tokens, their logprobs when the sampler reports them, and why it stopped."""
 
     tokens: list[int]
     maybe_logprobs: list[float] | None = None
+    stop_reason: SampleStop = "stop"
+    """``"stop"``: the reply ended with a stop sequence; ``"length"``: it hit ``max_tokens``."""
 
     @property
     def logprobs(self) -> list[float]:
@@ -179,12 +255,16 @@ class TokenCompleter(ABC):
     """A policy over tokens, as RL needs it: the exact sampled tokens and their logprobs."""
 
     @abstractmethod
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         """Sample one reply to ``model_input``, stopping at ``stop``.
 
         Called once per turn by the rollout driver, possibly with many calls in flight at once
         (implementations should not block the event loop). The returned tokens include the stop
         token when sampling stopped cleanly, so the env can tell a clean stop from truncation.
+        ``max_tokens`` caps this call's reply (combined with the completer's own limit by taking the
+        minimum); None means no per-call cap.
         """
 
 
@@ -222,10 +302,11 @@ class Env(ABC):
         """
 
     @abstractmethod
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         """Apply the policy's sampled tokens and return the reward and the next observation.
 
-        Called after :meth:`initial_observation` and after each non-final step. Any token sequence is a
+        ``extra`` carries what the driver knows about the action (why sampling stopped); envs may
+        ignore it. Called after :meth:`initial_observation` and after each non-final step. Any token sequence is a
         legal argument: empty, random ids, ten thousand tokens, ids that decode to invalid UTF-8. Such
         input yields a defined outcome (usually ``StopReason.PARSE_ERROR`` with a penalty), never an
         exception. The final result must be built with :meth:`StepResult.final`.
@@ -240,9 +321,12 @@ class Env(ABC):
         return []
 
 
-@dataclass(frozen=True)
+@dataclass
 class Transition:
-    """One turn of a rollout: what the policy saw, what it did, and what came back."""
+    """One turn of a rollout: what the policy saw, what it did, and what came back.
+
+    Mutable, as tinker-cookbook's: rollout hooks may rewrite the final transition's stop metric.
+    """
 
     ob: Observation
     ac: TokensWithLogprobs
@@ -250,7 +334,8 @@ class Transition:
     episode_done: bool
     metrics: Metrics = field(default_factory=dict)
     logs: Logs = field(default_factory=dict)
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
+    """(envsuite) The final transition's stop reason (usually a :class:`StopReason`); None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -259,16 +344,24 @@ class Trajectory:
 
     transitions: list[Transition]
     final_ob: Observation
+    stop_reason: str | None = None
+    """Why the episode ended, when known: usually a :class:`StopReason` value, mirrored from the final
+    transition's ``stop/<reason>`` metric. None when the env reported no reason."""
 
     @property
     def total_reward(self) -> float:
-        """Sum of the per-step rewards (group rewards are added separately)."""
+        """(envsuite) Sum of the per-step rewards (group rewards are added separately)."""
         return sum(t.reward for t in self.transitions)
 
-    @property
-    def stop_reason(self) -> StopReason | None:
-        """The final transition's stop reason (None for an empty trajectory)."""
-        return self.transitions[-1].stop_reason if self.transitions else None
+
+@dataclass(frozen=True)
+class RolloutError:
+    """A failure captured during a group's rollouts (pickles, so it crosses process boundaries)."""
+
+    error_type: str
+    """The exception class name, e.g. ``'ValueError'``."""
+    error_message: str
+    """``str(exception)``."""
 
 
 @dataclass
@@ -278,6 +371,9 @@ class TrajectoryGroup:
     trajectories_G: list[Trajectory]
     final_rewards_G: list[float]
     metrics_G: list[Metrics]
+    rollout_errors: list[RolloutError] = field(default_factory=list)
+    """Errors captured while the group ran (envsuite keeps the failed member's trajectory, ended with
+    ``StopReason.ENV_ERROR``, and records the error here too). Empty: no errors."""
 
     def get_total_rewards(self) -> list[float]:
         """Per-member return: step rewards plus the group reward."""
@@ -295,10 +391,14 @@ class EnvGroupBuilder(ABC):
         """Create the group's envs (fresh each call). All members share the same episode."""
 
     async def compute_group_rewards(
-        self, trajectories_G: list[Trajectory], env_G: Sequence[Env]
+        self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
-        """Rewards that need the whole group (pairwise judges, zero-sum games). Default: none."""
-        return [(0.0, {}) for _ in trajectories_G]
+        """Rewards that need the whole group (pairwise judges, zero-sum games). Default: none.
+
+        Called once every member finished, with the trajectories and envs in member order. Use only
+        the fields tinker-cookbook's ``Trajectory`` also has (so the builder runs under its rollouts).
+        """
+        return [(0.0, {}) for _ in trajectory_group]
 
     async def cleanup(self) -> None:  # noqa: B027  (optional hook; most groups hold nothing)
         """Release resources held for the group. Idempotent; called once the group is done."""

@@ -2,8 +2,13 @@
 
 ``do_single_rollout`` plays one episode; ``do_group_rollout`` plays a whole group concurrently (so a
 batching sampler sees all requests at once) and applies the builder's group rewards. Failures are data:
-an env that raises ends its episode with ``StopReason.ENV_ERROR``, a rollout past its time limit ends
-with ``StopReason.ROLLOUT_TIMEOUT``, and a prompt that does not fit ends with ``CONTEXT_OVERFLOW``.
+an env that raises ends its episode with ``StopReason.ENV_ERROR`` (and the error is kept in the group's
+``rollout_errors``), a rollout past its time limit ends with ``StopReason.ROLLOUT_TIMEOUT``, and an
+overflow sentinel ends it at once with the sentinel's reward and ``stop/<reason>`` metric.
+
+The drivers take envsuite's envs and tinker-cookbook's alike: both have ``step(action, *, extra=None)``
+and the same result fields; a stop reason is read from ``StepResult.stop_reason`` when the result has
+one, else from its ``stop/<reason>`` metric (as tinker-cookbook's runner does).
 """
 
 from __future__ import annotations
@@ -12,20 +17,24 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from envsuite.core import (
     STOP_METRIC_PREFIX,
+    ActionExtra,
     Env,
     EnvGroupBuilder,
     InitialObservationOverflow,
     Metrics,
+    RolloutError,
     StopReason,
     TokenCompleter,
     TokensWithLogprobs,
     Trajectory,
     TrajectoryGroup,
     Transition,
+    as_overflow,
+    stop_reason_from_metrics,
 )
 
 if TYPE_CHECKING:
@@ -62,25 +71,48 @@ def _terminal(
     )
 
 
-async def _run_episode(
-    policy: TokenCompleter, env: Env, limits: RolloutLimits, out: list[Transition]
-) -> tinker.ModelInput:
-    """Play the episode, appending transitions to ``out`` as they happen; return the final observation."""
+def _overflow_transition(overflow: InitialObservationOverflow) -> Transition:
+    """tinker-cookbook's synthetic transition for an oversized first prompt: no tokens, the sentinel's reward."""
+    return Transition(
+        ob=_empty_observation(),
+        ac=TokensWithLogprobs(tokens=[], maybe_logprobs=[]),
+        reward=overflow.reward,
+        episode_done=True,
+        metrics=dict(overflow.metrics),
+        logs=dict(overflow.logs),
+        stop_reason=stop_reason_from_metrics(overflow.metrics),
+    )
+
+
+def step_stop_reason(result: Any) -> str | None:
+    """Why a final step ended: its ``stop_reason`` field when it has one, else its ``stop/`` metric."""
+    if not result.episode_done:
+        return None
+    reason = getattr(result, "stop_reason", None)
+    return str(reason) if reason is not None else stop_reason_from_metrics(result.metrics)
+
+
+@dataclass
+class _Episode:
+    """What one episode has produced so far (kept when a timeout or an error cuts it short)."""
+
+    transitions: list[Transition]
+    final_ob: tinker.ModelInput
+
+
+async def _run_episode(policy: TokenCompleter, env: Env, limits: RolloutLimits, out: _Episode) -> None:
+    """Play the episode, appending transitions to ``out`` as they happen."""
     start = await env.initial_observation()
-    if isinstance(start, InitialObservationOverflow):
-        out.append(
-            _terminal(
-                StopReason.CONTEXT_OVERFLOW,
-                _empty_observation(),
-                {"prompt_tokens": start.prompt_tokens, "max_tokens": start.max_tokens},
-            )
-        )
-        return _empty_observation()
-    ob, stop = start
+    overflow = as_overflow(start)
+    if overflow is not None:
+        out.transitions.append(_overflow_transition(overflow))
+        return
+    ob, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
+    out.final_ob = ob
     for _ in range(limits.max_turns):
         ac = await policy(ob, stop)
-        result = await env.step(ac.tokens)
-        out.append(
+        result = await env.step(ac.tokens, extra=ActionExtra(stop_reason=ac.stop_reason))
+        out.transitions.append(
             Transition(
                 ob=ob,
                 ac=ac,
@@ -88,32 +120,45 @@ async def _run_episode(
                 episode_done=result.episode_done,
                 metrics=result.metrics,
                 logs=result.logs,
-                stop_reason=result.stop_reason,
+                stop_reason=step_stop_reason(result),
             )
         )
         ob, stop = result.next_observation, result.next_stop_condition
+        out.final_ob = ob
         if result.episode_done:
-            return ob
-    out.append(_terminal(StopReason.MAX_TURNS, ob))
-    return ob
+            return
+    out.transitions.append(_terminal(StopReason.MAX_TURNS, ob))
+
+
+@dataclass(frozen=True)
+class _Played:
+    trajectory: Trajectory
+    error: RolloutError | None
+
+
+async def _play(policy: TokenCompleter, env: Env, limits: RolloutLimits) -> _Played:
+    episode = _Episode([], _empty_observation())
+    error = None
+    try:
+        await asyncio.wait_for(_run_episode(policy, env, limits, episode), limits.timeout_s)
+    except TimeoutError:
+        episode.transitions.append(_terminal(StopReason.ROLLOUT_TIMEOUT, episode.final_ob))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        error = RolloutError(type(exc).__name__, str(exc)[:500])
+        episode.transitions.append(
+            _terminal(StopReason.ENV_ERROR, episode.final_ob, {"error": repr(exc)[:500]})
+        )
+    reason = episode.transitions[-1].stop_reason if episode.transitions else None
+    return _Played(Trajectory(episode.transitions, episode.final_ob, reason), error)
 
 
 async def do_single_rollout(
     policy: TokenCompleter, env: Env, limits: RolloutLimits | None = None
 ) -> Trajectory:
     """Play one episode of ``env`` with ``policy``; errors and timeouts end it with a stop reason."""
-    limits = limits or RolloutLimits()
-    transitions: list[Transition] = []
-    final_ob = _empty_observation()
-    try:
-        final_ob = await asyncio.wait_for(_run_episode(policy, env, limits, transitions), limits.timeout_s)
-    except TimeoutError:
-        transitions.append(_terminal(StopReason.ROLLOUT_TIMEOUT, final_ob))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        transitions.append(_terminal(StopReason.ENV_ERROR, final_ob, {"error": repr(exc)[:500]}))
-    return Trajectory(transitions=transitions, final_ob=final_ob)
+    return (await _play(policy, env, limits or RolloutLimits())).trajectory
 
 
 @dataclass(frozen=True)
@@ -131,22 +176,23 @@ async def do_group_rollout(
 ) -> GroupRolloutResult:
     """Play every env of a group concurrently and compute the group rewards."""
     started = time.perf_counter()
+    limits = limits or RolloutLimits()
     try:
         envs_G: Sequence[Env] = await builder.make_envs()
     except Exception as exc:
         return GroupRolloutResult(None, f"make_envs failed: {exc!r}", time.perf_counter() - started)
     try:
-        trajectories_G = list(
-            await asyncio.gather(*(do_single_rollout(policy, env, limits) for env in envs_G))
-        )
+        played_G = list(await asyncio.gather(*(_play(policy, env, limits) for env in envs_G)))
+        trajectories_G = [p.trajectory for p in played_G]
         rewards_and_metrics = await builder.compute_group_rewards(trajectories_G, envs_G)
     except Exception as exc:
         return GroupRolloutResult(None, f"group rewards failed: {exc!r}", time.perf_counter() - started)
     finally:
         await builder.cleanup()
-    final_rewards_G = [reward for reward, _ in rewards_and_metrics]
-    metrics_G: list[Metrics] = [metrics for _, metrics in rewards_and_metrics]
-    group = TrajectoryGroup(trajectories_G, final_rewards_G, metrics_G)
+    final_rewards_G = [float(reward) for reward, _ in rewards_and_metrics]
+    metrics_G: list[Metrics] = [dict(metrics) for _, metrics in rewards_and_metrics]
+    errors = [p.error for p in played_G if p.error is not None]
+    group = TrajectoryGroup(trajectories_G, final_rewards_G, metrics_G, rollout_errors=errors)
     return GroupRolloutResult(group, None, time.perf_counter() - started)
 
 

@@ -18,7 +18,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite.core import Env, InitialObservationOverflow, StopReason
+from envsuite.core import Env, StopReason, as_overflow, stop_reason_from_metrics
 from envsuite.evals._messages import to_inspect
 from envsuite.registration import spec
 from envsuite.renderers import encodable_text, reply_to_tokens
@@ -90,10 +90,12 @@ async def _play(
         start = await env.initial_observation()
     except Exception as exc:
         raise _EnvFailure(repr(exc)) from exc
-    if isinstance(start, InitialObservationOverflow):
-        result["stop_reason"] = StopReason.CONTEXT_OVERFLOW.value
+    overflow = as_overflow(start)
+    if overflow is not None:
+        result["reward"] += overflow.reward
+        result["stop_reason"] = stop_reason_from_metrics(overflow.metrics)
         return state
-    _, stop = start
+    _, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     for _ in range(MAX_TURNS_GUARD):
         state.messages = to_inspect(env.conversation())
         state = await generate(state)
@@ -112,7 +114,7 @@ async def _play(
             result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
         stop = step.next_stop_condition
         if step.episode_done:
-            result["stop_reason"] = step.stop_reason.value if step.stop_reason else None
+            result["stop_reason"] = stop_reason_from_metrics(step.metrics)
             break
     state.messages = to_inspect(env.conversation())
     return state

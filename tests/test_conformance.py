@@ -26,6 +26,9 @@ def broken_envs() -> Iterator[None]:
         "scratch/global-random-v0": "GlobalRandomEnv",
         "scratch/raising-v0": "RaisingEnv",
         "scratch/no-stop-reason-v0": "NoStopReasonEnv",
+        "scratch/env-error-v0": "ReportsEnvErrorEnv",
+        "scratch/sometimes-env-error-v0": "SometimesEnvErrorEnv",
+        "scratch/old-cookbook-parse-v0": "OldCookbookParseEnv",
     }
     for env_id, cls in names.items():
         envsuite.register(env_id, f"tests.support.toy_envs:{cls}", reward_range=(0.0, 1.0))
@@ -59,6 +62,31 @@ def test_checker_catches_exceptions_on_garbage(broken_envs: None) -> None:
 
 def test_checker_catches_missing_stop_reason(broken_envs: None) -> None:
     outcomes = _outcomes("scratch/no-stop-reason")
+    assert outcomes["final transition has a stop reason"] is CheckOutcome.FAILED
+
+
+def test_checker_fails_an_env_whose_episodes_all_end_in_env_error(broken_envs: None) -> None:
+    report = check_env("scratch/env-error", model=TEST_MODEL)
+    errors = next(r for r in report.results if r.name == "episodes end without env errors")
+    assert errors.outcome is CheckOutcome.FAILED and "2 of 2 episodes ended in env_error" in errors.detail
+    assert "boom" in errors.detail and not report.passed
+
+
+def test_checker_warns_on_a_high_env_error_rate(broken_envs: None) -> None:
+    seeds = (0, 3)  # seed 0 draws an odd number (env_error), seed 3 an even one
+    report = check_env("scratch/sometimes-env-error", model=TEST_MODEL, seeds=seeds)
+    errors = next(r for r in report.results if r.name == "episodes end without env errors")
+    assert errors.outcome is CheckOutcome.WARNED and "1 of 2" in errors.detail
+    assert (
+        report.passed
+        and not check_env("scratch/sometimes-env-error", model=TEST_MODEL, seeds=seeds, strict=True).passed
+    )
+
+
+def test_checker_fails_an_env_that_raises_on_every_reply(broken_envs: None) -> None:
+    """The old cookbook interop bug: an env that cannot unpack the renderer's result raises every step."""
+    outcomes = _outcomes("scratch/old-cookbook-parse")
+    assert outcomes["episodes end without env errors"] is CheckOutcome.FAILED
     assert outcomes["final transition has a stop reason"] is CheckOutcome.FAILED
 
 

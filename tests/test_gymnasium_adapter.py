@@ -53,12 +53,14 @@ def _solve(env: gymnasium.Env) -> object:
     return inner.problem.answer
 
 
-def test_overflow_gives_empty_observation_then_context_overflow_stop() -> None:
+def test_overflow_gives_empty_observation_then_max_tokens_stop() -> None:
     env = envsuite.make("arithmetic", model=TEST_MODEL, max_context_tokens=4)
     obs, info = env.reset(seed=0)
     assert len(obs) == 0 and "prompt_overflow" in info
     _, reward, terminated, _, info = env.step(np.array([1]))
-    assert terminated and reward == 0.0 and info["stop_reason"] == "context_overflow"
+    # tinker-cookbook's meaning: an oversized first prompt exhausts the token budget (max_tokens).
+    assert terminated and reward == 0.0 and info["stop_reason"] == "max_tokens"
+    assert info["metrics"] == {"stop/max_tokens": 1.0}
 
 
 def test_gymnasium_make_finds_catalog_ids() -> None:

@@ -12,6 +12,7 @@ from envsuite.core import Message
 from envsuite.models import get_tokenizer
 from envsuite.renderers import (
     ParseOutcome,
+    ParseTermination,
     Renderer,
     TrainOnWhat,
     get_renderer,
@@ -233,10 +234,22 @@ def test_message_text_cannot_forge_special_tokens(tok: Any) -> None:
     assert prompt.count(1) == 2  # <|im_start|> of the user turn and of the assistant header
 
 
+def test_any_speaker_name_renders_under_its_own_header(tok: Any) -> None:
+    """tinker-cookbook's recipes speak as 'player' or 'answerer'; its renderers take any role, so ours do."""
+    player: Message = {"role": "player", "content": "Guess: 3"}
+    prompt = make("chatml", tok).build_generation_prompt([USER_1, player])
+    assert "<|im_start|>player\nGuess: 3<|im_end|>" in tok.decode(prompt.to_ints())
+    assert "Player: Guess: 3" in tok.decode(
+        make("role_colon", tok).build_generation_prompt([player]).to_ints()
+    )
+
+
 def test_malformed_messages_get_clear_errors(tok: Any) -> None:
     renderer = make("chatml", tok)
-    with pytest.raises(ValueError, match="role 'robot'"):
-        renderer.build_generation_prompt([{"role": "robot", "content": "x"}])  # type: ignore[typeddict-item]
+    with pytest.raises(ValueError, match=r"role 'ro\\nbot'"):
+        renderer.build_generation_prompt([{"role": "ro\nbot", "content": "x"}])
+    with pytest.raises(ValueError, match="role None"):
+        renderer.build_generation_prompt([{"role": None, "content": "x"}])  # type: ignore[typeddict-item]
     with pytest.raises(TypeError, match="needs str content"):
         renderer.build_generation_prompt([{"role": "user", "content": None}])  # type: ignore[typeddict-item]
     with pytest.raises(ValueError, match="cannot follow it"):
@@ -276,6 +289,19 @@ def test_parse_tells_stop_from_truncation(tok: Any, name: str) -> None:
     assert empty_stop.clean_stop and empty_stop.message == {"role": "assistant", "content": ""}
     nothing = renderer.parse_response([])
     assert nothing.outcome is ParseOutcome.TRUNCATED and nothing.message["content"] == ""
+
+
+@pytest.mark.parametrize("name", list_renderers())
+def test_parsed_response_unpacks_like_tinker_cookbooks(tok: Any, name: str) -> None:
+    renderer = make(name, tok)
+    reply: Message = {"role": "assistant", "content": "The answer is 4."}
+    sampled = sampled_reply(renderer, tok, reply)
+    message, termination = renderer.parse_response(sampled)
+    assert message == reply and termination is ParseTermination.STOP_SEQUENCE
+    assert termination.is_clean and termination.is_stop_sequence
+    assert renderer.parse_response(sampled)[0] == reply and len(renderer.parse_response(sampled)) == 2
+    _, cut = renderer.parse_response(sampled[:2])
+    assert cut is ParseTermination.MALFORMED and not cut.is_clean and cut == "malformed"
 
 
 @pytest.mark.parametrize("name", list_renderers())

@@ -17,6 +17,7 @@ import tinker
 
 from envsuite.core import (
     Action,
+    ActionExtra,
     Env,
     EnvContext,
     InitialObservationOverflow,
@@ -49,7 +50,7 @@ class FirstTokenEnv(Env):
     ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
         return self.prompt, self.ctx.renderer.get_stop_sequences()
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if self.fail:
             raise RuntimeError("toy env failure")
         if self.hang:

@@ -52,7 +52,7 @@ def episode_summary(groups: Sequence[TrajectoryGroup], prefix: str = "") -> Row:
                 formats.append(float(metrics["format"] > 0))
             turns += int(metrics["turns"])
             ac_tokens += int(metrics["ac_tokens"])
-            stops[str(trajectory.stop_reason.value if trajectory.stop_reason else "none")] += 1
+            stops[str(trajectory.stop_reason or "none")] += 1
             for transition in trajectory.transitions:
                 logprobs.extend(transition.ac.maybe_logprobs or [])
     n_episodes = sum(stops.values())

@@ -45,7 +45,7 @@ async def rollout_batch(
         env_errors = [
             str(t.transitions[-1].logs.get("error", "env raised"))
             for t in result.group.trajectories_G
-            if t.stop_reason is StopReason.ENV_ERROR
+            if t.stop_reason == StopReason.ENV_ERROR
         ]
         if env_errors:
             errors.append(f"group {index}: env error: {env_errors[0]}")

@@ -17,7 +17,7 @@ through shared memory (the default) in both modes.
 gym env's own ``np_random`` picks one). ``info`` carries the stop condition, the conversation as chat
 messages, the env's metrics and logs, and on the last step the stop reason. A prompt that does not fit
 ``max_context_tokens`` gives an empty observation with ``info["prompt_overflow"]``; the next step ends
-the episode with ``stop_reason == "context_overflow"``.
+the episode with the sentinel's reward and ``stop_reason == "max_tokens"`` (tinker-cookbook's meaning).
 
 Catalog ids are mirrored into gymnasium's registry as ``envsuite/<id>``, namespaced ids included:
 ``gymnasium.make("envsuite/arithmetic")`` and ``gymnasium.make("envsuite/textarena/TicTacToe-v0")``.
@@ -39,7 +39,13 @@ from gymnasium import spaces
 
 from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
 from envsuite.adapters._gym_spaces import PromptText, TokenSequence
-from envsuite.core import STOP_METRIC_PREFIX, Env, InitialObservationOverflow, StopCondition, StopReason
+from envsuite.core import (
+    Env,
+    InitialObservationOverflow,
+    StopCondition,
+    as_overflow,
+    stop_reason_from_metrics,
+)
 from envsuite.registration import EnvSpec, spec
 from envsuite.renderers import reply_to_tokens
 
@@ -113,12 +119,13 @@ class GymEnv(gymnasium.Env[Any, Any]):
         start = self._run(self._env.initial_observation())
         self._done = False
         info: dict[str, Any] = {"episode_seed": episode_seed}
-        if isinstance(start, InitialObservationOverflow):
-            self._overflow, self._stop = start, []
-            info |= {"prompt_overflow": start, "stop_condition": [], "conversation": []}
+        overflow = as_overflow(start)
+        if overflow is not None:
+            self._overflow, self._stop = overflow, []
+            info |= {"prompt_overflow": overflow, "stop_condition": [], "conversation": []}
             return self._encode_observation([]), info
         self._overflow = None
-        ob, self._stop = start
+        ob, self._stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
         info |= {"stop_condition": list(self._stop), "conversation": self._env.conversation()}
         return self._encode_observation(ob.to_ints()), info
 
@@ -127,9 +134,13 @@ class GymEnv(gymnasium.Env[Any, Any]):
             raise RuntimeError("call reset() before step(); the episode is over")
         if self._overflow is not None:
             self._done = True
-            reason = StopReason.CONTEXT_OVERFLOW
-            overflow_info = {"stop_reason": reason.value, "metrics": {STOP_METRIC_PREFIX + reason.value: 1.0}}
-            return self._encode_observation([]), 0.0, True, False, overflow_info
+            overflow = self._overflow
+            overflow_info = {
+                "stop_reason": stop_reason_from_metrics(overflow.metrics),
+                "metrics": dict(overflow.metrics),
+                "logs": dict(overflow.logs),
+            }
+            return self._encode_observation([]), float(overflow.reward), True, False, overflow_info
         result = self._run(self._env.step(self._action_tokens(action)))
         self._done = result.episode_done
         self._stop = result.next_stop_condition
@@ -139,8 +150,10 @@ class GymEnv(gymnasium.Env[Any, Any]):
             "metrics": dict(result.metrics),
             "logs": dict(result.logs),
         }
-        if result.stop_reason is not None:
-            info["stop_reason"] = result.stop_reason.value
+        if result.episode_done:
+            info["stop_reason"] = getattr(result, "stop_reason", None) or stop_reason_from_metrics(
+                result.metrics
+            )
         obs = self._encode_observation(result.next_observation.to_ints())
         if len(obs) > self.observation_space.max_length:
             info["observation_cut_from"] = len(obs)

@@ -93,7 +93,7 @@ def run_show(args: argparse.Namespace) -> int:
     import asyncio
 
     from envsuite import make_env
-    from envsuite.core import InitialObservationOverflow
+    from envsuite.core import as_overflow
 
     env_spec = spec(args.env_id)
     console = Console()
@@ -110,10 +110,11 @@ def run_show(args: argparse.Namespace) -> int:
     console.print(_kwargs_table(env_spec))
     env = make_env(env_spec.id, seed=args.seed)
     start = asyncio.run(env.initial_observation())
-    if isinstance(start, InitialObservationOverflow):
-        console.print(f"seed {args.seed}: prompt overflows ({start.prompt_tokens} tokens)")
+    overflow = as_overflow(start)
+    if overflow is not None:
+        console.print(f"seed {args.seed}: prompt overflows ({overflow.prompt_tokens or '?'} tokens)")
         return 0
-    ob, stop = start
+    ob, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     console.rule(escape(printable(f"prompt for seed {args.seed} ({ob.length} tokens, stop={stop})")))
     from envsuite import RendererConfig
 

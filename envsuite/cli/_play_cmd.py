@@ -15,7 +15,14 @@ from rich.console import Console
 from envsuite import RendererConfig, make_env
 from envsuite.cli._args import parse_env_args
 from envsuite.cli._policies import LegalMoves, build_policy
-from envsuite.core import Env, InitialObservationOverflow, Message, TokensWithLogprobs
+from envsuite.core import (
+    ActionExtra,
+    Env,
+    InitialObservationOverflow,
+    Message,
+    TokensWithLogprobs,
+    stop_reason_from_metrics,
+)
 from envsuite.display import printable
 from envsuite.registration import spec
 from envsuite.renderers.base import Renderer
@@ -73,7 +80,9 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     )
     start = await env.initial_observation()
     if isinstance(start, InitialObservationOverflow):
-        console.print(f"the prompt does not fit ({start.prompt_tokens} > {start.max_tokens} tokens)")
+        console.print(
+            f"the prompt does not fit: {start.logs.get('initial_observation_overflow', start.logs)}"
+        )
         return 0.0
     view = _View(console, env, renderer.build(), args.raw)
     ob, stop = start
@@ -81,7 +90,7 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     for turn in range(1, 10_000):
         view.show_new(ob.to_ints(), f"observation (turn {turn})")
         action: TokensWithLogprobs = await policy(ob, stop)
-        result = await env.step(action.tokens)
+        result = await env.step(action.tokens, extra=ActionExtra(stop_reason=action.stop_reason))
         view.show_new(ob.to_ints() + list(action.tokens), "action")
         total += result.reward
         metrics = {k: round(float(v), 3) for k, v in result.metrics.items()}
@@ -91,7 +100,7 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
         ob, stop = result.next_observation, result.next_stop_condition
         if result.episode_done:
             view.show_new(ob.to_ints(), "final observation")
-            reason = result.stop_reason.value if result.stop_reason else "?"
+            reason = stop_reason_from_metrics(result.metrics) or "?"
             console.rule(f"episode over: stop/{reason}, return {total:+.3f}")
             break
     return total

@@ -22,7 +22,9 @@ class HumanTokenCompleter(TokenCompleter):
 
     renderer: Renderer
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         text = await asyncio.to_thread(input, "your reply> ")
         return TokensWithLogprobs(tokens=reply_to_tokens(self.renderer, text, stop), maybe_logprobs=None)
 
@@ -46,11 +48,13 @@ class RandomMoveCompleter(TokenCompleter):
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         moves = self.legal_moves()
         if not moves:
             self.last_move = None
-            return await self.fallback(model_input, stop)
+            return await self.fallback(model_input, stop, max_tokens=max_tokens)
         self.last_move = self._rng.choice(moves)
         return TokensWithLogprobs(
             tokens=reply_to_tokens(self.renderer, self.last_move, stop), maybe_logprobs=None

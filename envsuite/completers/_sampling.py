@@ -52,11 +52,11 @@ class _SamplingSettings:
         self.seed = seed
         self._rng = random.Random(seed) if seed is not None else None
 
-    def params(self, stop: StopCondition) -> tinker.SamplingParams:
+    def params(self, stop: StopCondition, max_tokens: int | None = None) -> tinker.SamplingParams:
         import tinker
 
         return tinker.SamplingParams(
-            max_tokens=self.max_tokens,
+            max_tokens=self.max_tokens if max_tokens is None else max(1, min(self.max_tokens, max_tokens)),
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
@@ -90,10 +90,17 @@ class SamplingTokenCompleter(TokenCompleter):
         self.sampling_client = sampling_client
         self.settings = _SamplingSettings(max_tokens, temperature, top_p, top_k, seed)
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
-        response = await self.sampling_client.sample(model_input, 1, self.settings.params(stop))
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        params = self.settings.params(stop, max_tokens)
+        response = await self.sampling_client.sample(model_input, 1, params)
         sequence = response.sequences[0]
-        return TokensWithLogprobs(tokens=list(sequence.tokens), maybe_logprobs=sequence.logprobs)
+        return TokensWithLogprobs(
+            tokens=list(sequence.tokens),
+            maybe_logprobs=sequence.logprobs,
+            stop_reason="length" if sequence.stop_reason == "length" else "stop",
+        )
 
 
 class SamplingMessageCompleter(MessageCompleter):

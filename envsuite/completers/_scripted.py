@@ -12,6 +12,7 @@ from envsuite.core import (
     Message,
     MessageCompleter,
     Observation,
+    SampleStop,
     StopCondition,
     TokenCompleter,
     TokensWithLogprobs,
@@ -28,23 +29,32 @@ class ScriptedTokenCompleter(TokenCompleter):
     """Replays the given replies in call order, ignoring the prompt.
 
     Replies given as plain token lists get logprob 0.0 per token: a scripted policy is deterministic,
-    so every reply has probability 1. Every prompt seen is kept in :attr:`prompts` for inspection.
+    so every reply has probability 1. Their ``stop_reason`` is ``"stop"`` when the last token is one of
+    the stop condition's token ids (or the condition is text), else ``"length"``. A per-call
+    ``max_tokens`` cuts a reply (it then stopped for length). Every prompt seen is kept in
+    :attr:`prompts` for inspection.
     """
 
     def __init__(self, replies: Sequence[Sequence[int] | TokensWithLogprobs], cycle: bool = False) -> None:
         if not replies:
             raise ValueError("ScriptedTokenCompleter needs at least one reply")
-        self.replies = [
-            r if isinstance(r, TokensWithLogprobs) else TokensWithLogprobs(list(r), [0.0] * len(r))
-            for r in replies
-        ]
+        self.replies: list[Sequence[int] | TokensWithLogprobs] = list(replies)
         self.cycle = cycle
         self.prompts: list[Observation] = []
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         reply = _next_reply(self.replies, len(self.prompts), self.cycle, type(self).__name__)
         self.prompts.append(model_input)
-        return TokensWithLogprobs(list(reply.tokens), _copy(reply.maybe_logprobs))
+        if isinstance(reply, TokensWithLogprobs):
+            out = TokensWithLogprobs(list(reply.tokens), _copy(reply.maybe_logprobs), reply.stop_reason)
+        else:
+            out = TokensWithLogprobs(list(reply), [0.0] * len(reply), _scripted_stop(reply, stop))
+        if max_tokens is not None and len(out.tokens) > max_tokens:
+            logprobs = None if out.maybe_logprobs is None else out.maybe_logprobs[:max_tokens]
+            out = TokensWithLogprobs(out.tokens[:max_tokens], logprobs, "length")
+        return out
 
 
 class ScriptedMessageCompleter(MessageCompleter):
@@ -86,21 +96,30 @@ class RandomTokenCompleter(TokenCompleter):
         self.max_tokens = max_tokens
         self._rng = random.Random(seed)
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         stop_ids = {s for s in stop if isinstance(s, int)}
+        limit = self.max_tokens if max_tokens is None else max(1, min(self.max_tokens, max_tokens))
         tokens: list[int] = []
-        while len(tokens) < self.max_tokens:
+        while len(tokens) < limit:
             tokens.append(self._rng.randrange(self.vocab_size))
             if tokens[-1] in stop_ids:
-                break
-        logprob = -math.log(self.vocab_size)
-        return TokensWithLogprobs(tokens, [logprob] * len(tokens))
+                return TokensWithLogprobs(tokens, [-math.log(self.vocab_size)] * len(tokens), "stop")
+        return TokensWithLogprobs(tokens, [-math.log(self.vocab_size)] * len(tokens), "length")
 
 
 def _next_reply(replies: list[T], calls: int, cycle: bool, owner: str) -> T:
     if calls >= len(replies) and not cycle:
         raise ScriptExhaustedError(f"{owner} has {len(replies)} replies and was called {calls + 1} times")
     return replies[calls % len(replies)]
+
+
+def _scripted_stop(tokens: Sequence[int], stop: StopCondition) -> SampleStop:
+    stop_ids = {s for s in stop if isinstance(s, int)}
+    if not stop_ids:
+        return "stop"
+    return "stop" if tokens and tokens[-1] in stop_ids else "length"
 
 
 def _copy(logprobs: list[float] | None) -> list[float] | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from envsuite.core import (
     Action,
+    ActionExtra,
     Env,
     EnvContext,
     InitialObservationOverflow,
@@ -136,11 +137,11 @@ class ProblemEnv(Env):
     async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
         model_input = self.renderer.build_generation_prompt(self.messages())
         if model_input.length > self.ctx.max_context_tokens:
-            return InitialObservationOverflow(model_input.length, self.ctx.max_context_tokens)
+            return InitialObservationOverflow.prompt_too_long(model_input.length, self.ctx.max_context_tokens)
         self._prompt_tokens = model_input.to_ints()
         return model_input, self.renderer.get_stop_sequences()
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         parsed = self._parse(action)
         reply = parsed.message["content"] if parsed is not None else ""
         self._reply = reply

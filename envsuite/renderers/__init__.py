@@ -9,6 +9,7 @@ from envsuite.renderers._reply import encodable_text, reply_to_tokens
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
+    ParseTermination,
     Renderer,
     SupervisedExample,
     Tokenizer,
@@ -22,6 +23,7 @@ __all__ = [
     # results and options
     "ParseOutcome",
     "ParsedResponse",
+    "ParseTermination",
     "SupervisedExample",
     "TrainOnWhat",
     # lookup

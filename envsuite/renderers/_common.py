@@ -7,13 +7,14 @@ the multi-turn extension from that.
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, cast, get_args
+from typing import Protocol, cast
 
 import tinker
 
-from envsuite.chat import Message, Role, StopCondition
+from envsuite.chat import STANDARD_ROLES, Message, Role, StopCondition
 from envsuite.renderers._reply import encodable_text
 from envsuite.renderers.base import (
     ParsedResponse,
@@ -24,7 +25,8 @@ from envsuite.renderers.base import (
     TrainOnWhat,
 )
 
-_ROLES: frozenset[str] = frozenset(get_args(Role))
+_ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+"""A role renders inside the turn header, so it must not carry markup, newlines or separators."""
 
 
 class _SplittingTokenizer(Protocol):
@@ -126,8 +128,11 @@ def check_messages(messages: list[Message]) -> None:
                 f"message {i} is a {type(message).__name__}, expected a dict with role and content"
             )
         role = message.get("role")
-        if role not in _ROLES:
-            raise ValueError(f"message {i} has role {role!r}; expected one of {sorted(_ROLES)}")
+        if not isinstance(role, str) or not _ROLE_NAME.fullmatch(role):
+            raise ValueError(
+                f"message {i} has role {role!r}; expected a speaker name such as {', '.join(STANDARD_ROLES)} "
+                "(letters, digits, '_' or '-')"
+            )
         if not isinstance(message.get("content"), str):
             raise TypeError(
                 f"message {i} ({role}) needs str content, got {type(message.get('content')).__name__}"

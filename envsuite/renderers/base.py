@@ -15,15 +15,17 @@ Invariants every renderer keeps:
 * Messages are rendered piece by piece (one encode call per message part), so no token ever spans a
   message boundary.
 * ``parse_response`` never raises: garbage tokens and invalid UTF-8 come back as a
-  :class:`ParsedResponse` with ``outcome`` telling what happened.
+  :class:`ParsedResponse` with ``outcome`` telling what happened. It unpacks as tinker-cookbook's
+  ``(message, termination)`` pair, so a cookbook env built with an envsuite renderer works unchanged.
 """
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 from envsuite.chat import Message, Role, StopCondition
 
@@ -59,9 +61,36 @@ class ParseOutcome(enum.StrEnum):
     """No stop sequence: the sampler ran out of tokens (the reply is cut off)."""
 
 
+class ParseTermination(enum.StrEnum):
+    """tinker-cookbook 0.5.8's ``ParseTermination`` (same values and properties): how a reply ended."""
+
+    STOP_SEQUENCE = "stop_sequence"
+    """The renderer's stop signal fired."""
+    EOS = "eos"
+    """The model's end-of-sequence token, accepted as a fallback (envsuite's renderers stop on their
+    own stop token, so they never report it)."""
+    MALFORMED = "malformed"
+    """The reply did not terminate cleanly (truncated)."""
+
+    @property
+    def is_clean(self) -> bool:
+        """Any clean end (what grading should gate on)."""
+        return self is not ParseTermination.MALFORMED
+
+    @property
+    def is_stop_sequence(self) -> bool:
+        """Only the renderer's own stop signal (a strict format gate)."""
+        return self is ParseTermination.STOP_SEQUENCE
+
+
 @dataclass(frozen=True)
 class ParsedResponse:
-    """A sampled reply as a message, and how it ended."""
+    """A sampled reply as a message, and how it ended.
+
+    It unpacks like tinker-cookbook's ``parse_response`` result, ``message, termination = parsed``
+    (``termination`` a :class:`ParseTermination`), and indexes the same way (``parsed[0]`` is the
+    message), while keeping envsuite's richer fields.
+    """
 
     message: Message
     outcome: ParseOutcome
@@ -71,6 +100,29 @@ class ParsedResponse:
     @property
     def clean_stop(self) -> bool:
         return self.outcome is ParseOutcome.STOP
+
+    @property
+    def termination(self) -> ParseTermination:
+        """tinker-cookbook's name for how the reply ended."""
+        return ParseTermination.STOP_SEQUENCE if self.clean_stop else ParseTermination.MALFORMED
+
+    def __iter__(self) -> Iterator[Message | ParseTermination]:
+        return iter((self.message, self.termination))
+
+    def __len__(self) -> int:
+        return 2
+
+    @overload
+    def __getitem__(self, index: Literal[0]) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: Literal[1]) -> ParseTermination: ...
+
+    @overload
+    def __getitem__(self, index: int) -> Message | ParseTermination: ...
+
+    def __getitem__(self, index: int) -> Message | ParseTermination:
+        return (self.message, self.termination)[index]
 
 
 @dataclass(frozen=True)

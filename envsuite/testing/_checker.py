@@ -17,7 +17,8 @@ from typing import Any
 import tinker
 
 from envsuite._make import RendererConfig, make_dataset_builder, make_env, make_group_builder
-from envsuite.core import Env, InitialObservationOverflow, StepResult
+from envsuite.adapters.cookbook import COOKBOOK_TAG
+from envsuite.core import Env, StopReason, as_overflow
 from envsuite.registration import EnvSpec, spec
 from envsuite.testing._episodes import (
     PLAUSIBLE_REPLIES,
@@ -26,7 +27,12 @@ from envsuite.testing._episodes import (
     play_episode,
     stop_invariant_violations,
     text_actions,
+    unreported_stop_reason,
 )
+
+ENV_ERROR_WARN_RATE = 0.25
+"""Share of the checker's episodes ending in ``env_error`` from which it warns (all of them fail)."""
+_STEP_FIELDS = ("reward", "episode_done", "next_observation", "next_stop_condition", "metrics", "logs")
 
 
 class CheckOutcome(enum.StrEnum):
@@ -101,7 +107,7 @@ def _failed(name: str, detail: str, fix: str) -> CheckResult:
 async def _check_contract_types(s: _Setup, name: str) -> CheckResult:
     env = s.env(s.seeds[0])
     start = await env.initial_observation()
-    if isinstance(start, InitialObservationOverflow):
+    if as_overflow(start) is not None:
         return _failed(name, "default prompt overflows", "raise max_context_tokens or shorten the prompt")
     if not (isinstance(start, tuple) and len(start) == 2 and isinstance(start[0], tinker.ModelInput)):
         return _failed(
@@ -115,8 +121,11 @@ async def _check_contract_types(s: _Setup, name: str) -> CheckResult:
     ):
         return _failed(name, f"stop condition {stop!r}", "return a list of str or a list of int token ids")
     result = await env.step(text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)(0))
-    if not isinstance(result, StepResult) or not isinstance(result.next_observation, tinker.ModelInput):
-        return _failed(name, f"step returned {type(result).__name__}", "return envsuite.StepResult")
+    # envsuite's StepResult or tinker-cookbook's: the same fields (theirs without stop_reason).
+    missing = [f for f in _STEP_FIELDS if not hasattr(result, f)]
+    if missing or not isinstance(result.next_observation, tinker.ModelInput):
+        detail = f"step returned {type(result).__name__} (missing {missing or 'a ModelInput observation'})"
+        return _failed(name, detail, "return envsuite.StepResult")
     if not isinstance(result.reward, int | float) or not isinstance(result.metrics, dict):
         return _failed(name, "reward must be a number and metrics a dict", "see envsuite.core.StepResult")
     return _passed(name)
@@ -198,17 +207,20 @@ async def _check_pickle(s: _Setup, name: str) -> CheckResult:
 async def _check_garbage(s: _Setup, name: str) -> CheckResult:
     renderer = s.renderer.build()
     problems: list[str] = []
+    raised: list[str] = []
     for kind, actions in garbage_actions(renderer, s.seeds[0]).items():
-        try:
-            record = await play_episode(s.env(s.seeds[0]), actions, s.max_steps)
-        except Exception as exc:
-            problems.append(f"{kind}: raised {exc!r}")
+        record = await play_episode(s.env(s.seeds[0]), actions, s.max_steps)
+        if record.error is not None:
+            raised.append(f"{kind}: raised {record.error}")
             continue
         problems += _episode_problems(s, kind, record)
-    if problems:
-        return _failed(
-            name, "; ".join(problems[:4]), "parse defensively: return a parse-error stop, never raise"
-        )
+    fix = "parse defensively: return a parse-error stop, never raise"
+    if problems or (raised and COOKBOOK_TAG not in s.env_spec.tags):
+        return _failed(name, "; ".join([*raised, *problems][:4]), fix)
+    if raised:
+        # tinker-cookbook's contract lets step raise; envsuite's rollouts record it as env_error.
+        detail = "; ".join(raised[:4]) + " (env_error in a rollout; tinker-cookbook's contract allows it)"
+        return CheckResult(name, CheckOutcome.WARNED, detail, fix)
     return _passed(name, "random, empty, 10k tokens, invalid UTF-8, out-of-vocab ids, lone-surrogate text")
 
 
@@ -229,16 +241,42 @@ async def _check_plausible_episode(s: _Setup, name: str) -> CheckResult:
         s.env(s.seeds[-1]), text_actions(s.renderer.build(), PLAUSIBLE_REPLIES), s.max_steps
     )
     problems = _episode_problems(s, "plausible replies", record)
+    if record.error is not None:
+        problems.append(f"step raised {record.error}")
     if problems:
         return _failed(name, "; ".join(problems), "end episodes with StepResult.final(...)")
-    reason = record.steps[-1].stop_reason
-    return _passed(name, f"{len(record.steps)} step(s), stop/{reason.value if reason else '?'}")
+    if unreported_stop_reason(record):
+        return CheckResult(
+            name,
+            CheckOutcome.WARNED,
+            f"{len(record.steps)} step(s), no stop/<reason> metric (allowed for tinker-cookbook envs)",
+            "record why the episode ended: metrics['stop/<reason>'] = 1.0 on the final step",
+        )
+    return _passed(name, f"{len(record.steps)} step(s), stop/{record.stop_reason}")
+
+
+async def _check_env_errors(s: _Setup, name: str) -> CheckResult:
+    """Episodes the rollout driver would end with ``env_error`` (the env raised or reported it)."""
+    actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
+    records = [await play_episode(s.env(seed), actions, s.max_steps) for seed in s.seeds]
+    errors = [r for r in records if r.stop_reason == StopReason.ENV_ERROR]
+    rate = len(errors) / len(records)
+    detail = f"{len(errors)} of {len(records)} episodes ended in env_error"
+    if errors:
+        first = errors[0].error or errors[0].steps[-1].logs.get("error", "")
+        detail += f" (first: {str(first)[:160]})"
+    fix = "the env fails on ordinary replies: run one episode by hand (envsuite play) and read the error"
+    if errors and len(errors) == len(records):
+        return _failed(name, detail, fix)
+    if rate >= ENV_ERROR_WARN_RATE:
+        return CheckResult(name, CheckOutcome.WARNED, detail, fix)
+    return _passed(name, detail)
 
 
 async def _check_overflow(s: _Setup, name: str) -> CheckResult:
     env = make_env(s.env_spec.id, seed=s.seeds[0], renderer=s.renderer, max_context_tokens=4, **s.env_kwargs)
     start = await env.initial_observation()
-    if not isinstance(start, InitialObservationOverflow):
+    if as_overflow(start) is None:
         return _failed(
             name, "a 4-token budget did not overflow", "return InitialObservationOverflow when too long"
         )
@@ -253,6 +291,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("builders pickle", _check_pickle),
     ("garbage actions", _check_garbage),
     ("final transition has a stop reason", _check_plausible_episode),
+    ("episodes end without env errors", _check_env_errors),
     ("prompt overflow sentinel", _check_overflow),
 )
 """Every check, by the name it reports under."""
@@ -316,9 +355,10 @@ def check_env(
     Checks: contract types; seeded determinism (same seed and actions give the same observations and
     rewards); seeds vary episodes (a warning unless ``strict``); every member of a group plays the same
     episode; builders pickle; garbage actions (random ids, empty, 10k tokens, invalid UTF-8,
-    out-of-vocab ids, text with lone surrogates) end in a defined outcome within the turn budget, never an exception; the final
-    transition carries exactly one stop reason; returns stay inside the spec's ``reward_range``; an
-    over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
+    out-of-vocab ids, text with lone surrogates) end in a defined outcome within the turn budget, never
+    an exception; the final transition carries exactly one stop reason; returns stay inside the spec's
+    ``reward_range``; episodes do not end in ``env_error`` (all of them: a failure; a quarter or more: a
+    warning); an over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
     shares SmolLM2's).
     """
     return asyncio.run(check_env_async(env_id, model=model, seeds=seeds, strict=strict, **env_kwargs))

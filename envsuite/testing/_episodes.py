@@ -7,15 +7,10 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from envsuite.core import (
-    STOP_METRIC_PREFIX,
-    Env,
-    InitialObservationOverflow,
-    StepResult,
-    StopReason,
-)
+from envsuite.core import STOP_METRIC_PREFIX, ActionExtra, Env, StepResult, StopReason, as_overflow
 from envsuite.renderers import reply_to_tokens
 from envsuite.renderers.base import Renderer
+from envsuite.rollouts import step_stop_reason
 
 # Replies that make sense for some env in the catalog; every env must take all of them.
 PLAUSIBLE_REPLIES = (
@@ -34,16 +29,29 @@ ActionSource = Callable[[int], list[int]]
 
 @dataclass
 class EpisodeRecord:
-    """Everything observable about one episode, for comparing two runs and checking invariants."""
+    """Everything observable about one episode, for comparing two runs and checking invariants.
+
+    ``steps`` holds what ``step`` returned: envsuite's :class:`StepResult` or tinker-cookbook's (the
+    same fields, without ``stop_reason``).
+    """
 
     initial_tokens: list[int] | None
     """None when the env returned the overflow sentinel."""
     steps: list[StepResult] = field(default_factory=list)
     observations_T: list[list[int]] = field(default_factory=list)
+    error: str | None = None
+    """The exception ``step`` raised, if it did (the rollout driver records that as ``env_error``)."""
 
     @property
     def done(self) -> bool:
-        return bool(self.steps) and self.steps[-1].episode_done
+        return self.error is not None or (bool(self.steps) and self.steps[-1].episode_done)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the episode ended, as the rollout driver would record it."""
+        if self.error is not None:
+            return StopReason.ENV_ERROR.value
+        return step_stop_reason(self.steps[-1]) if self.done and self.steps else None
 
     @property
     def total_reward(self) -> float:
@@ -55,20 +63,30 @@ class EpisodeRecord:
             tuple(self.initial_tokens) if self.initial_tokens is not None else None,
             tuple(tuple(obs) for obs in self.observations_T),
             tuple(
-                (s.reward, s.episode_done, s.stop_reason, tuple(sorted(s.logs.items()))) for s in self.steps
+                (s.reward, s.episode_done, step_stop_reason(s), tuple(sorted(s.logs.items())))
+                for s in self.steps
             ),
+            self.error,
         )
 
 
 async def play_episode(env: Env, actions: ActionSource, max_steps: int) -> EpisodeRecord:
-    """Run ``env`` with scripted actions until it is done or ``max_steps`` steps were taken."""
+    """Run ``env`` with scripted actions until it is done or ``max_steps`` steps were taken.
+
+    An exception from ``step`` ends the episode and is kept in :attr:`EpisodeRecord.error`.
+    """
     start = await env.initial_observation()
-    if isinstance(start, InitialObservationOverflow):
+    if as_overflow(start) is not None:
         return EpisodeRecord(initial_tokens=None)
-    ob, _stop = start
+    ob, _stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     record = EpisodeRecord(initial_tokens=ob.to_ints())
     for turn in range(max_steps):
-        result = await env.step(actions(turn))
+        action = actions(turn)
+        try:
+            result = await env.step(action, extra=ActionExtra(stop_reason="stop"))
+        except Exception as exc:
+            record.error = repr(exc)[:300]
+            break
         record.steps.append(result)
         record.observations_T.append(result.next_observation.to_ints())
         if result.episode_done:
@@ -77,20 +95,34 @@ async def play_episode(env: Env, actions: ActionSource, max_steps: int) -> Episo
 
 
 def stop_invariant_violations(record: EpisodeRecord) -> list[str]:
-    """Broken stop-reason rules: only the final step has a reason, and exactly one ``stop/`` metric."""
+    """Broken stop-reason rules: only the final step has a reason, and at most one ``stop/`` metric.
+
+    envsuite's own results (which have a ``stop_reason`` field) must also name a :class:`StopReason`
+    that matches their one metric; tinker-cookbook's results may leave the reason out (their contract
+    allows it, see :func:`unreported_stop_reason`).
+    """
     problems: list[str] = []
     for i, step in enumerate(record.steps):
         stop_keys = [k for k in step.metrics if k.startswith(STOP_METRIC_PREFIX)]
-        if step.episode_done:
-            if not isinstance(step.stop_reason, StopReason):
-                problems.append(f"final step {i} has no StopReason (got {step.stop_reason!r})")
-            elif stop_keys != [STOP_METRIC_PREFIX + step.stop_reason.value]:
+        field_reason = getattr(step, "stop_reason", None)
+        if not step.episode_done:
+            if field_reason is not None or stop_keys:
+                problems.append(f"non-final step {i} carries a stop reason ({field_reason!r}, {stop_keys})")
+        elif len(stop_keys) > 1:
+            problems.append(f"final step {i} carries {len(stop_keys)} stop reasons: {stop_keys}")
+        elif hasattr(step, "stop_reason"):
+            if not isinstance(field_reason, StopReason):
+                problems.append(f"final step {i} has no StopReason (got {field_reason!r})")
+            elif stop_keys != [STOP_METRIC_PREFIX + field_reason.value]:
                 problems.append(
-                    f"final step {i} must carry exactly stop/{step.stop_reason.value}, has {stop_keys}"
+                    f"final step {i} must carry exactly stop/{field_reason.value}, has {stop_keys}"
                 )
-        elif step.stop_reason is not None or stop_keys:
-            problems.append(f"non-final step {i} carries a stop reason ({step.stop_reason!r}, {stop_keys})")
     return problems
+
+
+def unreported_stop_reason(record: EpisodeRecord) -> bool:
+    """True when the episode ended without saying why (no ``stop/<reason>`` metric; cookbook envs may)."""
+    return record.done and record.error is None and record.stop_reason is None
 
 
 def text_actions(renderer: Renderer, replies: Sequence[str]) -> ActionSource:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from envsuite.core import (
     Action,
+    ActionExtra,
     Env,
     EnvContext,
     InitialObservationOverflow,
@@ -89,11 +90,11 @@ class SeatEnv(Env):
         prompt = self.ctx.renderer.build_generation_prompt(self._messages)
         if prompt.length > self.ctx.max_context_tokens:
             await self.coordinator.abort(StopReason.CONTEXT_OVERFLOW, f"seat {self.seat}'s first prompt")
-            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+            return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)
         self._prompt = prompt
         return prompt, self._stop
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if self._prompt is None:
             raise RuntimeError("step() called before initial_observation() (or after the episode ended)")
         parsed = self.ctx.renderer.parse_response(list(action))

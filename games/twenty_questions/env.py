@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from envsuite.core import (
     Action,
+    ActionExtra,
     Env,
     EnvContext,
     InitialObservationOverflow,
@@ -128,11 +129,11 @@ class TwentyQuestionsEnv(Env):
         self._conversation = [{"role": "user", "content": RULES_PROMPT.format(n=self.max_questions)}]
         prompt = self.ctx.renderer.build_generation_prompt(self._conversation)
         if prompt.length > self.ctx.max_context_tokens:
-            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+            return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)
         self._prompt = prompt
         return prompt, self.stop_condition
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if self._prompt is None:
             raise RuntimeError("call initial_observation() before step()")
         self._turns += 1

@@ -6,7 +6,7 @@ import asyncio
 import os
 
 from envsuite import EnvContext
-from envsuite.core import Action, StepResult
+from envsuite.core import Action, ActionExtra, StepResult
 from tests.support.toy_envs import EchoNumberEnv
 
 
@@ -22,9 +22,9 @@ class SlowEnv(EchoNumberEnv):
         super().__init__(ctx)
         _log("start", ctx.seed)
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         await asyncio.sleep(float(os.environ.get("ENVSUITE_TEST_STEP_SECONDS", "0")))
-        result = await super().step(action)
+        result = await super().step(action, extra=extra)
         _log("done", self.ctx.seed)
         return result
 
@@ -32,5 +32,5 @@ class SlowEnv(EchoNumberEnv):
 class RaisingStepEnv(EchoNumberEnv):
     """Raises in every step: a failing env must become a scored env_error, not a crashed run."""
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         raise RuntimeError("env exploded")

@@ -7,7 +7,7 @@ import random
 import tinker
 
 from envsuite import EnvContext, InitialObservationOverflow, Message, StepResult, StopReason
-from envsuite.core import Action, Env, StopCondition
+from envsuite.core import Action, ActionExtra, Env, StopCondition
 
 
 class EchoNumberEnv(Env):
@@ -23,11 +23,11 @@ class EchoNumberEnv(Env):
     ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
         prompt = self.ctx.renderer.build_generation_prompt(self.messages)
         if prompt.length > self.ctx.max_context_tokens:
-            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+            return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)
         self.prompt = prompt
         return prompt, self.ctx.renderer.get_stop_sequences()
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         parsed = self.ctx.renderer.parse_response(action)
         self.messages.append(parsed.message)
         correct = str(self.number) in parsed.message["content"]
@@ -56,15 +56,53 @@ class GlobalRandomEnv(EchoNumberEnv):
 class RaisingEnv(EchoNumberEnv):
     """Broken on purpose: raises on an empty action instead of returning a parse error."""
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if not action:
             raise ValueError("empty action")
-        return await super().step(action)
+        return await super().step(action, extra=extra)
 
 
 class NoStopReasonEnv(EchoNumberEnv):
     """Broken on purpose: ends episodes without a stop reason."""
 
-    async def step(self, action: Action) -> StepResult:
-        result = await super().step(action)
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        result = await super().step(action, extra=extra)
         return StepResult(result.reward, True, result.next_observation, result.next_stop_condition)
+
+
+class ReportsEnvErrorEnv(EchoNumberEnv):
+    """Broken on purpose: every episode ends in ``env_error`` (as a wrapper that swallows a crash would)."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        result = await super().step(action, extra=extra)
+        return StepResult.final(
+            0.0,
+            StopReason.ENV_ERROR,
+            result.next_observation,
+            result.next_stop_condition,
+            logs={"error": "boom"},
+        )
+
+
+class SometimesEnvErrorEnv(EchoNumberEnv):
+    """Broken on purpose: episodes with an odd number end in ``env_error``."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        result = await super().step(action, extra=extra)
+        if self.number % 2 == 0:
+            return result
+        return StepResult.final(
+            0.0,
+            StopReason.ENV_ERROR,
+            result.next_observation,
+            result.next_stop_condition,
+            logs={"error": "odd"},
+        )
+
+
+class OldCookbookParseEnv(EchoNumberEnv):
+    """A cookbook env written for a renderer whose ``parse_response`` returned something else: every step raises."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        _message, _ok, _extra_field = self.ctx.renderer.parse_response(action)  # type: ignore[misc]
+        raise AssertionError("unreachable: a ParsedResponse unpacks into two values")

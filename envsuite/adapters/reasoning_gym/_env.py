@@ -6,7 +6,7 @@ import importlib
 import re
 from typing import Any
 
-from envsuite.core import Action, EnvContext, StepResult
+from envsuite.core import Action, ActionExtra, EnvContext, StepResult
 from envsuite.envs import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict, split_of
 from envsuite.grading import GradeOutcome, GradeResult
 
@@ -72,7 +72,7 @@ class ReasoningGymEnv(ProblemEnv):
         outcome = GradeOutcome.CORRECT if self._score >= 1.0 else GradeOutcome.WRONG
         return Verdict(GradeResult(outcome, f"reasoning-gym score {self._score:.3f}"), format_ok, answer)
 
-    async def step(self, action: Action) -> StepResult:
-        result = await super().step(action)
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        result = await super().step(action, extra=extra)
         result.metrics["score"] = self._score
         return result
