@@ -17,6 +17,7 @@ from envsuite.leaderboard._cli import (
     find_stores,
     run,
 )
+from envsuite.leaderboard._compare import EnvComparison, HeadToHead, MatrixCell
 from envsuite.leaderboard._db import (
     Backend,
     DatabaseURL,
@@ -47,9 +48,11 @@ from envsuite.leaderboard._records import (
 )
 from envsuite.leaderboard._sanitize import REDACTED, is_secret_name, redact_text, sanitize
 from envsuite.leaderboard._schema import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, migrate
+from envsuite.leaderboard._serve import RangeRequestHandler, start_server
 from envsuite.leaderboard._stats import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_CONFIDENCE,
+    EpisodeRef,
     Estimate,
     KeySummary,
     NoPairsError,
@@ -99,7 +102,11 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_CONFIDENCE",
     "Estimate",
+    "EpisodeRef",
     "KeySummary",
+    "MatrixCell",
+    "HeadToHead",
+    "EnvComparison",
     "Leaderboard",
     "OverallScore",
     "build_leaderboard",
@@ -120,6 +127,8 @@ __all__ = [
     "HtmlReport",
     "render_html",
     "write_html",
+    "start_server",
+    "RangeRequestHandler",
     "board_dict",
     "board_json",
     "add_arguments",

@@ -12,12 +12,23 @@ of the overall score with samples resampled independently within each env.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from envsuite.leaderboard._compare import (
+    EnvComparison,
+    HeadToHead,
+    MatrixCell,
+    default_baseline,
+    env_comparisons,
+    head_to_head,
+    matrix_cells,
+)
+from envsuite.leaderboard._ratings import compute_ratings
 from envsuite.leaderboard._records import Entrant, Rating, StoredRun
 from envsuite.leaderboard._stats import (
     DEFAULT_BOOTSTRAP,
@@ -56,10 +67,25 @@ class Leaderboard:
     n_boot: int
     confidence: float
     seed: int
+    cells: tuple[MatrixCell, ...] = ()
+    """The model x env matrix: each entrant's normalized score per env version."""
+    head_to_head: tuple[HeadToHead, ...] = ()
+    """Pairwise game records, per env pool and over all games."""
+    comparisons: tuple[EnvComparison, ...] = ()
+    """Each model against its baseline (paired differences per env)."""
+    baselines: Mapping[str, str | None] = field(default_factory=dict)
+    """The baseline each model is compared with (None: no other model)."""
 
     @property
     def envs(self) -> tuple[str, ...]:
         return tuple(sorted({e.key.versioned_env_id for e in self.entries}))
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Model names, best overall rank first, then the unranked ones by name."""
+        ranked = list(dict.fromkeys(o.entrant.model for o in self.overall))
+        rest = sorted({e.key.model for e in self.entries} - set(ranked))
+        return (*ranked, *rest)
 
 
 def reward_ranges(
@@ -109,12 +135,14 @@ def build_leaderboard(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
     catalog_ranges: Mapping[str, tuple[float, float]] | None = None,
+    baseline: str | None = None,
 ) -> Leaderboard:
     """Summarise every key in the store (or only ``env_ids``), rank entrants, attach ratings.
 
     Scores are normalised by each env version's reward range: the one stored with its runs, else
     ``catalog_ranges`` (the caller's catalog, e.g. ``envsuite.catalog_reward_ranges(ids)``), else the
-    range the stored rewards span.
+    range the stored rewards span. Every model is compared with ``baseline`` (default: the best-ranked
+    other model) on the samples both were scored on.
     """
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
@@ -134,12 +162,10 @@ def build_leaderboard(
     ]
     entries.sort(key=lambda s: (s.key.versioned_env_id, -s.reward.mean, s.key.model, s.key.key_id))
     overall, shared = overall_scores(entries, confidence)
-    ratings = store.ratings()
-    if env_list is not None:
-        # The all-games pool mixes in envs that were filtered out, so only per-env pools remain.
-        wanted = set(env_list)
-        ratings = [r for r in ratings if r.pool in wanted]
-    return Leaderboard(
+    # With an env filter, rate only the matches of the chosen envs ("tictactoe" means every version,
+    # as for results), so the all-games pool covers exactly those envs.
+    ratings = store.ratings() if env_list is None else compute_ratings(store.matches(env_list))
+    board = Leaderboard(
         entries=tuple(entries),
         overall=tuple(overall),
         shared_envs=tuple(shared),
@@ -147,4 +173,14 @@ def build_leaderboard(
         n_boot=n_boot,
         confidence=confidence,
         seed=seed,
+        cells=tuple(matrix_cells(entries, confidence)),
+        head_to_head=tuple(head_to_head(store.matches(env_list))),
     )
+    models = board.models
+    if baseline is not None and baseline not in models:
+        raise ValueError(f"baseline {baseline!r} has no results here; models: {', '.join(models)}")
+    baselines = {m: baseline if baseline not in (None, m) else default_baseline(models, m) for m in models}
+    comparisons = env_comparisons(
+        episodes, models, baselines, n_boot=n_boot, confidence=confidence, seed=seed
+    )
+    return dataclasses.replace(board, comparisons=tuple(comparisons), baselines=baselines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from envsuite.leaderboard._db import (
 from envsuite.leaderboard._export import board_json
 from envsuite.leaderboard._html import write_html
 from envsuite.leaderboard._schema import SchemaTooNewError
+from envsuite.leaderboard._serve import start_server
 from envsuite.leaderboard._stats import DEFAULT_BOOTSTRAP
 from envsuite.leaderboard._store import ResultStore, recompute_ratings
 from envsuite.leaderboard._terminal import render_overall, render_ratings, render_terminal
@@ -60,6 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--html", default=None, metavar="DIR", help="also write the static page into DIR")
     parser.add_argument("--json", action="store_true", help="print the leaderboard as JSON (for scripts)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="MODEL",
+        help="model the per-model pages compare with (default: the best other)",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="after writing --html DIR, serve it on 127.0.0.1 (Inspect's bundled viewer needs http) until Ctrl-C",
+    )
+    parser.add_argument("--port", type=int, default=8765, help="port for --serve (0: any free port)")
     parser.add_argument("--boot", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap replicates B")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generator")
     parser.add_argument(
@@ -114,6 +128,9 @@ def choose_store(db: str | None) -> StoreChoice:
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Render the leaderboard for parsed ``args``; returns a process exit code."""
     out = console or Console()
+    if args.serve and not args.html:
+        print("envsuite leaderboard: error: --serve needs --html DIR (the folder to serve)", file=sys.stderr)
+        return 2
     try:
         choice = choose_store(args.db)
         with ResultStore(choice.url, create=False) as store:
@@ -126,6 +143,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
                 n_boot=args.boot,
                 seed=args.seed,
                 catalog_ranges=catalog_reward_ranges(env_ids),
+                baseline=args.baseline,
             )
     except (NoStoreError, StoreNotFoundError) as exc:
         for line in str(exc).splitlines():
@@ -143,6 +161,21 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     if args.html:
         report = write_html(args.html, board)
         print(f"wrote {report.index}", file=sys.stderr if args.json else sys.stdout)
+        if args.serve:
+            return _serve(Path(args.html), args.port)
+    return 0
+
+
+def _serve(directory: Path, port: int) -> int:
+    server = start_server(directory, port)
+    print(f"serving {directory} at http://127.0.0.1:{server.server_address[1]}/index.html (Ctrl-C stops)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
     return 0
 
 

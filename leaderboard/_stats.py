@@ -75,6 +75,28 @@ def per_sample_means(episodes: Iterable[StoredEpisode], *, metric: str = "reward
 
 
 @dataclass(frozen=True)
+class EpisodeRef:
+    """Where one scored episode's transcript is: its log and the sample inside it."""
+
+    seed: int
+    epoch: int
+    reward: float
+    log_path: str | None
+    sample_id: str | None
+    """The sample's id inside the log (from ``transcript_ref = "<log_path>#<sample id>"``)."""
+
+
+def episode_ref(stored: StoredEpisode) -> EpisodeRef:
+    ref = stored.episode.transcript_ref
+    sample = None
+    if ref and stored.log_path and ref.startswith(stored.log_path + "#"):
+        sample = ref[len(stored.log_path) + 1 :]
+    return EpisodeRef(
+        stored.episode.seed, stored.episode.epoch, stored.episode.reward, stored.log_path, sample
+    )
+
+
+@dataclass(frozen=True)
 class KeySummary:
     """One leaderboard row: a result key with its scores."""
 
@@ -91,6 +113,8 @@ class KeySummary:
     """Mean of each numeric per-episode metric over the key's episodes."""
     normalized_boot: FloatArray = field(repr=False, compare=False)
     """The bootstrap replicates behind ``normalized`` (used by the overall score)."""
+    episodes: tuple[EpisodeRef, ...] = field(default=(), repr=False, compare=False)
+    """Every episode behind the row, in (seed, epoch) order, for links to transcripts."""
 
 
 def summarize_key(
@@ -125,6 +149,7 @@ def summarize_key(
         log_paths=tuple(sorted({e.log_path for e in episodes if e.log_path})),
         metric_means=numeric_metric_means(episodes),
         normalized_boot=norm_boot,
+        episodes=tuple(sorted((episode_ref(e) for e in episodes), key=lambda r: (r.seed, r.epoch))),
     )
 
 

@@ -154,6 +154,18 @@ def test_ratings_stay_current_as_matches_are_added(store: ResultStore) -> None:
     assert stored[0] == (3, sum(len(g.players) for g in games))
 
 
+def test_ratings_follow_the_env_filter(store: ResultStore) -> None:
+    """The demo ranks with unversioned ids ("tictactoe"): its ratings must not be filtered away (15.7)."""
+    games = _games()
+    store.add_matches(games)
+    tictactoe = [g for g in games if g.env_id == "tictactoe-v0"]
+    for env_ids in (["tictactoe"], ["tictactoe-v0"], ["tictactoe", "arithmetic"]):
+        ratings = build_leaderboard(store, env_ids=env_ids, n_boot=20).ratings
+        assert {r.pool for r in ratings} == {"tictactoe-v0", ALL_GAMES}, env_ids
+        assert list(ratings) == compute_ratings(tictactoe)  # the all-games pool covers only the chosen envs
+    assert build_leaderboard(store, env_ids=["arithmetic"], n_boot=20).ratings == ()
+
+
 def test_a_stale_ratings_table_is_replayed_on_read(store: ResultStore) -> None:
     """Stores written before 15.7 hold matches and no ratings: reading replays them."""
     games = _games()

@@ -126,6 +126,7 @@ def test_control_characters_never_reach_terminal_svg_or_page(
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\\x1b[2J\\x1b[31mred" in printed
     report = write_html(tmp_path / "site", board)
+    assert report.chart_svg is not None
     ET.fromstring(report.chart_svg.read_text(encoding="utf-8"))  # well-formed XML
     page = report.index.read_text(encoding="utf-8")
     assert not any(c in page for c in "\x1b\x07\x00\u202e")
