@@ -1,19 +1,20 @@
-"""Stored text made safe to show: control characters become visible escapes before any view sees them.
+"""Stored text made safe to show on one line: control characters become visible escapes.
 
 Model names, env ids and paths are data written by other programs. An ESC sequence in a model name
 would recolour or clear a terminal, and a C0 control character makes an SVG or HTML file ill-formed
-(XML 1.0 forbids them even when escaped). Every view (terminal, page, chart, JSON for scripts keeps
-the raw value) passes displayed text through :func:`display_text`, so such characters appear as
-``\\x1b``-style escapes: visible, unambiguous, and inert everywhere.
+(XML 1.0 forbids them even when escaped). Every leaderboard view (terminal, page, chart; the JSON for
+scripts keeps the raw value) shows stored text through :func:`display_text`: the core's
+:func:`envsuite.display.printable`, plus newlines and tabs (a table cell or a chart label is one line)
+and the XML non-characters U+FFFE/U+FFFF.
 """
 
 from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, lone surrogates, the line/paragraph separators, bidi overrides and
-# isolates (they reorder the text around them), and the XML non-characters U+FFFE/U+FFFF.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff\ud800-\udfff]")
+from envsuite.display import printable
+
+_SINGLE_LINE = re.compile("[\n\t\ufffe\uffff]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -23,4 +24,4 @@ def _escape(match: re.Match[str]) -> str:
 
 def display_text(text: object) -> str:
     """``text`` as a single printable line: unsafe characters replaced by ``\\xNN`` / ``\\uNNNN`` escapes."""
-    return _UNSAFE.sub(_escape, str(text))
+    return _SINGLE_LINE.sub(_escape, printable(str(text)))
