@@ -35,6 +35,8 @@ from envsuite.leaderboard._viewer import ViewerBundle, log_href, sample_href
 
 FAMILY_ORDER = ("math", "twenty questions", "games", "reasoning-gym", "plugins", "other")
 KEY_FIELDS = ("partner", "renderer", "sampling", "seeds", "version")
+OPEN_RESULTS_MAX = 300
+"""Up to this many result rows the results table is open when the page loads."""
 
 
 @dataclass(frozen=True)
@@ -280,18 +282,21 @@ def results_section(ctx: PageContext, varying: Sequence[str]) -> str:
         key = entry.key
         env = key.versioned_env_id
         extra = "".join(f'<td class="id">{esc(key_field(key, v))}</td>' for v in varying)
-        lo, hi = entry.reward_range
         rows.append(
             f'<tr data-filter-row data-key="{esc(key.key_id)}" data-family="{esc(ctx.family(env))}" '
             f'data-model="{esc(key.model)}" data-version="{esc(key.package_version)}" data-partner="{esc(key.partner or "-")}">'
             f'<td class="id">{esc(env)}</td><td>{esc(ctx.family(env))}</td><td>{model_link(ctx, key.model)}</td>{extra}'
             f'<td class="num" data-sort="{entry.n_samples}">{entry.n_samples}</td>'
-            f"{est_cell(entry.reward, bar=(lo, hi))}{est_cell(entry.success)}{est_cell(entry.normalized)}"
+            f"{est_cell(entry.reward)}{est_cell(entry.success)}{est_cell(entry.normalized)}"
             f"{transcripts_cell(ctx, entry)}</tr>"
         )
+    # A big board's table opens on request: laying out thousands of rows would hold up the page
+    # (the matrix above already shows every score).
+    is_open = " open" if len(rows) <= OPEN_RESULTS_MAX else ""
     return f"""<h2 id="s-results">Results per env</h2>
 <p class="muted">One row per result key (what a score depends on; rows are never pooled). <output data-count-for="results"></output></p>
-{table("results", headers, rows)}"""
+<details class="results"{is_open}><summary>{len(rows)} result rows</summary>
+{table("results", headers, rows)}</details>"""
 
 
 def games_section(ctx: PageContext) -> str:

@@ -77,7 +77,9 @@
     });
     filters[select.getAttribute("data-filter")] = select.value;
   });
-  applyFilters();
+  // Only when a filter is already set (a browser restoring the form): otherwise every row is shown
+  // as written, and touching thousands of rows would only slow the first paint.
+  if (Object.keys(filters).some(function (k) { return filters[k]; })) { applyFilters(); }
 
   /* ---- the matrix tooltip: a cell's estimate and interval on hover or keyboard focus ---- */
   var tip = document.getElementById("tip");
