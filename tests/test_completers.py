@@ -62,6 +62,23 @@ async def test_seeded_completers_repeat_as_a_whole_but_calls_differ(client: Loca
     assert len({tuple(t) for t in first}) == 3
 
 
+async def test_seeded_replies_do_not_depend_on_call_order(client: LocalSamplingClient) -> None:
+    """Issue 15.8: concurrent multi-turn rollouts call in a different order each run; each call's seed
+    comes from its prompt (and its repeat count), so the replies per prompt are the same."""
+    prompts = [[7, 8, 9], [10, 11], [7, 8, 9], [12]]
+
+    async def replies(order: list[int]) -> dict[int, list[int]]:
+        completer = SamplingTokenCompleter(client, max_tokens=8, seed=5)
+        out = {}
+        for i in order:
+            out[i] = (await completer(_prompt(prompts[i]), [])).tokens
+        return out
+
+    forward, backward = await replies([0, 1, 2, 3]), await replies([3, 1, 0, 2])
+    assert forward == backward
+    assert forward[0] != forward[2]  # a repeated prompt still gets a different reply
+
+
 async def test_sampling_completer_does_not_block_the_event_loop(client: LocalSamplingClient) -> None:
     completer = SamplingTokenCompleter(client, max_tokens=32, seed=1)
     ticks = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -65,9 +66,44 @@ class FirstTokenEnv(Env):
         )
 
 
+TURNS_ID = "test-first-tokens-3-turns-v0"
+
+
+class ThreeTurnFirstTokenEnv(Env):
+    """Three turns of :class:`FirstTokenEnv`'s game (reward: share of turns whose first token is in the
+    lower half). Each step waits on a worker thread for a random few ms, as a grader or an answerer
+    does, so concurrent rollouts finish their turns in an order that changes from run to run."""
+
+    def __init__(self, ctx: EnvContext) -> None:
+        self.ctx = ctx
+        self.turn = self.hits = 0
+        text = f"Say one word about {ctx.seed % 5}."
+        self.ob = ctx.renderer.build_generation_prompt([{"role": "user", "content": text}])
+        self._timing = random.SystemRandom()  # timing only, never the episode
+
+    async def initial_observation(
+        self,
+    ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
+        return self.ob, self.ctx.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        await asyncio.to_thread(time.sleep, self._timing.random() * 0.02)
+        self.turn += 1
+        self.hits += bool(action) and action[0] < HALF_VOCAB
+        self.ob = self.ob.append(tinker.EncodedTextChunk(tokens=list(action)))
+        stop = self.ctx.renderer.get_stop_sequences()
+        if self.turn < 3:
+            return StepResult(0.0, False, self.ob, stop, {}, {})
+        return StepResult.final(
+            self.hits / 3, StopReason.COMPLETED, self.ob, stop, {"correct": self.hits / 3}
+        )
+
+
 def register_toy() -> None:
     if TOY_ID not in {s.id for s in registry.all_specs()}:
         register(TOY_ID, entry_point=FirstTokenEnv, reward_range=(0.0, 1.0), package="tests")
+    if TURNS_ID not in {s.id for s in registry.all_specs()}:
+        register(TURNS_ID, ThreeTurnFirstTokenEnv, reward_range=(0.0, 1.0), max_turns=3, package="tests")
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +111,7 @@ def _toy_env() -> Iterator[None]:
     register_toy()
     yield
     registry.unregister(TOY_ID)
+    registry.unregister(TURNS_ID)
 
 
 def _config(tmp_path: Path, **changes: object) -> TrainConfig:
@@ -103,7 +140,7 @@ def _rows(config: TrainConfig) -> list[dict[str, object]]:
 
 
 def test_reward_rises_on_a_learnable_toy_env(tmp_path: Path) -> None:
-    # Sampling is seeded per step, so this run replays exactly; lr 0.1 rose to 1.0 by step 3 for seeds 0-2.
+    # lr 0.1 rose to 1.0 by step 3 for seeds 0-2.
     config = _config(tmp_path, n_steps=8, group_size=8, learning_rate=0.1, save_every=8)
     result = run_training(config, show_progress=False)
     assert result.cause is StopCause.COMPLETED and result.steps_completed == 8
@@ -248,3 +285,50 @@ def test_sigkill_then_rerun_resumes_without_duplicate_or_missing_steps(tmp_path:
     result = run_training(config, show_progress=False)
     assert result.cause is StopCause.COMPLETED and result.steps_completed == 10
     assert [r["step"] for r in _rows(config)] == list(range(10))
+
+
+def test_a_resumed_step_samples_what_the_uninterrupted_run_sampled(tmp_path: Path) -> None:
+    """Issue 15.8: resuming from a checkpoint replays the step's samples, on a model whose weights changed
+    and a multi-turn env whose calls arrive in a different order every run.
+
+    The run is resumed from its own checkpoint (the directory is copied and the last checkpoint
+    dropped, as a kill just before it would leave it), so both sides start the step from the same
+    weights. docs/training.md says what a resume does not replay (float noise of batched sampling).
+    """
+    import shutil
+
+    config = _config(
+        tmp_path,
+        env_id=TURNS_ID,
+        n_steps=4,
+        batch_size=3,
+        group_size=4,
+        max_tokens=2,
+        learning_rate=1e-3,
+        save_every=1,
+        eval_every=0,
+        n_transcripts=12,
+        temperature=1.0,
+    )
+    run_training(config, show_progress=False)
+    rows = _rows(config)
+    assert all(int(r["datums"]) > 0 for r in rows[:3]), "the weights must change before the resumed step"  # type: ignore[call-overload]
+    log_dir = Path(config.log_dir)
+    uninterrupted = tmp_path / "uninterrupted"
+    shutil.copytree(log_dir, uninterrupted)
+    lines = (log_dir / "checkpoints.jsonl").read_text().splitlines()
+    (log_dir / "checkpoints.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # back to step 3
+    for transcript in (log_dir / "transcripts").glob("step00003_*"):
+        transcript.unlink()
+    run_training(config, show_progress=False)
+    again = _rows(config)
+    assert [r["step"] for r in again] == [0, 1, 2, 3]
+    assert again[:3] == rows[:3]
+    for key in ("reward/mean", "reward/std", "tokens/sampled", "success", "entropy"):
+        assert again[3][key] == pytest.approx(rows[3][key], abs=1e-6), key
+
+    def replies(log_dir: Path) -> list[str]:
+        bodies = [p.read_text().split("\n", 1)[1] for p in (log_dir / "transcripts").glob("step00003_*")]
+        return sorted(bodies)  # members of a group are exchangeable; compare the episodes as a set
+
+    assert replies(log_dir) == replies(uninterrupted) and replies(log_dir)

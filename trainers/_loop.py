@@ -4,6 +4,12 @@ One step ``i`` samples batch ``i`` of the env's train dataset with the current p
 datums with group-centred advantages, runs ``num_substeps`` rounds of ``forward_backward`` +
 ``optim_step``, and gets a fresh sampling client on the new weights. Because the batch index is the
 step, a resumed run sees exactly the data an uninterrupted one would.
+
+It also samples exactly what an uninterrupted one would: every step gets fresh completers seeded from
+(run seed, step) alone, one for its rollouts and one for its evaluation (so evaluating never moves the
+training samples), and each call's seed depends on its prompt, not on the order concurrent calls
+arrive in (:mod:`envsuite.completers`). A checkpoint holds the weights and the optimizer state, so the
+sampling stream needs no state of its own: the step number is all of it.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ class Trainer:
         self.checkpoints = CheckpointLog(self.log_dir / "checkpoints.jsonl")
         self._stop_requested = False
         self._clients: PolicyClients | None = None
-        self._policy: TokenCompleter | None = None
+        self._sampler: Any = None
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -111,7 +117,7 @@ class Trainer:
             make_service(config), config, resume.state_path if resume else None
         )
         try:
-            await self._refresh_policy(start)
+            await self._refresh_sampler()
             return await self._steps(start, resume, train_data, test_data)
         finally:
             self._clients.close()
@@ -164,9 +170,10 @@ class Trainer:
             and (step % config.eval_every == 0 or step == config.n_steps - 1)
         ):
             with timer.phase("eval"):
-                row.update(await self._evaluate(test_data))
+                row.update(await self._evaluate(test_data, step))
         with timer.phase("rollout"):
-            rollouts = await rollout_batch(train_data.get_batch(step), self._require_policy(), self._limits())
+            policy = self._policy(step, "sampling")
+            rollouts = await rollout_batch(train_data.get_batch(step), policy, self._limits())
         with timer.phase("assemble"):
             assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
         row.update(episode_summary(rollouts.groups_P))
@@ -177,7 +184,7 @@ class Trainer:
             row.update(await self._train(step, assembled))
         if assembled.datums_D:
             with timer.phase("save"):
-                await self._refresh_policy(step + 1)
+                await self._refresh_sampler()
         if step == 0 or step == config.n_steps - 1:
             write_transcripts(
                 rollouts.groups_P,
@@ -228,23 +235,29 @@ class Trainer:
         row["optim_steps"] = len(minibatches)
         return row
 
-    async def _evaluate(self, test_data: RLDataset) -> Row:
-        rollouts = await rollout_batch(test_data.get_batch(0), self._require_policy(), self._limits())
+    async def _evaluate(self, test_data: RLDataset, step: int) -> Row:
+        policy = self._policy(step, "eval-sampling")
+        rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits())
         row = episode_summary(rollouts.groups_P, prefix="test/")
         row["test/failed_groups"] = len(rollouts.failed_errors)
         return row
 
-    async def _refresh_policy(self, step: int) -> None:
-        """A fresh sampler on the current weights, seeded per step so a run (and its resume) replays."""
+    async def _refresh_sampler(self) -> None:
+        """A sampling client on the current weights (after a step that trained, and at the start)."""
+        self._sampler = await self._require_clients().refresh_sampler()
+
+    def _policy(self, step: int, stream: str) -> TokenCompleter:
+        """A completer on the current weights whose samples depend only on (run seed, ``stream``, step)."""
         from envsuite import episode_seed
         from envsuite.completers import SamplingTokenCompleter
 
-        sampler = await self._require_clients().refresh_sampler()
-        self._policy = SamplingTokenCompleter(
-            sampler,
+        if self._sampler is None:
+            raise RuntimeError("the trainer has no sampler yet")
+        return SamplingTokenCompleter(
+            self._sampler,
             max_tokens=self.config.max_tokens,
             temperature=self.config.temperature,
-            seed=episode_seed(self.config.seed, "sampling", step),
+            seed=episode_seed(self.config.seed, stream, step),
         )
 
     async def _save(self, done: int) -> CheckpointRecord:
@@ -262,11 +275,6 @@ class Trainer:
         if self._clients is None:
             raise RuntimeError("the trainer's clients are not built yet")
         return self._clients
-
-    def _require_policy(self) -> TokenCompleter:
-        if self._policy is None:
-            raise RuntimeError("the trainer has no policy yet")
-        return self._policy
 
 
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:

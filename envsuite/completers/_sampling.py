@@ -1,14 +1,18 @@
 """Completers backed by a Tinker-style sampling client (the hosted service or the local backend).
 
 Both completers await the client's future, so many calls can be in flight on one event loop and the
-local engine batches them together. A ``seed`` makes a completer reproducible as a whole: the
-completer owns a ``random.Random(seed)`` and gives each call its own seed drawn from it, so repeated
-calls still differ (group members must not all get the same reply) while a rerun repeats them.
+local engine batches them together. A ``seed`` makes a completer reproducible as a whole: each call's
+sampling seed is derived from the completer's seed, the prompt's tokens and how many calls before it
+had the same prompt. So repeated calls still differ (group members must not all get the same reply),
+a rerun repeats them, and, because no seed depends on the order in which concurrent calls arrive, a
+multi-turn rollout whose calls interleave differently (threads finishing in another order, batching)
+still samples the same replies.
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
+from collections import Counter
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol
 
@@ -50,9 +54,11 @@ class _SamplingSettings:
         self.top_p = top_p
         self.top_k = top_k
         self.seed = seed
-        self._rng = random.Random(seed) if seed is not None else None
+        self._calls_per_prompt: Counter[bytes] = Counter()
 
-    def params(self, stop: StopCondition, max_tokens: int | None = None) -> tinker.SamplingParams:
+    def params(
+        self, stop: StopCondition, prompt: tinker.ModelInput, max_tokens: int | None = None
+    ) -> tinker.SamplingParams:
         import tinker
 
         return tinker.SamplingParams(
@@ -61,8 +67,18 @@ class _SamplingSettings:
             top_p=self.top_p,
             top_k=self.top_k,
             stop=stop,
-            seed=self._rng.getrandbits(63) if self._rng is not None else None,
+            seed=self._call_seed(prompt),
         )
+
+    def _call_seed(self, prompt: tinker.ModelInput) -> int | None:
+        """The call's seed: a hash of (completer seed, prompt tokens, earlier calls with that prompt)."""
+        if self.seed is None:
+            return None
+        key = hashlib.blake2b(repr(prompt.to_ints()).encode(), digest_size=16).digest()
+        occurrence = self._calls_per_prompt[key]
+        self._calls_per_prompt[key] += 1
+        digest = hashlib.blake2b(repr((self.seed, key, occurrence)).encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") >> 1  # 63 bits
 
     def describe(self) -> str:
         return (
@@ -93,7 +109,7 @@ class SamplingTokenCompleter(TokenCompleter):
     async def __call__(
         self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
-        params = self.settings.params(stop, max_tokens)
+        params = self.settings.params(stop, model_input, max_tokens)
         response = await self.sampling_client.sample(model_input, 1, params)
         sequence = response.sequences[0]
         return TokensWithLogprobs(
@@ -126,7 +142,7 @@ class SamplingMessageCompleter(MessageCompleter):
 
     async def __call__(self, messages: list[Message]) -> Message:
         prompt = self.renderer.build_generation_prompt(messages)
-        params = self.settings.params(self.renderer.get_stop_sequences())
+        params = self.settings.params(self.renderer.get_stop_sequences(), prompt)
         response = await self.sampling_client.sample(prompt, 1, params)
         parsed = self.renderer.parse_response(list(response.sequences[0].tokens))
         return parsed.message
