@@ -4,6 +4,19 @@
 a checkpoint directory written by the local backend. Generation goes through the local sampler, whose
 engine batches concurrent requests, so many Inspect samples in flight share forward passes; ``generate``
 awaits a future and never blocks the event loop.
+
+Generation settings are honoured or refused, never silently ignored:
+
+* ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``: passed to the sampler.
+* ``num_choices=n``: ``n`` samples of the prompt, returned as ``n`` choices.
+* ``stop_seqs``: each reply is cut before the first stop sequence it holds (``stop_reason="stop"``). The
+  sampler itself stops at the chat format's end-of-turn token, so text after a stop sequence is sampled
+  and thrown away.
+* ``logprobs=True``: every returned token's logprob (the sampled token's only).
+* refused with a :class:`UnsupportedGenerateConfig` error naming the setting: ``top_logprobs``,
+  ``prompt_logprobs``, ``logit_bias``, ``frequency_penalty``, ``presence_penalty``, ``best_of`` > 1,
+  ``response_schema``, and tools (the local sampler has no alternatives' logprobs, penalties, constrained
+  decoding or tool calling).
 """
 
 from __future__ import annotations
@@ -14,8 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai.model import (
+    ChatCompletionChoice,
     ChatMessage,
+    ChatMessageAssistant,
     GenerateConfig,
+    Logprob,
+    Logprobs,
     ModelAPI,
     ModelOutput,
     ModelUsage,
@@ -71,6 +88,7 @@ class EnvsuiteModelAPI(ModelAPI):
     ) -> ModelOutput:
         import tinker
 
+        refuse_unsupported(config, tools)
         renderer = self._model.renderer
         prompt = renderer.build_generation_prompt(to_envsuite(input))
         params = tinker.SamplingParams(
@@ -81,16 +99,77 @@ class EnvsuiteModelAPI(ModelAPI):
             seed=config.seed,
             stop=renderer.get_stop_sequences(),
         )
-        future = self._model.sampling_client.sample(prompt, num_samples=1, sampling_params=params)
+        n = config.num_choices or 1
+        future = self._model.sampling_client.sample(prompt, num_samples=n, sampling_params=params)
         response = await asyncio.wrap_future(future.future()) if hasattr(future, "future") else await future
-        tokens = list(response.sequences[0].tokens)
-        parsed = renderer.parse_response(tokens)
-        output = ModelOutput.from_content(
+        choices = [self._choice(seq, config) for seq in response.sequences]
+        output_tokens = sum(len(seq.tokens) for seq in response.sequences)
+        return ModelOutput(
             model=self.model_name,
-            content=parsed.message["content"],
-            stop_reason="stop" if parsed.clean_stop else "max_tokens",
+            choices=choices,
+            usage=ModelUsage(
+                input_tokens=prompt.length,
+                output_tokens=output_tokens,
+                total_tokens=prompt.length + output_tokens,
+            ),
         )
-        output.usage = ModelUsage(
-            input_tokens=prompt.length, output_tokens=len(tokens), total_tokens=prompt.length + len(tokens)
+
+    def _choice(self, sequence: Any, config: GenerateConfig) -> ChatCompletionChoice:
+        """One sampled sequence as an Inspect choice: parsed, cut at a stop sequence, with logprobs."""
+        renderer = self._model.renderer
+        tokens = list(sequence.tokens)
+        parsed = renderer.parse_response(tokens)
+        content = parsed.message["content"]
+        stop_reason: Any = "stop" if parsed.clean_stop else "max_tokens"
+        cut = cut_at_stop(content, config.stop_seqs or [])
+        if cut is not None:
+            content, stop_reason = cut, "stop"
+        logprobs = None
+        if config.logprobs:
+            values = list(sequence.logprobs or [])
+            logprobs = Logprobs(
+                content=[
+                    Logprob(token=str(renderer.tokenizer.decode([t])), logprob=float(lp))
+                    for t, lp in zip(tokens, values, strict=False)
+                ]
+            )
+        return ChatCompletionChoice(
+            message=ChatMessageAssistant(content=content, model=self.model_name, source="generate"),
+            stop_reason=stop_reason,
+            logprobs=logprobs,
         )
-        return output
+
+
+class UnsupportedGenerateConfig(ValueError):
+    """A generation setting the envsuite provider cannot honour (it refuses instead of ignoring it)."""
+
+
+def refuse_unsupported(config: GenerateConfig, tools: list[ToolInfo]) -> None:
+    """Raise :class:`UnsupportedGenerateConfig` naming every setting the local sampler cannot honour."""
+    refused = [
+        name
+        for name, is_set in (
+            ("top_logprobs", bool(config.top_logprobs)),
+            ("prompt_logprobs", bool(config.prompt_logprobs)),
+            ("logit_bias", bool(config.logit_bias)),
+            ("frequency_penalty", bool(config.frequency_penalty)),
+            ("presence_penalty", bool(config.presence_penalty)),
+            ("best_of", (config.best_of or 1) > 1),
+            ("response_schema", config.response_schema is not None),
+            ("tools", bool(tools)),
+        )
+        if is_set
+    ]
+    if refused:
+        raise UnsupportedGenerateConfig(
+            f"the envsuite provider cannot honour {', '.join(refused)} (the local sampler returns only "
+            "the sampled tokens' logprobs and has no penalties, logit bias, constrained decoding or tool "
+            "calling); supported: max_tokens, temperature, top_p, top_k, seed, num_choices, stop_seqs, "
+            "logprobs"
+        )
+
+
+def cut_at_stop(text: str, stop_seqs: list[str]) -> str | None:
+    """``text`` up to the earliest stop sequence in it, or None when it holds none."""
+    found = [i for i in (text.find(s) for s in stop_seqs if s) if i >= 0]
+    return text[: min(found)] if found else None

@@ -213,3 +213,32 @@ def test_bad_env_kwargs_fail_the_task_at_once(tmp_path: Path) -> None:
     bad.write_text('{"foo": 1}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: unknown record format"):
         envsuite_env(env_id="math", episodes=2, env_kwargs={"dataset": str(bad)})
+
+
+async def test_provider_honours_num_choices_logprobs_and_stop_seqs() -> None:
+    """Issue 15.11: settings the provider used to ignore are honoured."""
+    from inspect_ai.model import GenerateConfig, get_model
+
+    model = get_model(f"envsuite/{TEST_MODEL}")
+    base = GenerateConfig(max_tokens=24, temperature=1.0, seed=3)
+    three = await model.generate(
+        "Say something.", config=base.merge(GenerateConfig(num_choices=3, logprobs=True))
+    )
+    assert len(three.choices) == 3
+    assert len({c.message.text for c in three.choices}) == 3
+    for choice in three.choices:
+        assert choice.logprobs is not None and len(choice.logprobs.content) >= 1
+        assert all(lp.logprob <= 0.0 for lp in choice.logprobs.content)
+    full = (await model.generate("Say something.", config=base)).completion
+    assert len(full) > 6
+    stop = full[3:6]
+    cut = await model.generate("Say something.", config=base.merge(GenerateConfig(stop_seqs=[stop])))
+    assert cut.completion == full[: full.index(stop)] and cut.choices[0].stop_reason == "stop"
+
+
+async def test_provider_refuses_what_it_cannot_honour() -> None:
+    from inspect_ai.model import GenerateConfig, get_model
+
+    model = get_model(f"envsuite/{TEST_MODEL}")
+    with pytest.raises(ValueError, match="cannot honour top_logprobs, logit_bias"):
+        await model.generate("Hi", config=GenerateConfig(max_tokens=4, top_logprobs=5, logit_bias={1: 2.0}))
