@@ -194,6 +194,24 @@ def test_full_fine_tune_trains_every_weight_and_resumes(tmp_path: Path) -> None:
     assert result.steps_completed == 3 and [r["step"] for r in _rows(longer)] == [0, 1, 2]
 
 
+def test_failed_groups_say_why_in_metrics_log_and_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issues 15.19 and 15.16: a failed test group carries its error in the row and in train.log, and a
+    run whose output is not a terminal prints a line per step naming the env."""
+    config = _config(tmp_path, n_steps=2, env_kwargs={"fail_seed_mod": 2}, eval_every=1, n_test_groups=6)
+    run_training(config, show_progress=True)
+    rows = _rows(config)
+    assert all(int(r["test/failed_groups"]) > 0 for r in rows)  # type: ignore[call-overload]
+    assert all("toy env failure" in str(r["test/error/first"]) for r in rows)
+    log = (Path(config.log_dir) / "train.log").read_text()
+    assert f"GRPO on {TOY_ID}: step 1/2" in log and f"GRPO on {TOY_ID}: step 2/2" in log
+    assert "test group(s) failed; first:" in log and "toy env failure" in log
+    out = capsys.readouterr()
+    assert f"GRPO on {TOY_ID}: step 1/2" in out.out and f"GRPO on {TOY_ID}: step 2/2" in out.out
+    assert "test group(s) failed" in out.err
+
+
 def test_failing_envs_are_dropped_and_counted_and_hangs_time_out(tmp_path: Path) -> None:
     config = _config(tmp_path, n_steps=1, env_kwargs={"fail_seed_mod": 3}, eval_every=0)
     result = run_training(config, show_progress=False)

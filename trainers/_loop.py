@@ -35,6 +35,7 @@ from envsuite.trainers._config import PolicyLoss, TrainConfig
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
+from envsuite.trainers._report import LOGGER, announce, progress, run_log
 from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
 from envsuite.trainers._transcripts import write_transcripts
 
@@ -112,22 +113,29 @@ class Trainer:
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
         truncate_after(self.metrics.path, start)
-        train_data, test_data = await _datasets(config)
-        self._clients = await PolicyClients.create(
-            make_service(config), config, resume.state_path if resume else None
-        )
-        try:
-            await self._refresh_sampler()
-            return await self._steps(start, resume, train_data, test_data)
-        finally:
-            self._clients.close()
+        with run_log(self.log_dir / "train.log"):
+            where = f"resuming at step {start}" if resume else "starting"
+            announce(
+                self.show_progress, f"GRPO on {config.env_id} with {config.model}: {where}; loading the model"
+            )
+            train_data, test_data = await _datasets(config)
+            self._clients = await PolicyClients.create(
+                make_service(config), config, resume.state_path if resume else None
+            )
+            try:
+                await self._refresh_sampler()
+                result = await self._steps(start, resume, train_data, test_data)
+            finally:
+                self._clients.close()
+            LOGGER.info(result.message)
+            return result
 
     async def _steps(
         self, start: int, last: CheckpointRecord | None, train_data: RLDataset, test_data: RLDataset | None
     ) -> TrainResult:
         config = self.config
         done = start
-        with _progress(self.show_progress, config.n_steps, start) as advance:
+        with progress(self.show_progress, config.env_id, config.n_steps, start) as advance:
             for step in range(start, config.n_steps):
                 if self._stop_requested:
                     break
@@ -240,6 +248,8 @@ class Trainer:
         rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits())
         row = episode_summary(rollouts.groups_P, prefix="test/")
         row["test/failed_groups"] = len(rollouts.failed_errors)
+        if rollouts.failed_errors:
+            row["test/error/first"] = rollouts.failed_errors[0][:300]
         return row
 
     async def _refresh_sampler(self) -> None:
@@ -314,34 +324,6 @@ async def _datasets(config: TrainConfig) -> tuple[RLDataset, RLDataset | None]:
         **config.env_kwargs,
     )
     return await builder()
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int, start: int) -> Iterator[Any]:
-    """A rich progress bar (or a no-op) whose ``advance(row)`` shows the step's reward."""
-    if not enabled:
-        yield lambda row: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("[bold]GRPO[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    ) as progress:
-        task = progress.add_task("starting", total=total, completed=start)
-
-        def advance(row: Row) -> None:
-            reward = row.get("reward/mean")
-            text = (
-                f"step {row['step']} reward {reward:.3f}"
-                if isinstance(reward, float)
-                else f"step {row['step']}"
-            )
-            progress.update(task, advance=1, description=text)
-
-        yield advance
 
 
 def run_training(config: TrainConfig, *, show_progress: bool = True) -> TrainResult:
