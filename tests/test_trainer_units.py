@@ -213,3 +213,25 @@ def test_checkpoint_log_skips_a_torn_line(tmp_path: Path) -> None:
         f.write('{"step": 6, "state_pa')
     assert log.last() == CheckpointRecord(4, "/s/4", "/p/4")
     assert read_metrics(tmp_path / "missing.jsonl") == []
+
+
+def test_reward_curve_never_joins_test_points() -> None:
+    """Issue 15.18: test reward is measured on evaluation steps only; a line between them would
+    suggest measurements in between."""
+    import matplotlib.pyplot as plt
+
+    from envsuite.trainers import reward_curve_figure
+
+    rows = [{"step": s, "reward/mean": 0.1 * s, "success": 0.05 * s} for s in range(6)]
+    rows[0]["test/reward/mean"] = 0.2
+    rows[5]["test/reward/mean"] = 0.6
+    fig = reward_curve_figure(rows, "t")
+    try:
+        lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+        test = next(line for label, line in lines.items() if label.startswith("test reward"))
+        assert list(test.get_xdata()) == [0, 5]
+        assert test.get_linestyle() == "None" and test.get_marker() not in ("", "None", None)
+        train = next(line for label, line in lines.items() if label.startswith("train reward"))
+        assert train.get_linestyle() == "-"
+    finally:
+        plt.close(fig)

@@ -12,6 +12,7 @@ from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, Train
 from envsuite.trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
+from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 
@@ -40,5 +41,7 @@ __all__ = [
     # outputs
     "CheckpointLog",
     "CheckpointRecord",
+    "plot_reward_curve",
     "read_metrics",
+    "reward_curve_figure",
 ]
