@@ -235,3 +235,27 @@ def test_reward_curve_never_joins_test_points() -> None:
         assert train.get_linestyle() == "-"
     finally:
         plt.close(fig)
+
+
+def test_transcripts_show_control_characters_as_escapes() -> None:
+    """Issue 15.5: a reply holding an ESC sequence cannot clear the terminal of whoever cats the file."""
+    import tinker
+
+    from envsuite.core import StopReason, TokensWithLogprobs, Trajectory, Transition
+    from envsuite.models import get_tokenizer
+    from envsuite.trainers import render_trajectory
+
+    tokenizer = get_tokenizer("tiny-random")
+    reply = tokenizer.encode("hi \x1b[2J\x1b]0;pwned\x07 \u202eexe", add_special_tokens=False)
+    ob = tinker.ModelInput.from_ints(tokenizer.encode("Question?", add_special_tokens=False))
+    transition = Transition(
+        ob=ob,
+        ac=TokensWithLogprobs(tokens=reply, maybe_logprobs=None),
+        reward=0.0,
+        episode_done=True,
+        logs={"reply": "hi \x1b[31mred"},
+        stop_reason=StopReason.COMPLETED,
+    )
+    text = render_trajectory(Trajectory([transition], ob), tokenizer, "t")
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "\\x1b[2J" in text and "\\x1b[31mred" in text and "\\u202e" in text

@@ -15,6 +15,7 @@ from envsuite.trainers._metrics import read_rows as read_metrics
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
+from envsuite.trainers._transcripts import render_trajectory
 
 __all__ = [
     # configuration
@@ -43,5 +44,6 @@ __all__ = [
     "CheckpointRecord",
     "plot_reward_curve",
     "read_metrics",
+    "render_trajectory",
     "reward_curve_figure",
 ]

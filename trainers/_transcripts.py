@@ -1,4 +1,9 @@
-"""Readable transcripts of sampled episodes (markdown), decoded with the policy's tokenizer."""
+"""Readable transcripts of sampled episodes (markdown), decoded with the policy's tokenizer.
+
+Model output is data: it sits in fences longer than any backtick run in it, and control characters
+(ESC sequences, bidi overrides) are written as visible escapes, so ``cat``-ing a transcript in a terminal
+or opening it in an editor shows the text rather than obeying it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envsuite.core import Trajectory, TrajectoryGroup
+from envsuite.display import printable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -15,6 +21,7 @@ if TYPE_CHECKING:
 
 def _fenced(text: str) -> str:
     """A code block whose fence is longer than any backtick run in ``text`` (model output is data)."""
+    text = printable(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{text}\n{fence}"
@@ -49,7 +56,7 @@ def render_trajectory(trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase
 
 
 def _one_line(text: str) -> str:
-    return text.replace("\n", "\\n")[:500]
+    return printable(text.replace("\n", "\\n")[:500])
 
 
 def write_transcripts(
