@@ -86,7 +86,7 @@ class ThreeTurnFirstTokenEnv(Env):
     ) -> tuple[tinker.ModelInput, StopCondition] | InitialObservationOverflow:
         return self.ob, self.ctx.renderer.get_stop_sequences()
 
-    async def step(self, action: Action) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         await asyncio.to_thread(time.sleep, self._timing.random() * 0.02)
         self.turn += 1
         self.hits += bool(action) and action[0] < HALF_VOCAB
