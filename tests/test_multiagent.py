@@ -7,6 +7,8 @@ import pickle
 import random
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from envsuite import Env, InitialObservationOverflow, Message, MessageCompleter, RendererConfig, StopReason
 from envsuite.core import StepResult
 from envsuite.games.chess import ChessFactory
@@ -77,6 +79,15 @@ def test_tictactoe_rules() -> None:
     assert game.apply("[2]").status is MoveStatus.ACCEPTED
     outcome = game.outcome()
     assert outcome is not None and outcome.rewards == (1.0, -1.0)
+
+
+@pytest.mark.parametrize("move", ["[9]", "9", "[²]", "[٣]", "[-1]", "[]"])
+def test_tictactoe_refuses_moves_that_name_no_cell(move: str) -> None:
+    """A digit outside 0-8 (or a non-ASCII digit) is an illegal move, never an IndexError."""
+    game = TicTacToeGame()
+    result = game.apply(move)
+    assert result.status is MoveStatus.RETRY and result.reason == "not a cell 0-8"
+    assert game.apply(move).status is MoveStatus.FORFEIT
 
 
 async def test_self_play_records_every_seat() -> None:

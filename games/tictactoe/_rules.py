@@ -127,8 +127,9 @@ class TicTacToeGame(TurnGameBase):
 
 
 def _cell(move: str) -> int | None:
+    """The cell 0-8 a move names, or None (``"9"`` and other digit characters such as ``"²"`` name none)."""
     inner = move.strip().strip("[]").strip()
-    if len(inner) == 1 and inner.isdigit():
+    if len(inner) == 1 and inner in "012345678":
         return int(inner)
     return None
 
