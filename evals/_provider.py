@@ -1,7 +1,8 @@
 """The ``envsuite`` Inspect model provider: ``--model envsuite/<name>`` for any envsuite model.
 
 ``<name>`` is a known model (``smollm2-135m-instruct``, ``tiny-random``), a local HF model directory, or
-a checkpoint directory written by the local backend. Generation goes through the local sampler, whose
+a checkpoint directory written by the local backend. ``model_args={"path": DIR}`` loads ``DIR`` under a
+readable name (``envsuite bench`` names checkpoints by their label, not ``envsuite//abs/path``). Generation goes through the local sampler, whose
 engine batches concurrent requests, so many Inspect samples in flight share forward passes; ``generate``
 awaits a future and never blocks the event loop.
 
@@ -73,7 +74,10 @@ class EnvsuiteModelAPI(ModelAPI):
         super().__init__(
             model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=[], config=config
         )
-        self._model = local_model(model_name)
+        path = model_args.get("path")
+        self.envsuite_model: str = str(path) if path else model_name
+        """What is loaded: the name, or ``model_args["path"]`` (a directory shown under a short name)."""
+        self._model = local_model(self.envsuite_model)
 
     def max_connections(self) -> int:
         # Many samples in flight let the engine batch them; it bounds its own batch size.

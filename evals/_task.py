@@ -9,11 +9,12 @@ runs unchanged. Partners (the twenty-questions answerer, game opponents) can be 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.model import GenerateConfig, get_model
+from inspect_ai.model import GenerateConfig, Model, get_model
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
@@ -37,11 +38,11 @@ def episode_seeds(env_id: str, episodes: int, seed: int) -> list[int]:
     return [episode_seed(seed, "bench", spec(env_id).id, i) % (2**31) for i in range(episodes)]
 
 
-def _codec_model(model_name: str) -> str:
-    """Model whose renderer turns the evaluated model's text into env tokens."""
-    if model_name.startswith("envsuite/"):
-        return model_name.removeprefix("envsuite/")
-    return DEFAULT_MODEL
+def _codec_model(model: Model) -> str:
+    """Model whose renderer turns the evaluated model's text into env tokens: the envsuite model itself
+    (the provider says which, a checkpoint's path included), else SmolLM2's tokenizer as a text codec."""
+    local = getattr(model.api, "envsuite_model", None)
+    return local if isinstance(local, str) else DEFAULT_MODEL
 
 
 def _partner_kwargs(env_id: str, partner: str | None) -> dict[str, Any]:
@@ -112,10 +113,14 @@ async def _play(
         result["reward"] += step.reward
         for key, value in step.metrics.items():
             result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
+        # Kept current every turn: an episode cut by the time limit is scored with what it earned.
+        state.store.set(RESULT_KEY, result)
         stop = step.next_stop_condition
         if step.episode_done:
             result["stop_reason"] = stop_reason_from_metrics(step.metrics)
             break
+    else:
+        result["stop_reason"] = StopReason.MAX_TURNS.value
     state.messages = to_inspect(env.conversation())
     return state
 
@@ -133,8 +138,9 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         seed = int(state.metadata["seed"])
-        renderer = RendererConfig(model_name=_codec_model(str(get_model())))
+        renderer = RendererConfig(model_name=_codec_model(get_model()))
         result: dict[str, Any] = {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
+        state.store.set(RESULT_KEY, result)
         try:
             env = _sample_env(env_id, seed, renderer, env_kwargs, partner)
             result["partner"] = _partner_identity(env)
@@ -152,10 +158,18 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
 
 @scorer(metrics={"reward": [mean(), stderr()], "success": [mean(), stderr()]})
 def env_reward() -> Scorer:
-    """The env's own return and success (its ``correct``/``success`` metric, else reward > 0)."""
+    """The env's own return and success (its ``correct``/``success`` metric, else reward > 0).
+
+    An episode the solver did not finish was cut by the task's time limit: ``rollout_timeout``, scored
+    with the reward it had earned.
+    """
 
     async def score(state: TaskState, target: Target) -> Score:
-        result = state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        result = dict(
+            state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        )
+        if result["stop_reason"] is None:
+            result["stop_reason"] = StopReason.ROLLOUT_TIMEOUT.value
         metrics = result["metrics"]
         success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
         return Score(
@@ -182,11 +196,14 @@ def envsuite_env(
     max_tokens: int = 256,
     temperature: float = 0.7,
     env_kwargs: dict[str, Any] | None = None,
+    episode_timeout_s: float | None = None,
 ) -> Task:
     """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``.
 
     ``env_kwargs`` are checked here, by building one episode, so a bad setting (an unknown keyword, an
     unreadable dataset) fails the task at once instead of scoring every sample as ``env_error``.
+    ``episode_timeout_s`` bounds each episode's wall-clock time (Inspect's per-sample ``time_limit``, in
+    whole seconds); an episode past it is scored as far as it got, as ``rollout_timeout``.
     """
     env_spec = spec(env_id)
     if env_kwargs:
@@ -204,6 +221,7 @@ def envsuite_env(
         solver=play_env(env_spec.id, partner=partner, env_kwargs=env_kwargs),
         scorer=env_reward(),
         config=GenerateConfig(max_tokens=max_tokens, temperature=temperature, seed=seed),
+        time_limit=None if episode_timeout_s is None else max(1, math.ceil(episode_timeout_s)),
         name=f"envsuite/{env_spec.id}",
         metadata={"env_id": env_spec.id, "partner": partner or "default", "episodes": episodes, "seed": seed},
     )

@@ -242,3 +242,112 @@ async def test_provider_refuses_what_it_cannot_honour() -> None:
     model = get_model(f"envsuite/{TEST_MODEL}")
     with pytest.raises(ValueError, match="cannot honour top_logprobs, logit_bias"):
         await model.generate("Hi", config=GenerateConfig(max_tokens=4, top_logprobs=5, logit_bias={1: 2.0}))
+
+
+# -- envsuite bench as a new user meets it (issue 15.9, 15.14, 15.16) --------------------------------
+
+
+def test_bench_says_what_is_wrong_with_a_model_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envsuite.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for model, needle in (
+        (
+            "nosuchmodel",
+            "unknown model 'nosuchmodel'. Use an envsuite model (smollm2-135m-instruct, tiny-random)",
+        ),
+        ("smolm2-135m-instruct", "did you mean 'smollm2-135m-instruct'"),
+        ("openai/gpt-4o-mini", "OPENAI_API_KEY"),
+        ("./no/such/dir", "no model directory"),
+    ):
+        code = main(["bench", "--model", model, "--envs", "arithmetic", "--log-dir", str(tmp_path / "logs")])
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err, err
+        assert len(err.strip().splitlines()) == 1 and "[bold]" not in err and "Traceback" not in err
+    assert not (tmp_path / "logs").exists()
+
+
+_KILL_SCRIPT = """
+import sys
+import envsuite
+from envsuite.evals import BenchConfig, run_bench
+envsuite.register("scratch/slow-v0", "tests.support.flaky_env:SlowEnv", reward_range=(0.0, 1.0))
+run_bench(BenchConfig(model="tiny-random", env_ids=("arithmetic", "scratch/slow"), episodes=3, max_tokens=4,
+                      log_root=sys.argv[1], db=sys.argv[2], display="lines", max_samples=1))
+"""
+
+
+def test_a_killed_bench_keeps_every_env_that_finished(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "ENVSUITE_TEST_EPISODE_LOG": str(tmp_path / "events.txt"),
+        "ENVSUITE_TEST_STEP_SECONDS": "60",
+    }
+    args = [sys.executable, "-c", _KILL_SCRIPT, str(tmp_path / "logs"), str(tmp_path / "board.sqlite")]
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        process = subprocess.Popen(args, env=env, cwd=Path(__file__).parents[1], stdout=sink)
+        deadline = time.monotonic() + 300
+        while "arithmetic-v0: finished; stored" not in out.read_text() and time.monotonic() < deadline:
+            assert process.poll() is None, out.read_text()
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert "scratch/slow-v0: finished" not in out.read_text()
+    store = ResultStore(str(tmp_path / "board.sqlite"))
+    try:
+        assert {k.env_id for k in store.keys()} == {"arithmetic"}  # noqa: SIM118  (a query, not a dict)
+        assert len(store.episodes()) == 3
+    finally:
+        store.close()
+
+
+def test_an_episode_past_its_time_bound_is_a_scored_rollout_timeout(tmp_path: Path) -> None:
+    from envsuite import register
+
+    register("scratch/endless-v0", "tests.support.flaky_env:EndlessEnv", reward_range=(0.0, 1000.0))
+    try:
+        task = envsuite_env(env_id="scratch/endless", episodes=2, max_tokens=2, episode_timeout_s=2)
+        (log,) = inspect_eval(task, model=f"envsuite/{TEST_MODEL}", log_dir=str(tmp_path), display="none")
+    finally:
+        registry.unregister("scratch/endless-v0")
+    assert log.status == "success" and log.samples
+    for sample in log.samples:
+        score = next(iter(sample.scores.values()))  # type: ignore[union-attr]
+        assert score.metadata is not None and score.metadata["stop_reason"] == "rollout_timeout"
+        assert 1.0 <= score.value["reward"] <= 12.0  # type: ignore[index]  (turns done at 0.2 s each)
+
+
+def test_a_model_directory_is_benched_under_its_label_with_progress_naming_envs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envsuite import RendererConfig
+    from envsuite.models import resolve_model
+
+    model_dir = str(resolve_model(TEST_MODEL).path)
+    config = BenchConfig(
+        model=model_dir,
+        label="tiny+dir",
+        env_ids=("arithmetic",),
+        episodes=2,
+        max_tokens=4,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        display="lines",
+    )
+    assert config.inspect_model() == "envsuite/tiny+dir" and config.model_args() == {"path": model_dir}
+    report = run_bench(config)
+    assert report.completed and report.episodes_added == 2
+    log = read_eval_log(report.log_paths[0])
+    assert log.eval.model == "envsuite/tiny+dir" and "//" not in log.eval.model
+    out = capsys.readouterr().out
+    assert "tiny+dir on arithmetic-v0: 2/2 episodes" in out and "arithmetic-v0: finished; stored" in out
+    store = ResultStore(config.db)
+    try:
+        (key,) = store.keys()
+        # The directory's own renderer (looked up from its path, not from the label).
+        assert key.renderer == RendererConfig(model_name=model_dir).resolved_renderer_name != "unknown"
+    finally:
+        store.close()

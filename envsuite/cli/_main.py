@@ -90,7 +90,12 @@ def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect runs -> leaderboard)")
-    p.add_argument("--model", required=True, help="envsuite model/checkpoint dir, or an Inspect model")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="an envsuite model (smollm2-135m-instruct, tiny-random), a model or checkpoint dir, or an "
+        "Inspect model written provider/name (e.g. openai/gpt-4o-mini)",
+    )
     p.add_argument("--envs", nargs="*", default=[], help="env ids, or 'all' (default: all available)")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
@@ -100,6 +105,12 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--log-dir", default="runs/bench", help="root of the Inspect log directories")
     p.add_argument("--db", default=None, help="leaderboard store (path or URL)")
     p.add_argument("--label", default=None, help="name on the leaderboard (default: the model)")
+    p.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=600.0,
+        help="seconds one episode may take; past it, it is scored as rollout_timeout (0: no bound)",
+    )
 
 
 def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -34,3 +34,11 @@ class RaisingStepEnv(EchoNumberEnv):
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         raise RuntimeError("env exploded")
+
+
+class EndlessEnv(EchoNumberEnv):
+    """Never ends by itself: every turn takes 0.2 s and earns 1 (to test the bench's episode bound)."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        await asyncio.sleep(0.2)
+        return StepResult(1.0, False, self.prompt, self.ctx.renderer.get_stop_sequences(), {}, {})
