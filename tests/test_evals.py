@@ -351,3 +351,23 @@ def test_a_model_directory_is_benched_under_its_label_with_progress_naming_envs(
         assert key.renderer == RendererConfig(model_name=model_dir).resolved_renderer_name != "unknown"
     finally:
         store.close()
+
+
+def test_bench_progress_shows_control_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 15.5: a label holding an ESC sequence cannot drive the terminal through bench's lines."""
+    config = BenchConfig(
+        model=TEST_MODEL,
+        label="evil\x1b[2J\x1b]0;title\x07",
+        env_ids=("arithmetic",),
+        episodes=1,
+        max_tokens=2,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        display="lines",
+    )
+    run_bench(config)
+    out = capsys.readouterr().out
+    assert "on arithmetic-v0: 1/1 episodes" in out
+    assert "\x1b" not in out and "\x07" not in out and "evil\\x1b[2J" in out

@@ -6,6 +6,7 @@ import argparse
 
 from rich.console import Console
 
+from envsuite.display import printable
 from envsuite.registration import registry
 from envsuite.testing import check_env
 
@@ -21,7 +22,7 @@ def run_check(args: argparse.Namespace) -> int:
     failed = 0
     for env_id in env_ids:
         report = check_env(env_id, model=args.model, strict=args.strict)
-        console.print(report.render(), markup=False, highlight=False)
+        console.print(printable(report.render()), markup=False, highlight=False)
         failed += not report.passed
     if len(env_ids) > 1:
         console.print(f"{len(env_ids) - failed}/{len(env_ids)} env(s) passed")

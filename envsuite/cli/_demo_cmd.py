@@ -11,11 +11,13 @@ import time
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envsuite import RendererConfig, episode_seed, make_env
 from envsuite.core import TokenCompleter, Trajectory
+from envsuite.display import printable
 from envsuite.rollouts import RolloutLimits, do_single_rollout, episode_metrics
 
 MAX_IN_FLIGHT = 32
@@ -77,7 +79,7 @@ def summarize(env_id: str, trajectories: list[Trajectory], seconds: float) -> En
 
 
 def summary_table(title: str, summaries: list[EnvSummary]) -> Table:
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for column in ("env", "episodes", "mean reward", "accuracy", "format rate", "sampled tokens", "tokens/s"):
         table.add_column(column, justify="right" if column != "env" else "left")
     for s in summaries:
@@ -97,7 +99,8 @@ async def _demo(args: argparse.Namespace, console: Console) -> list[EnvSummary]:
     from envsuite.cli._policies import build_policy
 
     renderer = RendererConfig(model_name=args.model)
-    console.print(f"loading {args.model} (the first run converts the embedded GGUF once, about 20 s)...")
+    loading = f"loading {args.model} (the first run converts the embedded GGUF once, about 20 s)..."
+    console.print(printable(loading), markup=False)
     policy = build_policy(
         args.model,
         renderer=renderer,
@@ -121,6 +124,8 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console()
     summaries = asyncio.run(_demo(args, console))
     console.print(
-        summary_table(f"{args.model} on the math envs (test split, T={args.temperature})", summaries)
+        summary_table(
+            printable(f"{args.model} on the math envs (test split, T={args.temperature})"), summaries
+        )
     )
     return 0

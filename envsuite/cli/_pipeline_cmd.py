@@ -16,6 +16,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from envsuite.display import printable
+
 DEMO_ENVS = ("arithmetic_easy", "arithmetic", "math", "twenty_questions", "tictactoe")
 """The trained env first (where the gain shows), then harder or different ones (does it carry over?)."""
 
@@ -58,7 +60,9 @@ def _train(plan: DemoPlan, console: Console) -> str:
     result = run_training(config)
     if result.last_checkpoint is None:
         raise RuntimeError(f"training ended without a checkpoint: {result.message}")
-    console.print(f"trained {result.steps_completed} steps; reward curve: {result.plot_path}")
+    console.print(
+        printable(f"trained {result.steps_completed} steps; reward curve: {result.plot_path}"), markup=False
+    )
     return result.last_checkpoint.sampler_path
 
 
@@ -77,7 +81,8 @@ def _bench(plan: DemoPlan, model: str, label: str, console: Console) -> None:
         label=label,
     )
     report = run_bench(config)
-    console.print(f"{label}: {report.episodes_added} new episode(s); logs in {report.log_dir}")
+    text = f"{label}: {report.episodes_added} new episode(s); logs in {report.log_dir}"
+    console.print(printable(text), markup=False)
 
 
 def _rank(plan: DemoPlan, console: Console) -> Path:
@@ -115,5 +120,5 @@ def run_pipeline(args: argparse.Namespace) -> int:
     _bench(plan, checkpoint, f"{plan.model}+grpo", console)
     page = _rank(plan, console)
     minutes = (time.perf_counter() - started) / 60
-    console.print(f"leaderboard page: {page}   (whole demo: {minutes:.1f} min)")
+    console.print(printable(f"leaderboard page: {page}   (whole demo: {minutes:.1f} min)"), markup=False)
     return 0
