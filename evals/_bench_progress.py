@@ -14,6 +14,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from inspect_ai.hooks import Hooks, SampleEnd, TaskEnd, TaskStart, hooks
@@ -68,7 +69,9 @@ class BenchSession:
             )
             return
         self.import_once(location)
-        self._say(f"{self.label} on {env_id}: finished; stored in the leaderboard ({location})")
+        self._say(
+            f"{self.label} on {env_id}: finished; stored in the leaderboard (log {Path(location).name})"
+        )
 
     def import_once(self, location: str) -> None:
         if location in self.imported:
