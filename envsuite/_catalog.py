@@ -33,3 +33,12 @@ register(
     reward_range=(-1.0, 1.0),
     tags=("math",),
 )
+register(
+    "math_easy-v0",
+    entry_point="envsuite.envs.math_word:MathWordEnv",
+    kwargs={"problems": "one_step"},
+    kind=EnvKind.SINGLE_TURN,
+    description="The first rung of math: one-step word problems on small whole numbers (+, -, x, /).",
+    reward_range=(-1.0, 1.0),
+    tags=("math",),
+)

@@ -7,11 +7,13 @@ itself is imported only when one of its envs is made.
 from __future__ import annotations
 
 from envsuite.games.textarena._table import all_games
+from envsuite.games.tictactoe import EASY_LEGAL_MOVE_REWARD, EASY_SYSTEM_PROMPT
 from envsuite.registration import EnvKind, register, registry
 
 
 def register_games() -> None:
-    """Register ``twenty_questions-v0``, ``chess-v0``, ``tictactoe-v0`` and ``textarena/<Game>-v0``.
+    """Register ``twenty_questions-v0``, ``chess-v0``, ``tictactoe-v0``, their easier rungs and
+    ``textarena/<Game>-v0``.
 
     The ``envsuite.envs`` entry point ``games`` calls this once per process. Idempotent: a second call
     (the entry point and a test both asking) changes nothing.
@@ -25,6 +27,17 @@ def register_games() -> None:
         description="Ask yes/no questions, then 'Guess: <word>'; offline deterministic answerer by default.",
         reward_range=(0.0, 1.0),
         max_turns=20,
+        partner_kwarg="answerer",
+        tags=("game", "dialogue"),
+    )
+    register(
+        "twenty_questions_easy-v0",
+        entry_point="envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
+        kwargs={"candidates": 4, "max_questions": 6},
+        kind=EnvKind.MULTI_TURN,
+        description="Twenty questions, first rung: the word is one of 4 listed candidates; 6 turns.",
+        reward_range=(0.0, 1.0),
+        max_turns=6,
         partner_kwarg="answerer",
         tags=("game", "dialogue"),
     )
@@ -48,6 +61,7 @@ def register_games() -> None:
         partner_kwarg="opponent",
         tags=("game", "two-player"),
     )
+    _register_tictactoe_rungs()
     for game in all_games():
         register(
             game.env_id,
@@ -71,4 +85,33 @@ def _textarena_description(name: str, num_players: int | None) -> str:
         return f"TextArena {name} ({num_players}-player); the other seats are played by an opponent."
     return (
         f"TextArena {name} (player count unknown until it runs); any other seats are played by an opponent."
+    )
+
+
+def _register_tictactoe_rungs() -> None:
+    easy = {"system_prompt": EASY_SYSTEM_PROMPT, "legal_move_reward": EASY_LEGAL_MOVE_REWARD}
+    # X moves at most five times: a win after five legal moves is the best return.
+    reward_range = (-1.0, 1.0 + 5 * EASY_LEGAL_MOVE_REWARD)
+    register(
+        "tictactoe_easy-v0",
+        entry_point="envsuite.games.tictactoe:TicTacToeEnv",
+        kwargs=easy,
+        kind=EnvKind.GAME,
+        description="Tic-tac-toe with the move format in a system prompt and +0.1 per legal move.",
+        reward_range=reward_range,
+        max_turns=100,
+        partner_kwarg="opponent",
+        tags=("game", "two-player"),
+    )
+    register(
+        "tictactoe_selfplay-v0",
+        entry_point="envsuite.games.tictactoe:TicTacToeEnv",
+        kwargs=easy,
+        group_builder_entry_point="envsuite.games.multiagent:CatalogSelfPlayBuilder",
+        kind=EnvKind.GAME,
+        description="tictactoe_easy in self-play: both seats are the policy (held-out: X vs the opponent).",
+        reward_range=reward_range,
+        max_turns=100,
+        partner_kwarg="opponent",
+        tags=("game", "two-player", "selfplay"),
     )

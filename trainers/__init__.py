@@ -10,10 +10,19 @@ from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
 from envsuite.trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
+from envsuite.trainers._heldout import (
+    EVAL_EPISODES_FILE,
+    Estimate,
+    HeldOutComparison,
+    compare_held_out,
+    mean_ci,
+    read_eval_rows,
+)
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
+from envsuite.trainers._presets import Preset, PresetInfo, list_presets, load_config_file, load_preset
 from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 from envsuite.trainers._transcripts import render_trajectory
 
@@ -24,6 +33,12 @@ __all__ = [
     "PolicyLoss",
     "TrainConfig",
     "preflight",
+    # presets and config files
+    "Preset",
+    "PresetInfo",
+    "list_presets",
+    "load_config_file",
+    "load_preset",
     # running
     "StopCause",
     "TrainResult",
@@ -46,4 +61,11 @@ __all__ = [
     "read_metrics",
     "render_trajectory",
     "reward_curve_figure",
+    # held-out results with confidence intervals
+    "EVAL_EPISODES_FILE",
+    "Estimate",
+    "HeldOutComparison",
+    "compare_held_out",
+    "mean_ci",
+    "read_eval_rows",
 ]

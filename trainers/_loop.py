@@ -32,6 +32,7 @@ from envsuite.rollouts import RolloutLimits
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
 from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
@@ -113,6 +114,7 @@ class Trainer:
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
         truncate_after(self.metrics.path, start)
+        truncate_eval_rows(self.log_dir, start)
         with run_log(self.log_dir / "train.log"):
             where = f"resuming at step {start}" if resume else "starting"
             announce(
@@ -246,6 +248,7 @@ class Trainer:
     async def _evaluate(self, test_data: RLDataset, step: int) -> Row:
         policy = self._policy(step, "eval-sampling")
         rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits())
+        append_eval_rows(self.log_dir, eval_rows(rollouts.groups_P, rollouts.indices_P, step))
         row = episode_summary(rollouts.groups_P, prefix="test/")
         row["test/failed_groups"] = len(rollouts.failed_errors)
         if rollouts.failed_errors:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from envsuite.core import STOP_METRIC_PREFIX, TrajectoryGroup
+from envsuite.core import STOP_METRIC_PREFIX, Metrics, TrajectoryGroup
 from envsuite.rollouts import episode_metrics
 from envsuite.trainers._datums import TrainingDatum
 
 Row = dict[str, float | int | str]
+ENV_METRIC_PREFIX = "env/"
+"""Per-step means of the env's episode metrics are logged as ``env/<name>`` (``test/env/<name>``)."""
 SUCCESS_KEYS = ("correct", "success")
 """Episode metrics read as success, first present wins."""
 
@@ -41,10 +43,13 @@ def episode_summary(groups: Sequence[TrajectoryGroup], prefix: str = "") -> Row:
     turns = ac_tokens = 0
     logprobs: list[float] = []
     stops: Counter[str] = Counter()
+    env_sums: dict[str, float] = {}
     for group in groups:
         rewards.extend(group.get_total_rewards())
         for trajectory in group.trajectories_G:
             metrics = episode_metrics(trajectory)
+            for name, value in _env_metrics(metrics).items():
+                env_sums[name] = env_sums.get(name, 0.0) + value
             key = next((k for k in SUCCESS_KEYS if k in metrics), None)
             if key is not None:
                 success.append(float(metrics[key] > 0))
@@ -69,7 +74,21 @@ def episode_summary(groups: Sequence[TrajectoryGroup], prefix: str = "") -> Row:
         row[f"{prefix}format"] = _mean(formats)
     for reason, count in sorted(stops.items()):
         row[f"{prefix}{STOP_METRIC_PREFIX}{reason}"] = count / n_episodes
+    for name, total in sorted(env_sums.items()):
+        row[f"{prefix}{ENV_METRIC_PREFIX}{name}"] = total / n_episodes
     return row
+
+
+def _env_metrics(metrics: Metrics) -> dict[str, float]:
+    """The env's own per-episode numbers (win, invalid_moves, questions_asked, ...), summed over steps.
+
+    Every episode counts for every name (absent: 0), so a mean over episodes is a rate per episode.
+    """
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if k not in ("reward", "turns", "ac_tokens") and not k.startswith(STOP_METRIC_PREFIX)
+    }
 
 
 def kl_metrics(datums: Sequence[TrainingDatum], train_logprobs: Sequence[np.ndarray]) -> Row:

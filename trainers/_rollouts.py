@@ -28,6 +28,8 @@ class BatchRollouts:
     failed_errors: list[str]
     """One message per failed group (builder error or env error)."""
     seconds: float
+    indices_P: list[int] = field(default_factory=list)
+    """Each usable group's position in the batch (failed groups leave gaps)."""
 
 
 async def rollout_batch(
@@ -37,6 +39,7 @@ async def rollout_batch(
     started = time.perf_counter()
     results = await asyncio.gather(*(do_group_rollout(b, policy, limits) for b in builders_P))
     groups_P: list[TrajectoryGroup] = []
+    indices_P: list[int] = []
     errors: list[str] = []
     for index, result in enumerate(results):
         if result.group is None:
@@ -51,7 +54,8 @@ async def rollout_batch(
             errors.append(f"group {index}: env error: {env_errors[0]}")
             continue
         groups_P.append(result.group)
-    return BatchRollouts(groups_P, errors, time.perf_counter() - started)
+        indices_P.append(index)
+    return BatchRollouts(groups_P, errors, time.perf_counter() - started, indices_P)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,12 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_train_parser(sub)
 
 
+def _add_match(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._match_cmd import add_match_parser
+
+    add_match_parser(sub)
+
+
 def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from envsuite.cli._new_cmd import add_new_parser
 
@@ -132,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_play,
         _add_demo,
         _add_train,
+        _add_match,
         _add_bench,
         _add_leaderboard,
         _add_new,
@@ -158,6 +165,10 @@ def _handler(command: str) -> Handler:
         from envsuite.cli._train_cmd import run_train
 
         return run_train
+    if command == "match":
+        from envsuite.cli._match_cmd import run_match
+
+        return run_match
     if command == "new":
         from envsuite.cli._new_cmd import run_new
 

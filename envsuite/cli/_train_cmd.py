@@ -1,6 +1,8 @@
 """``envsuite train ENV_ID``: GRPO on a catalog env (the CLI face of ``envsuite.trainers.run_training``).
 
-Rerunning the same command into the same ``--log-dir`` resumes from the last checkpoint.
+``--preset NAME`` (``envsuite train --list-presets``) or ``--config FILE`` starts from a written-down
+config; flags given on the command line override it. Rerunning the same command into the same
+``--log-dir`` resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -50,39 +52,89 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "train",
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
         description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("env_id", metavar="ENV_ID")
-    p.add_argument("--log-dir", default=None, help="output directory (default: runs/<ENV_ID>)")
+    p.add_argument("env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--preset", default=None, help="start from a shipped preset (see --list-presets)")
+    source.add_argument("--config", default=None, help="start from a config file (.toml or .json)")
+    p.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
+    p.add_argument("--log-dir", default=None, help="output directory (default: runs/<preset or ENV_ID>)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    # No argparse defaults: a flag counts only when given, so it can override a preset's value.
     for flag, name, kind, text in _OPTIONS:
         default = getattr(defaults, name)
-        p.add_argument(flag, dest=name, type=kind, default=getattr(default, "value", default), help=text)
+        shown = getattr(default, "value", default)
+        p.add_argument(
+            flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"{text} (default {shown})"
+        )
     p.add_argument(
         "--std-advantages",
         dest="scale_advantages_by_std",
         action="store_true",
+        default=argparse.SUPPRESS,
         help="divide centred rewards by the group std (GRPO; default off, Dr. GRPO)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The ``TrainConfig`` the parsed arguments describe."""
-    from envsuite.trainers import TrainConfig
+    """The ``TrainConfig`` the parsed arguments describe: preset or file values, then the flags given."""
+    from envsuite.trainers import ConfigError, TrainConfig, load_config_file, load_preset
 
-    values = {name: getattr(args, name) for _, name, _, _ in _OPTIONS}
-    values["scale_advantages_by_std"] = args.scale_advantages_by_std
-    log_dir = args.log_dir or f"runs/{args.env_id.replace('/', '_')}"
-    return TrainConfig.from_dict(
-        {"env_id": args.env_id, "log_dir": log_dir, "env_kwargs": parse_env_args(args.env_arg), **values}
-    )
+    given = {name: getattr(args, name) for _, name, _, _ in _OPTIONS if hasattr(args, name)}
+    if hasattr(args, "scale_advantages_by_std"):
+        given["scale_advantages_by_std"] = True
+    env_kwargs = parse_env_args(args.env_arg)
+    preset = None
+    if args.preset is not None:
+        preset = load_preset(args.preset)
+    elif args.config is not None:
+        preset = load_config_file(args.config)
+    if preset is None:
+        if args.env_id is None:
+            raise ConfigError("name an ENV_ID, or start from --preset NAME or --config FILE")
+        log_dir = args.log_dir or f"runs/{args.env_id.replace('/', '_')}"
+        return TrainConfig.from_dict(
+            {"env_id": args.env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
+        )
+    if args.env_id is not None:
+        _check_same_env(args.env_id, str(preset.values.get("env_id", "")), preset.name)
+    if env_kwargs:
+        given["env_kwargs"] = {**preset.values.get("env_kwargs", {}), **env_kwargs}
+    return preset.config(args.log_dir, **given)
+
+
+def _check_same_env(asked: str, preset_env: str, preset_name: str) -> None:
+    """``envsuite train X --preset P`` must name P's env (any version spelling of it)."""
+    from envsuite.registration import RegistryError, spec
+    from envsuite.trainers import ConfigError
+
+    try:
+        same = spec(asked).id == spec(preset_env).id
+    except (RegistryError, ValueError) as exc:
+        raise ConfigError(f"env_id: {exc}") from None
+    if not same:
+        raise ConfigError(
+            f"preset {preset_name!r} trains {preset_env}, not {asked}: run "
+            f"`envsuite train {preset_env} --preset {preset_name}` (or leave out ENV_ID)"
+        )
+
+
+def _print_presets() -> None:
+    from envsuite.trainers import list_presets, load_preset
+
+    for name in list_presets():
+        preset = load_preset(name)
+        print(f"{name:28s} {preset.values.get('env_id', '?'):28s} {preset.info.description}")
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
     from envsuite.trainers import ConfigError, StopCause, run_training
 
+    if args.list_presets:
+        _print_presets()
+        return 0
     try:
         config = config_from_args(args)
         result = run_training(config, show_progress=not args.no_progress)

@@ -228,3 +228,61 @@ TEMPLATES: dict[str, Callable[[random.Random], Problem]] = {
 def draw_word_problem(rng: random.Random) -> Problem:
     """One problem from a template chosen by ``rng``."""
     return TEMPLATES[rng.choice(sorted(TEMPLATES))](rng)
+
+
+# -- one-step problems: the first rung (``math_easy``) ------------------------------------------
+
+
+def _gets_more(rng: random.Random) -> Problem:
+    name, pronoun = _person(rng)
+    thing = rng.choice(_COUNTABLES)
+    have, more = rng.randint(2, 20), rng.randint(2, 20)
+    question = f"{name} has {have} {thing}. {pronoun.capitalize()} gets {more} more. How many {thing} does {name} have now?"
+    return Problem(question, str(have + more))
+
+
+def _gives_away(rng: random.Random) -> Problem:
+    name, pronoun = _person(rng)
+    thing = rng.choice(_COUNTABLES)
+    have = rng.randint(5, 30)
+    gave = rng.randint(1, have - 1)
+    question = (
+        f"{name} has {have} {thing} and gives {gave} of them away. How many {thing} does {pronoun} have left?"
+    )
+    return Problem(question, str(have - gave))
+
+
+def _packs(rng: random.Random) -> Problem:
+    name, pronoun = _person(rng)
+    thing = rng.choice(_COUNTABLES)
+    packs, each = rng.randint(2, 9), rng.randint(2, 9)
+    question = (
+        f"{name} buys {packs} packs of {thing}. Each pack holds {each} {thing}. "
+        f"How many {thing} does {pronoun} buy in total?"
+    )
+    return Problem(question, str(packs * each))
+
+
+def _share(rng: random.Random) -> Problem:
+    name, _ = _person(rng)
+    thing = rng.choice(_COUNTABLES)
+    friends, each = rng.randint(2, 6), rng.randint(2, 9)
+    question = (
+        f"{name} shares {friends * each} {thing} equally among {friends} friends. "
+        f"How many {thing} does each friend get?"
+    )
+    return Problem(question, str(each))
+
+
+ONE_STEP_TEMPLATES: dict[str, Callable[[random.Random], Problem]] = {
+    "gets_more": _gets_more,
+    "gives_away": _gives_away,
+    "packs": _packs,
+    "share": _share,
+}
+"""One operation on small whole numbers: addition, subtraction, multiplication, division."""
+
+
+def draw_one_step_problem(rng: random.Random) -> Problem:
+    """One problem from a one-step template chosen by ``rng``."""
+    return ONE_STEP_TEMPLATES[rng.choice(sorted(ONE_STEP_TEMPLATES))](rng)

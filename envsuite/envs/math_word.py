@@ -7,7 +7,8 @@ Sources, in order of precedence:
   given: then ``dataset`` is the train split and ``test_dataset`` the test split.
 * ``hf_dataset="openai/gsm8k"`` (with ``hf_config="main"``): a hub dataset, its own ``train``/``test``
   splits; needs the optional ``datasets`` package and network access.
-* neither: procedural multi-step word problems (:mod:`envsuite.envs._word_problems`), split by hash.
+* neither: procedural word problems (:mod:`envsuite.envs._word_problems`), split by hash:
+  multi-step ones by default, one-step ones with ``problems="one_step"`` (the ``math_easy`` rung).
 
 The prompt asks for step-by-step reasoning ending with the answer in ``\\boxed{}``. The last box is
 the answer (format OK); a reply without one is graded on its last number with format 0.
@@ -26,7 +27,7 @@ from envsuite.envs._problem import (
     Verdict,
     draw_for_split,
 )
-from envsuite.envs._word_problems import draw_word_problem
+from envsuite.envs._word_problems import draw_one_step_problem, draw_word_problem
 from envsuite.grading import (
     DEFAULT_TIMEOUT_S,
     AnswerSource,
@@ -41,6 +42,9 @@ INSTRUCTION = (
     "for example \\boxed{42}."
 )
 """Appended to every question (after a blank line)."""
+
+PROCEDURAL = {"multi_step": draw_word_problem, "one_step": draw_one_step_problem}
+"""The procedural problem sets, by the name the ``problems`` argument takes."""
 
 
 class MathWordEnv(ProblemEnv):
@@ -57,9 +61,11 @@ class MathWordEnv(ProblemEnv):
         system_prompt: str | None = None,
         format_coef: float = DEFAULT_FORMAT_COEF,
         grade_timeout_s: float = DEFAULT_TIMEOUT_S,
+        problems: str = "multi_step",
     ) -> None:
         """``dataset``/``test_dataset``: JSONL paths; ``hf_dataset``/``hf_config``: a hub dataset;
-        ``grade_timeout_s``: wall-clock bound on one math-verify check."""
+        ``grade_timeout_s``: wall-clock bound on one math-verify check; ``problems``: which procedural
+        problems to draw when no dataset is given (``multi_step`` or ``one_step``)."""
         super().__init__(ctx, system_prompt=system_prompt, format_coef=format_coef)
         if grade_timeout_s <= 0:
             raise ValueError(f"grade_timeout_s must be > 0, got {grade_timeout_s}")
@@ -67,15 +73,18 @@ class MathWordEnv(ProblemEnv):
             raise ValueError("pass either dataset (a local JSONL) or hf_dataset (a hub dataset), not both")
         if test_dataset is not None and dataset is None:
             raise ValueError("test_dataset needs dataset (the train split) as well")
+        if problems not in PROCEDURAL:
+            raise ValueError(f"problems must be one of {sorted(PROCEDURAL)}, got {problems!r}")
         self.grade_timeout_s = grade_timeout_s
         rng = random.Random(ctx.seed)
         if dataset is not None:
             self.problem = _pick_from_file(rng, dataset, test_dataset, ctx)
         elif hf_dataset is not None:
-            problems = load_hub(hf_dataset, hf_config, ctx.split)
-            self.problem = problems[rng.randrange(len(problems))]
+            hub_problems = load_hub(hf_dataset, hf_config, ctx.split)
+            self.problem = hub_problems[rng.randrange(len(hub_problems))]
         else:
-            self.problem = draw_for_split(lambda: draw_word_problem(rng), lambda p: p.question, ctx.split)
+            draw = PROCEDURAL[problems]
+            self.problem = draw_for_split(lambda: draw(rng), lambda p: p.question, ctx.split)
         self.prompt = f"{self.problem.question}\n\n{INSTRUCTION}"
 
     async def check(self, reply: str) -> Verdict:

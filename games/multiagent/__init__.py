@@ -6,9 +6,11 @@ opponents, self-play groups and opponent pools for it here.
 """
 
 from envsuite.games.multiagent._builders import (
+    CatalogSelfPlayBuilder,
     OpponentPoolGroupBuilder,
     SelfPlayGroupBuilder,
     VsOpponentGroupBuilder,
+    seat_options,
 )
 from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
@@ -17,6 +19,7 @@ from envsuite.games.multiagent._coordinator import (
     SeatResult,
     TurnStatus,
 )
+from envsuite.games.multiagent._match import MatchGame, MatchResult, play_match
 from envsuite.games.multiagent._moves import bracket_action, last_bracketed, listed_moves
 from envsuite.games.multiagent._opponents import (
     OPPONENT_NAMES,
@@ -65,7 +68,13 @@ __all__ = [
     "RandomOpponentConfig",
     "SeatView",
     "opponent_config",
+    # head-to-head matches between two policies
+    "MatchGame",
+    "MatchResult",
+    "play_match",
     # group builders
+    "CatalogSelfPlayBuilder",
+    "seat_options",
     "OpponentPoolGroupBuilder",
     "SelfPlayGroupBuilder",
     "VsOpponentGroupBuilder",

@@ -1,4 +1,5 @@
-"""EnvGroupBuilders for games: self-play, play against a fixed opponent, and opponent pools.
+"""EnvGroupBuilders for games: self-play, play against a fixed opponent, opponent pools, and the
+catalog's self-play builder.
 
 All three are small frozen dataclasses holding configs only (a game factory, an opponent config, a
 renderer config), so they pickle; games, coordinators and opponents are built fresh in ``make_envs``.
@@ -7,10 +8,11 @@ Every member of a group plays the same seed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context
+from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context, make_env, spec
 from envsuite.core import Env, EnvGroupBuilder, Split
 from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
@@ -120,3 +122,65 @@ def _envs_against(
         )
         envs.append(SeatEnv(ctx, coordinator, b.seat, max_turns=b.max_turns))
     return envs
+
+
+@dataclass(frozen=True)
+class CatalogSelfPlayBuilder(EnvGroupBuilder):
+    """A catalog game env in self-play: the group builder behind ids like ``tictactoe_selfplay-v0``.
+
+    Built by the catalog like any group builder (same fields as its default one). On the train split,
+    every seat of enough games of the same seed to fill ``group_size`` seats (at least one game) is
+    the trained policy, so both sides learn from every game. Other splits play the env as registered, one seat against its
+    opponent, so held-out evaluations measure the policy against a fixed reference.
+
+    The env class must offer ``game_factory(env_kwargs)``; ``max_turns``, ``system_prompt`` and
+    ``legal_move_reward`` in ``env_kwargs`` apply to every seat, as they would to the single seat.
+    """
+
+    env_id: str
+    env_kwargs: Mapping[str, Any]
+    seed: int
+    group_size: int
+    split: Split = "train"
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+
+    async def make_envs(self) -> Sequence[Env]:
+        if self.split != "train":
+            return [
+                make_env(
+                    self.env_id,
+                    seed=self.seed,
+                    split=self.split,
+                    renderer=self.renderer,
+                    max_context_tokens=self.max_context_tokens,
+                    **self.env_kwargs,
+                )
+                for _ in range(self.group_size)
+            ]
+        env_cls: Any = spec(self.env_id).load()
+        factory: GameFactory = env_cls.game_factory(self.env_kwargs)
+        ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
+        envs: list[Env] = []
+        n_games = 0
+        while n_games == 0 or len(envs) < self.group_size:
+            game = factory.make(self.seed)
+            coordinator = GameCoordinator(game, turn_timeout=DEFAULT_TURN_TIMEOUT)
+            envs.extend(
+                SeatEnv(ctx, coordinator, seat, **seat_options(self.env_kwargs))
+                for seat in range(game.num_players)
+            )
+            n_games += 1
+        return envs
+
+    def logging_tags(self) -> list[str]:
+        return [spec(self.env_id).base_id, "selfplay"]
+
+
+def seat_options(env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`SeatEnv` settings a catalog game env passes on from its keyword arguments."""
+    return {
+        "max_turns": int(env_kwargs.get("max_turns", DEFAULT_MAX_TURNS)),
+        "system_prompt": env_kwargs.get("system_prompt"),
+        "legal_move_reward": float(env_kwargs.get("legal_move_reward", 0.0)),
+    }

@@ -3,11 +3,15 @@
 Each policy turn is one step: the reply is rendered back to text, handed to the coordinator as the
 seat's move, and the step returns once it is the seat's turn again (the observation then holds
 everything that happened meanwhile, including a re-prompt after an illegal move) or the game ended.
-Rewards come only at the end: the seat's game reward, with the stop reason the coordinator assigns.
+Rewards come at the end: the seat's game reward, with the stop reason the coordinator assigns. An env
+may also pay ``legal_move_reward`` for every move the game accepts (0 by default): a reachable first
+reward for a policy that cannot yet finish a game with legal moves (the final step's ``win``/``loss``/
+``draw`` metrics still describe the game result alone).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from envsuite.core import (
@@ -48,11 +52,15 @@ class SeatEnv(Env):
         *,
         max_turns: int = DEFAULT_MAX_TURNS,
         system_prompt: str | None = None,
+        legal_move_reward: float = 0.0,
     ) -> None:
         if not 0 <= seat < coordinator.game.num_players:
             raise ValueError(f"seat {seat} out of range for {coordinator.game.num_players} players")
         if max_turns < 1:
             raise ValueError("max_turns must be >= 1")
+        if not math.isfinite(legal_move_reward) or legal_move_reward < 0:
+            raise ValueError(f"legal_move_reward must be finite and >= 0, got {legal_move_reward}")
+        self.legal_move_reward = legal_move_reward
         self.ctx = ctx
         self.coordinator = coordinator
         self.seat = seat
@@ -63,6 +71,7 @@ class SeatEnv(Env):
         self._prompt: Observation | None = None
         self._turns = 0
         self._invalid_moves = 0
+        self._legal_moves = 0
 
     @property
     def _stop(self) -> StopCondition:
@@ -104,9 +113,13 @@ class SeatEnv(Env):
         metrics: Metrics = {"truncated": float(not parsed.clean_stop)}
         logs: dict[str, str | int | float] = {"reply": reply[:_MAX_LOG_CHARS]}
         result = await self.coordinator.submit(self.seat, reply)
+        shaping = 0.0
         if result is not None:
             logs["move"] = result.move[:_MAX_LOG_CHARS]
-            if result.status is not MoveStatus.ACCEPTED:
+            if result.status is MoveStatus.ACCEPTED:
+                self._legal_moves += 1
+                shaping = self.legal_move_reward
+            else:
                 self._invalid_moves += 1
                 logs["invalid_reason"] = result.reason[:_MAX_LOG_CHARS]
         if not self.coordinator.over and self._turns >= self.max_turns:
@@ -118,17 +131,21 @@ class SeatEnv(Env):
             self._messages.append({"role": "user", "content": status.observation or _EMPTY_OBSERVATION})
         next_prompt = self.ctx.renderer.build_next_prompt(self._prompt, list(action), self._messages)
         if status.over:
-            return self._final(next_prompt, metrics, logs)
+            return self._final(next_prompt, metrics, logs, shaping)
         if next_prompt.length > self.ctx.max_context_tokens:
             await self.coordinator.abort(
                 StopReason.CONTEXT_OVERFLOW, f"seat {self.seat}'s prompt outgrew the budget"
             )
-            return self._final(next_prompt, metrics, logs)
+            return self._final(next_prompt, metrics, logs, shaping)
         self._prompt = next_prompt
-        return StepResult(0.0, False, next_prompt, self._stop, metrics, logs)
+        return StepResult(shaping, False, next_prompt, self._stop, metrics, logs)
 
     def _final(
-        self, observation: Observation, metrics: Metrics, logs: dict[str, str | int | float]
+        self,
+        observation: Observation,
+        metrics: Metrics,
+        logs: dict[str, str | int | float],
+        shaping: float,
     ) -> StepResult:
         self._prompt = None
         ending = self.coordinator.result_for(self.seat)
@@ -136,12 +153,17 @@ class SeatEnv(Env):
             {
                 "turns": self._turns,
                 "invalid_moves": self._invalid_moves,
+                "legal_moves": self._legal_moves,
                 "win": float(ending.reward > 0),
                 "loss": float(ending.reward < 0),
+                # A game played to its end with no winner (not one cut off by a limit or an error).
+                "draw": float(ending.reward == 0 and ending.stop_reason is StopReason.COMPLETED),
             }
         )
         logs["ending"] = ending.detail[:_MAX_LOG_CHARS]
-        return StepResult.final(ending.reward, ending.stop_reason, observation, self._stop, metrics, logs)
+        return StepResult.final(
+            ending.reward + shaping, ending.stop_reason, observation, self._stop, metrics, logs
+        )
 
 
 def coordinator_against(

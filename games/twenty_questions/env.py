@@ -7,6 +7,9 @@ or "I can't answer that.") or a guess ``Guess: <word>``. A correct guess ends th
 "Guess:", invalid UTF-8, truncated), which is answered "I can't answer that." without asking the
 answerer. When the turns run out the game ends with reward 0
 (``StopReason.MAX_TURNS``). Each observation extends the previous one plus the action's tokens.
+
+``candidates=k`` makes an easier game (``twenty_questions_easy-v0``): the episode draws ``k`` words of
+its split, one of them the secret, and the first message lists them all ("The word is one of: ...").
 """
 
 from __future__ import annotations
@@ -93,9 +96,13 @@ class TwentyQuestionsEnv(Env):
         answerer: Answerer | MessageCompleter | None = None,
         question_penalty: float = 0.0,
         answer_timeout_s: float = 60.0,
+        candidates: int | None = None,
     ) -> None:
+        """``candidates``: list this many words of the split (the secret among them) in the first message."""
         if max_questions < 1:
             raise ValueError(f"max_questions must be >= 1, got {max_questions}")
+        if candidates is not None and candidates < 1:
+            raise ValueError(f"candidates must be >= 1 or None, got {candidates}")
         if not 0.0 <= question_penalty <= 1.0:
             raise ValueError(f"question_penalty must be in [0, 1], got {question_penalty}")
         self.ctx = ctx
@@ -104,9 +111,19 @@ class TwentyQuestionsEnv(Env):
         self.answer_timeout_s = answer_timeout_s
         self.answerer = _as_answerer(answerer)
         kb = load_knowledge_base()
-        if secret is None:
-            # Own RNG from the seed only, so every member of a group draws the same word.
-            secret = random.Random(ctx.seed).choice(kb.words(ctx.split))
+        # Own RNG from the seed only, so every member of a group draws the same word (and list).
+        rng = random.Random(ctx.seed)
+        self.candidates: list[str] = []
+        if candidates is not None:
+            if secret is not None:
+                raise ValueError("pass either secret or candidates, not both")
+            pool = kb.words(ctx.split)
+            if candidates > len(pool):
+                raise ValueError(f"candidates={candidates} but the {ctx.split} split has {len(pool)} words")
+            self.candidates = sorted(rng.sample(pool, candidates))
+            secret = rng.choice(self.candidates)
+        elif secret is None:
+            secret = rng.choice(kb.words(ctx.split))
         elif not self.answerer.knows(secret):
             raise ValueError(f"secret {secret!r} is unknown to answerer {self.answerer.identity()}")
         self.secret = normalize_phrase(secret)
@@ -126,7 +143,10 @@ class TwentyQuestionsEnv(Env):
         return self.ctx.renderer.get_stop_sequences()
 
     async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
-        self._conversation = [{"role": "user", "content": RULES_PROMPT.format(n=self.max_questions)}]
+        rules = RULES_PROMPT.format(n=self.max_questions)
+        if self.candidates:
+            rules += f" The word is one of: {', '.join(self.candidates)}."
+        self._conversation = [{"role": "user", "content": rules}]
         prompt = self.ctx.renderer.build_generation_prompt(self._conversation)
         if prompt.length > self.ctx.max_context_tokens:
             return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)

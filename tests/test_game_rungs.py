@@ -1,0 +1,182 @@
+"""Easier rungs and self-play for the learning results: tic-tac-toe shaping, the catalog's self-play
+builder, head-to-head matches, twenty questions with listed candidates, one-step math problems."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Callable
+
+from envsuite import (
+    Env,
+    InitialObservationOverflow,
+    RendererConfig,
+    StopReason,
+    TokensWithLogprobs,
+    make_env,
+    make_group_builder,
+)
+from envsuite.core import Observation, StepResult, StopCondition, TokenCompleter
+from envsuite.games.multiagent import listed_moves, play_match
+from envsuite.games.tictactoe import EASY_SYSTEM_PROMPT
+from envsuite.games.twenty_questions import TwentyQuestionsEnv
+from envsuite.rollouts import do_single_rollout
+
+MODEL = "tiny-random"
+RENDERER = RendererConfig(model_name=MODEL)
+Policy = Callable[[str], str]
+
+
+def _tok():  # type: ignore[no-untyped-def]
+    return RENDERER.build().tokenizer
+
+
+def _legal_random(seed: int) -> Policy:
+    rng = random.Random(seed)
+
+    def act(prompt: str) -> str:
+        legal = listed_moves(prompt.rsplit("<|im_start|>user", 1)[-1])
+        return rng.choice(legal) if legal else "[0]"
+
+    return act
+
+
+class TextPolicy(TokenCompleter):
+    """A token policy from a text policy (decode the prompt, encode the reply; logprobs 0)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+        tok = _tok()
+        reply = tok.encode(
+            self.policy(tok.decode(model_input.to_ints())) + "<|im_end|>", add_special_tokens=False
+        )
+        return TokensWithLogprobs(tokens=reply, maybe_logprobs=[0.0] * len(reply))
+
+
+async def _play(env: Env, policy: Policy) -> tuple[str, list[StepResult]]:
+    tok = _tok()
+    first = await env.initial_observation()
+    assert not isinstance(first, InitialObservationOverflow)
+    prompt, results = first[0], []
+    opening = tok.decode(prompt.to_ints())
+    while True:
+        reply = policy(tok.decode(prompt.to_ints())) + "<|im_end|>"
+        result = await env.step(tok.encode(reply, add_special_tokens=False))
+        results.append(result)
+        if result.episode_done:
+            return opening, results
+        prompt = result.next_observation
+
+
+async def test_easy_tictactoe_pays_per_legal_move_and_states_the_format() -> None:
+    for seed in range(6):
+        env = make_env("tictactoe_easy", seed=seed, model=MODEL)
+        opening, results = await _play(env, _legal_random(seed))
+        assert EASY_SYSTEM_PROMPT in opening
+        final = results[-1].metrics
+        legal = int(final["legal_moves"])
+        assert legal == len(results) and final["invalid_moves"] == 0
+        assert all(r.reward == 0.1 for r in results[:-1])
+        game = final["win"] - final["loss"]
+        assert abs(sum(r.reward for r in results) - (game + 0.1 * legal)) < 1e-9
+        assert final["win"] + final["loss"] + final["draw"] == 1.0
+
+
+async def test_easy_tictactoe_forfeit_after_legal_moves_beats_a_forfeit_at_once() -> None:
+    moves = iter(["[4]", "no idea", "still no idea"])
+    _, results = await _play(make_env("tictactoe_easy", seed=0, model=MODEL), lambda _: next(moves))
+    assert results[-1].stop_reason is StopReason.INVALID_MOVE
+    assert abs(sum(r.reward for r in results) - (-1.0 + 0.1)) < 1e-9
+    _, results = await _play(make_env("tictactoe_easy", seed=0, model=MODEL), lambda _: "no idea")
+    assert sum(r.reward for r in results) == -1.0
+    # The original id keeps its behaviour: no system prompt, no shaping.
+    opening, results = await _play(make_env("tictactoe", seed=0, model=MODEL), _legal_random(0))
+    assert EASY_SYSTEM_PROMPT not in opening and all(r.reward == 0 for r in results[:-1])
+
+
+async def test_selfplay_rung_trains_both_seats_and_evaluates_against_the_opponent() -> None:
+    builder = make_group_builder("tictactoe_selfplay", group_size=4, seed=5, model=MODEL)
+    envs = await builder.make_envs()
+    assert len(envs) == 4
+    runs = await asyncio.gather(*(_play(env, _legal_random(i)) for i, env in enumerate(envs)))
+    for game in range(2):
+        (_, x), (_, o) = runs[2 * game], runs[2 * game + 1]
+        assert (
+            x[-1].metrics["win"] == o[-1].metrics["loss"] and x[-1].metrics["draw"] == o[-1].metrics["draw"]
+        )
+        assert x[-1].stop_reason is StopReason.COMPLETED and o[-1].stop_reason is StopReason.COMPLETED
+    opening, _ = runs[1]
+    assert "as O (Player 1)" in opening and EASY_SYSTEM_PROMPT in opening
+    held_out = make_group_builder("tictactoe_selfplay", group_size=1, seed=5, split="test", model=MODEL)
+    (env,) = await held_out.make_envs()
+    _, results = await _play(env, _legal_random(0))
+    assert results[-1].episode_done and results[-1].stop_reason is StopReason.COMPLETED
+
+
+async def test_match_alternates_seats_and_scores_forfeits_for_the_legal_player() -> None:
+    legal, babble = TextPolicy(_legal_random(1)), TextPolicy(lambda _: "I like turtles")
+    result = await play_match("tictactoe_easy", legal, babble, n_games=6, renderer=RENDERER)
+    assert [g.seat_a for g in result.games] == [0, 1, 0, 1, 0, 1]
+    assert result.score_a == 1.0 and result.counts() == {"wins": 6, "draws": 0, "losses": 0}
+    assert all(g.stop_b == "invalid_move" and g.stop_a == "completed" for g in result.games)
+    even = await play_match("tictactoe", legal, TextPolicy(_legal_random(2)), n_games=8, renderer=RENDERER)
+    assert sum(g.score_a for g in even.games) == even.score_a * 8
+    assert all(g.stop_a == "completed" and g.stop_b == "completed" for g in even.games)
+
+
+async def test_twenty_questions_candidates_are_listed_seeded_and_held_out() -> None:
+    env = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    assert isinstance(env, TwentyQuestionsEnv)
+    assert len(env.candidates) == 4 and env.secret in env.candidates and env.max_questions == 6
+    again = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    assert isinstance(again, TwentyQuestionsEnv) and again.candidates == env.candidates
+    test_env = make_env("twenty_questions_easy", seed=3, split="test", model=MODEL)
+    assert isinstance(test_env, TwentyQuestionsEnv)
+    from envsuite.games.twenty_questions._kb import load_knowledge_base
+
+    assert set(test_env.candidates) <= set(load_knowledge_base().words("test"))
+    opening, results = await _play(env, lambda _: f"Guess: {env.secret}")
+    assert f"The word is one of: {', '.join(env.candidates)}." in opening
+    assert results[-1].reward == 1.0 and len(results) == 1
+    wrong = [w for w in env.candidates if w != env.secret]
+    guesses = iter(wrong)
+    other = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    _, results = await _play(other, lambda _: f"Guess: {next(guesses, wrong[0])}")
+    assert sum(r.reward for r in results) == 0.0 and len(results) == 6
+
+
+def test_one_step_math_problems_have_right_answers_and_disjoint_splits() -> None:
+    from envsuite.envs.math_word import MathWordEnv
+
+    seen: dict[str, set[str]] = {"train": set(), "test": set()}
+    for split in ("train", "test"):
+        for seed in range(40):
+            env = make_env("math_easy", seed=seed, split=split, model=MODEL)
+            assert isinstance(env, MathWordEnv)
+            question, answer = env.problem.question, int(env.problem.answer)
+            numbers = [int(n) for n in re.findall(r"\d+", question)]
+            a, b = numbers[0], numbers[1]
+            assert answer in (a + b, a - b, a * b, a // b), question
+            seen[split].add(question)
+    assert not seen["train"] & seen["test"]
+    # The original id still draws multi-step problems.
+    one_step = re.compile(r"gets \d+ more|gives \d+ of them away|packs of|equally among")
+    for seed in range(10):
+        env = make_env("math", seed=seed, model=MODEL)
+        assert isinstance(env, MathWordEnv) and not one_step.search(env.problem.question)
+    try:
+        make_env("math", seed=0, model=MODEL, problems="two_step")
+    except ValueError as exc:
+        assert "one_step" in str(exc)
+    else:
+        raise AssertionError("an unknown problem set must be refused")
+
+
+async def test_episode_rollout_of_the_selfplay_test_split_uses_one_seat() -> None:
+    env = make_env("tictactoe_selfplay", seed=1, split="test", model=MODEL)
+    trajectory = await do_single_rollout(TextPolicy(_legal_random(3)), env)
+    assert trajectory.stop_reason is StopReason.COMPLETED
+    assert trajectory.total_reward >= -1.0 + 0.1  # at least one legal move before any ending
