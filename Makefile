@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint typecheck pytest bench clean
+.PHONY: install test demo results lint typecheck pytest bench clean
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -44,6 +44,10 @@ test: lint typecheck pytest
 
 demo: $(STAMP)
 	$(VENV)/bin/envsuite demo
+
+# Every documented learning result of docs/results.md, one preset per env family (see that page).
+results: $(STAMP)
+	$(VENV)/bin/envsuite results --img-dir docs/img
 
 bench: $(STAMP)
 	$(PY) bench/env_step.py

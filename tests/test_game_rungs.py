@@ -110,6 +110,12 @@ async def test_selfplay_rung_trains_both_seats_and_evaluates_against_the_opponen
         assert x[-1].stop_reason is StopReason.COMPLETED and o[-1].stop_reason is StopReason.COMPLETED
     opening, _ = runs[1]
     assert "as O (Player 1)" in opening and EASY_SYSTEM_PROMPT in opening
+    # An odd group: one full game, and a third member playing X against the env's opponent.
+    odd = await make_group_builder("tictactoe_selfplay", group_size=3, seed=5, model=MODEL).make_envs()
+    assert len(odd) == 3
+    odd_runs = await asyncio.gather(*(_play(env, _legal_random(i)) for i, env in enumerate(odd)))
+    assert all(r[-1].stop_reason is StopReason.COMPLETED for _, r in odd_runs)
+    assert "as X (Player 0)" in odd_runs[2][0]
     held_out = make_group_builder("tictactoe_selfplay", group_size=1, seed=5, split="test", model=MODEL)
     (env,) = await held_out.make_envs()
     _, results = await _play(env, _legal_random(0))

@@ -147,6 +147,10 @@ def test_held_out_episodes_are_recorded_paired_and_compared(tmp_path: Path) -> N
     assert comparison.change.mean == pytest.approx(comparison.after.mean - comparison.before.mean)
     assert comparison.change.low <= comparison.change.mean <= comparison.change.high
     assert "correct:" in str(comparison)
+    transcripts = Path(config.log_dir) / "transcripts"
+    for step in (0, 5):
+        held_out = (transcripts / f"test_step{step:05d}_group00_member00.md").read_text()
+        assert held_out.startswith(f"# held-out step {step}, group 0") and "Policy reply" in held_out
     # Resuming from the step-3 checkpoint redoes later evaluations without duplicating them.
     longer = TrainConfig.from_dict({**config.to_dict(), "n_steps": 7})
     (Path(config.log_dir) / "checkpoints.jsonl").write_text(
@@ -170,3 +174,27 @@ def test_match_command_plays_two_models(tmp_path: Path, capsys: pytest.CaptureFi
     assert "A scores" in printed and "over 2 games" in printed
     games = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["seat_a"] for g in games] == [0, 1] and all(g["score_a"] in (0.0, 0.5, 1.0) for g in games)
+
+
+def test_results_run_trains_self_play_summarizes_and_matches_the_base_model(tmp_path: Path) -> None:
+    from envsuite.cli._results_cmd import run_one, summary_markdown
+    from envsuite.trainers import parse_preset
+
+    preset = parse_preset(
+        "tiny-selfplay",
+        'env_id = "tictactoe_selfplay"\nmodel = "tiny-random"\nn_steps = 2\nbatch_size = 1\ngroup_size = 4\n'
+        "max_tokens = 3\nlora_rank = 4\nlearning_rate = 0.01\neval_every = 1\nn_test_groups = 3\n"
+        'save_every = 2\n[preset]\ndescription = "tiny"\nquantity = "win+draw"\nmatch_games = 2\n',
+    )
+    summary = run_one(preset, tmp_path, {}, show_progress=False)
+    rows = read_metrics(tmp_path / "tiny-selfplay" / "metrics.jsonl")
+    # Self-play: the group holds both seats of two games, so every step plays 4 episodes.
+    assert [r["episodes"] for r in rows] == [4, 4] and "test/env/win" in rows[0]
+    assert summary["steps"] == 2 and set(summary["held_out"]) == {"win+draw", "reward"}
+    assert summary["held_out"]["win+draw"]["before"]["n"] == 3
+    assert summary["match"]["games"] == 2 and summary["match"]["b"] == "tiny-random"
+    assert "--preset tiny-selfplay" in summary["command"]
+    text = summary_markdown(summary)
+    assert "held-out win+draw (n=3)" in text and "trained vs base model, 2 games" in text
+    again = run_one(preset, tmp_path, {}, show_progress=False)
+    assert again["train_seconds"] == summary["train_seconds"] and again["match"] == summary["match"]

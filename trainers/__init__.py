@@ -22,7 +22,14 @@ from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_trainin
 from envsuite.trainers._metrics import read_rows as read_metrics
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
-from envsuite.trainers._presets import Preset, PresetInfo, list_presets, load_config_file, load_preset
+from envsuite.trainers._presets import (
+    Preset,
+    PresetInfo,
+    list_presets,
+    load_config_file,
+    load_preset,
+    parse_preset,
+)
 from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 from envsuite.trainers._transcripts import render_trajectory
 
@@ -39,6 +46,7 @@ __all__ = [
     "list_presets",
     "load_config_file",
     "load_preset",
+    "parse_preset",
     # running
     "StopCause",
     "TrainResult",

@@ -91,7 +91,8 @@ class TrainConfig:
     n_test_groups: int = 16
     """Test problems per evaluation (one rollout each)."""
     n_transcripts: int = 4
-    """Sampled episodes written to ``log_dir/transcripts`` (first and last step)."""
+    """Sampled episodes written to ``log_dir/transcripts`` (first and last step), and held-out episodes
+    of every evaluation (``test_step*``, the first this many test problems)."""
     seed: int = 0
     """Seed of the data order and of the LoRA init."""
     beta1: float = 0.9

@@ -249,6 +249,15 @@ class Trainer:
         policy = self._policy(step, "eval-sampling")
         rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits())
         append_eval_rows(self.log_dir, eval_rows(rollouts.groups_P, rollouts.indices_P, step))
+        write_transcripts(
+            rollouts.groups_P,
+            self._require_clients().tokenizer(),
+            self.log_dir / "transcripts",
+            step,
+            self.config.n_transcripts,
+            prefix="test_",
+            indices_P=rollouts.indices_P,
+        )
         row = episode_summary(rollouts.groups_P, prefix="test/")
         row["test/failed_groups"] = len(rollouts.failed_errors)
         if rollouts.failed_errors:

@@ -46,7 +46,8 @@ async def rollout_batch(
             errors.append(f"group {index}: {result.error}")
             continue
         env_errors = [
-            str(t.transitions[-1].logs.get("error", "env raised"))
+            # A game that raised is ended by its coordinator, which says why in the ending log.
+            str(t.transitions[-1].logs.get("error") or t.transitions[-1].logs.get("ending") or "env raised")
             for t in result.group.trajectories_G
             if t.stop_reason == StopReason.ENV_ERROR
         ]

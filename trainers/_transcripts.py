@@ -65,8 +65,16 @@ def write_transcripts(
     out_dir: Path,
     step: int,
     limit: int,
+    *,
+    prefix: str = "",
+    indices_P: Sequence[int] | None = None,
 ) -> list[Path]:
-    """Write up to ``limit`` episodes of a step (one per group first, so they show different problems)."""
+    """Write up to ``limit`` episodes of a step (one per group first, so they show different problems).
+
+    ``prefix`` starts each file name (``test_`` for held-out episodes); ``indices_P`` numbers the
+    groups by their place in the batch (default: their order here), so the same problem keeps its
+    file name from one evaluation to the next.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     picked: list[tuple[int, int, Trajectory, float]] = []
     for member in range(max((len(g.trajectories_G) for g in groups), default=0)):
@@ -77,8 +85,10 @@ def write_transcripts(
                 )
     paths = []
     for g_index, member, trajectory, total in picked:
-        path = out_dir / f"step{step:05d}_group{g_index:02d}_member{member:02d}.md"
-        title = f"step {step}, group {g_index}, member {member}: return {total:+.3f}"
+        number = indices_P[g_index] if indices_P is not None else g_index
+        path = out_dir / f"{prefix}step{step:05d}_group{number:02d}_member{member:02d}.md"
+        kind = "held-out " if prefix.startswith("test") else ""
+        title = f"{kind}step {step}, group {number}, member {member}: return {total:+.3f}"
         path.write_text(render_trajectory(trajectory, tokenizer, title), encoding="utf-8")
         paths.append(path)
     return paths

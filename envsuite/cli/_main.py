@@ -88,6 +88,12 @@ def _add_match(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_match_parser(sub)
 
 
+def _add_results(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._results_cmd import add_results_parser
+
+    add_results_parser(sub)
+
+
 def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from envsuite.cli._new_cmd import add_new_parser
 
@@ -139,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo,
         _add_train,
         _add_match,
+        _add_results,
         _add_bench,
         _add_leaderboard,
         _add_new,
@@ -169,6 +176,10 @@ def _handler(command: str) -> Handler:
         from envsuite.cli._match_cmd import run_match
 
         return run_match
+    if command == "results":
+        from envsuite.cli._results_cmd import run_results
+
+        return run_results
     if command == "new":
         from envsuite.cli._new_cmd import run_new
 

@@ -18,7 +18,7 @@ import tinker
 
 from envsuite._make import RendererConfig, make_dataset_builder, make_env, make_group_builder
 from envsuite.adapters.cookbook import COOKBOOK_TAG
-from envsuite.core import Env, StopReason, as_overflow
+from envsuite.core import Env, EnvGroupBuilder, StopReason, as_overflow
 from envsuite.registration import EnvSpec, spec
 from envsuite.testing._episodes import (
     PLAUSIBLE_REPLIES,
@@ -33,6 +33,10 @@ from envsuite.testing._episodes import (
 ENV_ERROR_WARN_RATE = 0.25
 """Share of the checker's episodes ending in ``env_error`` from which it warns (all of them fail)."""
 _STEP_FIELDS = ("reward", "episode_done", "next_observation", "next_stop_condition", "metrics", "logs")
+
+SELF_PLAY_TAG = "selfplay"
+"""Specs with this tag build groups whose members play different seats of the same games (self-play):
+the group check asks them to replay exactly from one seed instead of playing identical episodes."""
 
 
 class CheckOutcome(enum.StrEnum):
@@ -157,22 +161,46 @@ async def _check_seed_variety(s: _Setup, name: str) -> CheckResult:
     return _passed(name, f"{len(episodes)} distinct episodes from 8 seeds")
 
 
-async def _check_group_shares_episode(s: _Setup, name: str) -> CheckResult:
+async def _play_group(s: _Setup) -> tuple[EnvGroupBuilder, list[EpisodeRecord]] | CheckResult:
     builder = make_group_builder(
         s.env_spec.id, group_size=3, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
     )
     envs = await builder.make_envs()
     if len(envs) != 3:
-        return _failed(name, f"group_size=3 made {len(envs)} envs", "make_envs must return group_size envs")
+        return _failed(
+            "group shares one episode",
+            f"group_size=3 made {len(envs)} envs",
+            "make_envs must return group_size envs",
+        )
     actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
-    records = [await play_episode(env, actions, s.max_steps) for env in envs]
-    if len({r.signature() for r in records}) != 1:
+    # Members are played concurrently, as rollout drivers do: self-play seats wait for each other.
+    records = await asyncio.gather(*(play_episode(env, actions, s.max_steps) for env in envs))
+    return builder, list(records)
+
+
+async def _check_group_shares_episode(s: _Setup, name: str) -> CheckResult:
+    played = await _play_group(s)
+    if isinstance(played, CheckResult):
+        return played
+    builder, records = played
+    if SELF_PLAY_TAG in s.env_spec.tags:
+        # Self-play members play different seats of one seed's games: they differ by design, so the
+        # group must instead replay exactly from the same seed.
+        again = await _play_group(s)
+        if isinstance(again, CheckResult) or sorted(map(repr, (r.signature() for r in again[1]))) != sorted(
+            map(repr, (r.signature() for r in records))
+        ):
+            return _failed(name, "a self-play group played differently from the same seed", "seed every game")
+        detail = "self-play: the seats of one seed's games replay exactly"
+    elif len({r.signature() for r in records}) != 1:
         return _failed(
             name, "members of one group played different episodes", "build every member from the same seed"
         )
+    else:
+        detail = ""
     await builder.cleanup()
     await builder.cleanup()  # idempotent
-    return _passed(name)
+    return _passed(name, detail)
 
 
 async def _check_pickle(s: _Setup, name: str) -> CheckResult:

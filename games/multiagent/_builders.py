@@ -129,8 +129,9 @@ class CatalogSelfPlayBuilder(EnvGroupBuilder):
     """A catalog game env in self-play: the group builder behind ids like ``tictactoe_selfplay-v0``.
 
     Built by the catalog like any group builder (same fields as its default one). On the train split,
-    every seat of enough games of the same seed to fill ``group_size`` seats (at least one game) is
-    the trained policy, so both sides learn from every game. Other splits play the env as registered, one seat against its
+    the group is every seat of ``group_size // num_players`` games of the same seed, so both sides learn
+    from every game; when ``group_size`` is not a multiple of the seats, one more game fills the rest
+    of the group with its first seats and gives its other seats to the env's ``opponent``. Other splits play the env as registered, one seat against its
     opponent, so held-out evaluations measure the policy against a fixed reference.
 
     The env class must offer ``game_factory(env_kwargs)``; ``max_turns``, ``system_prompt`` and
@@ -161,16 +162,16 @@ class CatalogSelfPlayBuilder(EnvGroupBuilder):
         env_cls: Any = spec(self.env_id).load()
         factory: GameFactory = env_cls.game_factory(self.env_kwargs)
         ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
+        options = seat_options(self.env_kwargs)
+        opponent = opponent_config(self.env_kwargs.get("opponent", "random"))
         envs: list[Env] = []
-        n_games = 0
-        while n_games == 0 or len(envs) < self.group_size:
+        while len(envs) < self.group_size:
             game = factory.make(self.seed)
-            coordinator = GameCoordinator(game, turn_timeout=DEFAULT_TURN_TIMEOUT)
-            envs.extend(
-                SeatEnv(ctx, coordinator, seat, **seat_options(self.env_kwargs))
-                for seat in range(game.num_players)
-            )
-            n_games += 1
+            # Seats beyond the group's size (an odd group of a two-player game) go to the env's opponent.
+            policy_seats = min(game.num_players, self.group_size - len(envs))
+            opponents = {s: opponent.build(self.seed, s) for s in range(policy_seats, game.num_players)}
+            coordinator = GameCoordinator(game, opponents, turn_timeout=DEFAULT_TURN_TIMEOUT)
+            envs.extend(SeatEnv(ctx, coordinator, seat, **options) for seat in range(policy_seats))
         return envs
 
     def logging_tags(self) -> list[str]:
