@@ -98,7 +98,7 @@ def eval_rows(
             zip(group.trajectories_G, group.get_total_rewards(), strict=True)
         ):
             metrics = {k: float(v) for k, v in episode_metrics(trajectory).items() if k != "reward"}
-            stop = trajectory.stop_reason.value if trajectory.stop_reason else "none"
+            stop = str(trajectory.stop_reason or "none")
             rows.append(
                 {
                     "step": step,

@@ -113,7 +113,7 @@ def _score(trajectory: Trajectory) -> float:
 
 
 def _stop(trajectory: Trajectory) -> str:
-    return trajectory.stop_reason.value if trajectory.stop_reason else "none"
+    return str(trajectory.stop_reason or "none")
 
 
 def _ending(trajectory: Trajectory) -> str:
