@@ -184,5 +184,5 @@ def test_one_step_math_problems_have_right_answers_and_disjoint_splits() -> None
 async def test_episode_rollout_of_the_selfplay_test_split_uses_one_seat() -> None:
     env = make_env("tictactoe_selfplay", seed=1, split="test", model=MODEL)
     trajectory = await do_single_rollout(TextPolicy(_legal_random(3)), env)
-    assert trajectory.stop_reason is StopReason.COMPLETED
+    assert trajectory.stop_reason == StopReason.COMPLETED
     assert trajectory.total_reward >= -1.0 + 0.1  # at least one legal move before any ending
