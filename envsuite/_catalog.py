@@ -36,9 +36,9 @@ register(
 register(
     "math_easy-v0",
     entry_point="envsuite.envs.math_word:MathWordEnv",
-    kwargs={"problems": "one_step"},
+    kwargs={"problems": "one_step", "answer_format": "number"},
     kind=EnvKind.SINGLE_TURN,
-    description="The first rung of math: one-step word problems on small whole numbers (+, -, x, /).",
+    description="The first rung of math: one-step word problems on small whole numbers, number-only answers.",
     reward_range=(-1.0, 1.0),
     tags=("math",),
 )

@@ -11,7 +11,9 @@ Sources, in order of precedence:
   multi-step ones by default, one-step ones with ``problems="one_step"`` (the ``math_easy`` rung).
 
 The prompt asks for step-by-step reasoning ending with the answer in ``\\boxed{}``. The last box is
-the answer (format OK); a reply without one is graded on its last number with format 0.
+the answer (format OK); a reply without one is graded on its last number with format 0. With
+``answer_format="number"`` it asks for the number only: a reply that is just a number is the answer
+(format OK); otherwise the last box or number is graded, with format 0.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from envsuite.grading import (
     GradeResult,
     extract_final_answer,
     grade_answer_async,
+    parse_number,
 )
 
 INSTRUCTION = (
@@ -42,6 +45,9 @@ INSTRUCTION = (
     "for example \\boxed{42}."
 )
 """Appended to every question (after a blank line)."""
+
+NUMBER_INSTRUCTION = "Reply with the number only."
+"""Appended instead with ``answer_format="number"`` (the ``math_easy`` rung)."""
 
 PROCEDURAL = {"multi_step": draw_word_problem, "one_step": draw_one_step_problem}
 """The procedural problem sets, by the name the ``problems`` argument takes."""
@@ -62,10 +68,12 @@ class MathWordEnv(ProblemEnv):
         format_coef: float = DEFAULT_FORMAT_COEF,
         grade_timeout_s: float = DEFAULT_TIMEOUT_S,
         problems: str = "multi_step",
+        answer_format: str = "boxed",
     ) -> None:
         """``dataset``/``test_dataset``: JSONL paths; ``hf_dataset``/``hf_config``: a hub dataset;
         ``grade_timeout_s``: wall-clock bound on one math-verify check; ``problems``: which procedural
-        problems to draw when no dataset is given (``multi_step`` or ``one_step``)."""
+        problems to draw when no dataset is given (``multi_step`` or ``one_step``); ``answer_format``:
+        ``boxed`` (reason, then ``\\boxed{}``) or ``number`` (the whole reply is the number)."""
         super().__init__(ctx, system_prompt=system_prompt, format_coef=format_coef)
         if grade_timeout_s <= 0:
             raise ValueError(f"grade_timeout_s must be > 0, got {grade_timeout_s}")
@@ -73,6 +81,9 @@ class MathWordEnv(ProblemEnv):
             raise ValueError("pass either dataset (a local JSONL) or hf_dataset (a hub dataset), not both")
         if test_dataset is not None and dataset is None:
             raise ValueError("test_dataset needs dataset (the train split) as well")
+        if answer_format not in ("boxed", "number"):
+            raise ValueError(f"answer_format must be 'boxed' or 'number', got {answer_format!r}")
+        self.answer_format = answer_format
         if problems not in PROCEDURAL:
             raise ValueError(f"problems must be one of {sorted(PROCEDURAL)}, got {problems!r}")
         self.grade_timeout_s = grade_timeout_s
@@ -85,16 +96,23 @@ class MathWordEnv(ProblemEnv):
         else:
             draw = PROCEDURAL[problems]
             self.problem = draw_for_split(lambda: draw(rng), lambda p: p.question, ctx.split)
-        self.prompt = f"{self.problem.question}\n\n{INSTRUCTION}"
+        instruction = INSTRUCTION if answer_format == "boxed" else NUMBER_INSTRUCTION
+        self.prompt = f"{self.problem.question}\n\n{instruction}"
 
     async def check(self, reply: str) -> Verdict:
+        if self.answer_format == "number" and parse_number(reply) is not None:
+            grade = await grade_answer_async(
+                reply.strip(), self.problem.answer, timeout_s=self.grade_timeout_s
+            )
+            return Verdict(grade, True, reply.strip())
         extracted = extract_final_answer(reply)
         if extracted is None:
             return Verdict(
                 GradeResult(GradeOutcome.UNPARSEABLE, "no boxed answer and no number"), False, None
             )
         grade = await grade_answer_async(extracted.text, self.problem.answer, timeout_s=self.grade_timeout_s)
-        return Verdict(grade, extracted.source is AnswerSource.BOXED, extracted.text)
+        boxed_ok = self.answer_format == "boxed" and extracted.source is AnswerSource.BOXED
+        return Verdict(grade, boxed_ok, extracted.text)
 
 
 def _pick_from_file(rng: random.Random, dataset: str, test_dataset: str | None, ctx: EnvContext) -> Problem:

@@ -186,3 +186,25 @@ async def test_episode_rollout_of_the_selfplay_test_split_uses_one_seat() -> Non
     trajectory = await do_single_rollout(TextPolicy(_legal_random(3)), env)
     assert trajectory.stop_reason == StopReason.COMPLETED
     assert trajectory.total_reward >= -1.0 + 0.1  # at least one legal move before any ending
+
+
+async def test_math_easy_asks_for_the_number_only_and_grades_it() -> None:
+    from envsuite.envs.math_word import MathWordEnv
+
+    tok = _tok()
+    rewards = {}
+    for reply in ("{a}", "The answer is {a}.", "{wrong}", "I do not know"):
+        env = make_env("math_easy", seed=4, split="test", model=MODEL)
+        assert isinstance(env, MathWordEnv)
+        answer = env.problem.answer
+        start = await env.initial_observation()
+        assert not isinstance(start, InitialObservationOverflow)
+        assert (
+            tok.decode(start[0].to_ints())
+            .rstrip()
+            .endswith("Reply with the number only.<|im_end|>\n<|im_start|>assistant")
+        )
+        text = reply.format(a=answer, wrong=int(answer) + 1) + "<|im_end|>"
+        result = await env.step(tok.encode(text, add_special_tokens=False))
+        rewards[reply] = result.reward
+    assert rewards == {"{a}": 1.0, "The answer is {a}.": 0.9, "{wrong}": 0.0, "I do not know": -0.1}
