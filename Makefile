@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean
+.PHONY: install test demo results lint typecheck pytest bench clean postgres-server
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -28,7 +28,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps tinker-cookbook==0.5.8 chz==0.4.0 "termcolor>=2"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The PostgreSQL store tests start a throwaway server from the Debian package's binaries.
+PG_BINS := $(wildcard /usr/lib/postgresql/*/bin/initdb)
+postgres-server:
+ifeq ($(PG_BINS),)
+	-[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
+endif
+
+install: $(STAMP) postgres-server
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -37,7 +45,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) postgres-server
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest

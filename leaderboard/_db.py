@@ -139,8 +139,19 @@ class SQLiteConnection:
         self._conn.close()
 
 
+WRITE_LOCK_KEY = 0x656E7673
+"""The PostgreSQL advisory lock every write transaction holds (``'envs'`` as an int)."""
+
+
 class PostgresConnection:
-    """PostgreSQL through psycopg 3 (optional; imported only when a postgresql:// URL is opened)."""
+    """PostgreSQL through psycopg 3 (optional; imported only when a postgresql:// URL is opened).
+
+    Every write transaction first takes one transaction-scoped advisory lock, so writers queue one at
+    a time as they do on SQLite (``BEGIN IMMEDIATE``). That gives the same guarantees on both: two
+    processes creating the schema at once do not race on the catalog (PostgreSQL's ``CREATE TABLE IF
+    NOT EXISTS`` is not safe against a concurrent create), and a delete-then-insert swap (ratings) never
+    interleaves with another. Reads take no lock.
+    """
 
     backend = Backend.POSTGRES
 
@@ -166,8 +177,16 @@ class PostgresConnection:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
+        if self._depth:
+            yield  # nested: the outer transaction holds the lock and commits
+            return
         with self._conn.transaction():
-            yield
+            self._depth = 1
+            try:
+                self.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+                yield
+            finally:
+                self._depth = 0
 
     def close(self) -> None:
         self._conn.close()

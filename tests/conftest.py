@@ -11,3 +11,28 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.pop("TINKER_API_KEY", None)
 
 TEST_MODEL = "tiny-random"
+
+
+# --------------------------------------------------------------------------------------------------
+# A real PostgreSQL server on loopback, started once per test session when a test asks for it.
+# --------------------------------------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres_server():  # type: ignore[no-untyped-def]
+    from tests.support.postgres import find_bindir, running_server
+
+    if find_bindir() is None:
+        pytest.skip(
+            "no PostgreSQL server binaries here (`make install` installs the Debian postgresql package)"
+        )
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:  # type: ignore[no-untyped-def]
+    """A fresh empty database on the session's server."""
+    return str(postgres_server.create_database())
