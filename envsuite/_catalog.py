@@ -6,7 +6,7 @@ The games (twenty questions, chess, tic-tac-toe, TextArena) register from ``envs
 
 from __future__ import annotations
 
-from envsuite.registration import EnvKind, register
+from envsuite.registration import EnvKind, register, register_scheme
 
 register(
     "arithmetic-v0",
@@ -42,3 +42,6 @@ register(
     reward_range=(-1.0, 1.0),
     tags=("math",),
 )
+
+# Any OpenEnv server is a catalog env: `openenv:http://host:port` (envsuite.adapters.openenv).
+register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")

@@ -25,6 +25,8 @@ from typing import Any
 
 ENTRY_POINT_GROUP = "envsuite.envs"
 
+_SCHEME_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9_]*):(?P<rest>.+)$")
+"""``scheme:rest`` ids (``openenv:http://host:8000``) resolve through a registered scheme resolver."""
 _ID_RE = re.compile(
     r"^(?:(?P<namespace>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)(?:-v(?P<version>\d+))?$"
 )
@@ -102,7 +104,9 @@ class EnvSpec:
 
     @property
     def base_id(self) -> str:
-        """The id without its version suffix."""
+        """The id without its version suffix (a ``scheme:`` id is its own base)."""
+        if _SCHEME_RE.match(self.id):
+            return self.id
         namespace, name, _ = parse_env_id(self.id)
         return f"{namespace}/{name}" if namespace else name
 
@@ -137,7 +141,14 @@ class EnvSpec:
 
 
 def parse_env_id(env_id: str) -> tuple[str | None, str, int | None]:
-    """Split ``[namespace/]name[-vN]`` into its parts; raise ValueError on a malformed id."""
+    """Split ``[namespace/]name[-vN]`` into its parts; raise ValueError on a malformed id.
+
+    A ``scheme:rest`` id (a server URL behind a scheme such as ``openenv:``) is namespace ``scheme``,
+    name ``rest``, no version.
+    """
+    scheme = _SCHEME_RE.match(env_id)
+    if scheme:
+        return scheme.group("scheme"), scheme.group("rest"), None
     match = _ID_RE.match(env_id)
     if not match:
         raise ValueError(f"malformed env id {env_id!r}: expected [namespace/]name[-vN]")
@@ -155,6 +166,7 @@ class Registry:
         self.plugin_errors: dict[str, str] = {}
         """Broken plugins: entry-point name -> what went wrong (they were skipped)."""
         self._loading_package: str | None = None
+        self._schemes: dict[str, str | Callable[[str], EnvSpec]] = {}
 
     # -- registration -------------------------------------------------------------------------
 
@@ -179,6 +191,10 @@ class Registry:
         for env_spec in list(self._specs.values()):
             listener(env_spec)
 
+    def register_scheme(self, scheme: str, resolver: str | Callable[[str], EnvSpec]) -> None:
+        """Resolve ids ``scheme:...`` with ``resolver(env_id) -> EnvSpec`` (or ``"module:function"``)."""
+        self._schemes[scheme] = resolver
+
     def unregister(self, env_id: str) -> None:
         self._specs.pop(env_id, None)
 
@@ -198,6 +214,10 @@ class Registry:
     def spec(self, env_id: str) -> EnvSpec:
         """Look up a spec; unversioned ids resolve to the latest non-deprecated version."""
         self.load_plugins()
+        scheme = _SCHEME_RE.match(env_id)
+        if scheme and scheme.group("scheme") in self._schemes:
+            resolved: EnvSpec = _load_entry_point(self._schemes[scheme.group("scheme")])(env_id)
+            return resolved
         namespace, name, version = parse_env_id(env_id)
         found = self._specs.get(env_id)
         if found is None and version is None:
@@ -272,6 +292,11 @@ def register(
     env_spec = EnvSpec(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), **spec_fields)
     registry.register(env_spec)
     return env_spec
+
+
+def register_scheme(scheme: str, resolver: str | Callable[[str], EnvSpec]) -> None:
+    """Make ids ``scheme:...`` resolve through ``resolver`` (e.g. ``openenv:<server URL>``)."""
+    registry.register_scheme(scheme, resolver)
 
 
 def spec(env_id: str) -> EnvSpec:

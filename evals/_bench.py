@@ -30,6 +30,8 @@ from typing import Any
 
 from envsuite import RendererConfig, catalog_reward_ranges
 from envsuite.display import printable
+from envsuite.evals._workers import bench_workers
+from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 from envsuite.registration import EnvKind, registry, spec
 
@@ -63,6 +65,8 @@ class BenchConfig:
     """Name shown on the leaderboard (default: the model name)."""
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S
     """Wall-clock bound on one episode (None: unbounded); past it the episode is a ``rollout_timeout``."""
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    """Where the envs play (in process, a process pool, Ray); the model stays with Inspect here."""
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -100,7 +104,7 @@ class BenchConfig:
         return {"path": local} if local is not None and Path(local).is_absolute() else {}
 
     def log_dir(self) -> Path:
-        ignored = ("display", "db", "log_root", "label")
+        ignored = ("display", "db", "log_root", "label", "executor")  # none of them changes a result
         settings = {k: v for k, v in asdict(self).items() if k not in ignored}
         settings["env_ids"] = self.resolved_env_ids()
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
@@ -208,7 +212,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with bench_session(session):
+        with bench_session(session), bench_workers(config.executor):
             success, logs = eval_set(
                 tasks,
                 log_dir=str(report.log_dir),
@@ -331,6 +335,7 @@ def bench_main(args: Any) -> int:
         db=args.db,
         label=args.label,
         episode_timeout_s=args.episode_timeout or None,
+        executor=ExecutorConfig.create(args.executor, args.workers, args.ray_address),
     )
     os.environ.setdefault("INSPECT_LOG_DIR", str(config.log_dir()))
     report = run_bench(config)

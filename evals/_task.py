@@ -10,6 +10,8 @@ runs unchanged. Partners (the twenty-questions answerer, game opponents) can be 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from inspect_ai import Task, task
@@ -19,8 +21,10 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite.core import Env, StopReason, as_overflow, stop_reason_from_metrics
+from envsuite.core import Env, Message, StopReason, as_overflow, stop_reason_from_metrics
 from envsuite.evals._messages import to_inspect
+from envsuite.evals._workers import active_pool
+from envsuite.executors import WorkerLostError, WorkerPool
 from envsuite.registration import spec
 from envsuite.renderers import encodable_text, reply_to_tokens
 
@@ -79,13 +83,28 @@ def _sample_env(
         raise _EnvFailure(f"could not make {env_id}: {exc!r}") from exc
 
 
-async def _play(
-    env: Env, renderer: RendererConfig, state: TaskState, generate: Generate, result: dict[str, Any]
-) -> TaskState:
-    """One episode: the model replies through Inspect, the env steps on the reply's tokens.
+@dataclass(frozen=True)
+class ModelReply:
+    """The evaluated model's answer to one turn (as Inspect gave it)."""
 
-    Env failures are raised as :class:`_EnvFailure`; model failures propagate unchanged, so Inspect
-    records them as sample errors (retried when the run is resumed) rather than as scores.
+    text: str
+    truncated: bool
+    """It stopped at the token limit (so no stop sequence is appended)."""
+
+
+ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
+"""Asks the evaluated model for the next reply to the conversation so far (lives in the driver)."""
+
+
+async def play_episode(
+    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: dict[str, Any]
+) -> list[Message]:
+    """One episode: the model replies through ``model_turn``, the env steps on the reply's tokens.
+
+    The same loop runs in process and in a bench worker (where ``model_turn`` calls back to the
+    driver). Env failures are raised as :class:`_EnvFailure`; model failures propagate unchanged, so
+    Inspect records them as sample errors (retried when the run is resumed) rather than as scores.
+    Returns the final conversation.
     """
     try:
         start = await env.initial_observation()
@@ -95,16 +114,14 @@ async def _play(
     if overflow is not None:
         result["reward"] += overflow.reward
         result["stop_reason"] = stop_reason_from_metrics(overflow.metrics)
-        return state
+        return env.conversation()
     _, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     for _ in range(MAX_TURNS_GUARD):
-        state.messages = to_inspect(env.conversation())
-        state = await generate(state)
-        text = state.output.completion
-        if state.output.stop_reason == "max_tokens":
-            tokens = renderer.build().tokenizer.encode(encodable_text(text), add_special_tokens=False)
+        reply = await model_turn(env.conversation())
+        if reply.truncated:
+            tokens = renderer.build().tokenizer.encode(encodable_text(reply.text), add_special_tokens=False)
         else:
-            tokens = reply_to_tokens(renderer.build(), text, stop)
+            tokens = reply_to_tokens(renderer.build(), reply.text, stop)
         try:
             step = await env.step(list(tokens))
         except Exception as exc:
@@ -113,16 +130,66 @@ async def _play(
         result["reward"] += step.reward
         for key, value in step.metrics.items():
             result["metrics"][key] = result["metrics"].get(key, 0.0) + float(value)
-        # Kept current every turn: an episode cut by the time limit is scored with what it earned.
-        state.store.set(RESULT_KEY, result)
         stop = step.next_stop_condition
         if step.episode_done:
             result["stop_reason"] = stop_reason_from_metrics(step.metrics)
             break
     else:
         result["stop_reason"] = StopReason.MAX_TURNS.value
-    state.messages = to_inspect(env.conversation())
-    return state
+    return env.conversation()
+
+
+@dataclass(frozen=True)
+class EpisodeTask:
+    """One bench sample's env, as plain data for a worker."""
+
+    env_id: str
+    seed: int
+    renderer: RendererConfig
+    env_kwargs: dict[str, Any] | None
+    partner: str | None
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    result: dict[str, Any]
+    conversation: list[Message]
+
+
+def _new_result() -> dict[str, Any]:
+    return {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
+
+
+async def run_episode(
+    task: EpisodeTask, model_turn: ModelTurn, result: dict[str, Any] | None = None
+) -> EpisodeOutcome:
+    """Make the sample's env and play it; env failures become an ``env_error`` result.
+
+    This is the whole of a sample's env work: in process it runs on Inspect's loop, with a remote
+    executor it is one job in a worker (a module-level function, so the job pickles it by name).
+    """
+    result = _new_result() if result is None else result
+    conversation: list[Message] = []
+    try:
+        env = _sample_env(task.env_id, task.seed, task.renderer, task.env_kwargs, task.partner)
+        result["partner"] = _partner_identity(env)
+        conversation = await play_episode(env, task.renderer, model_turn, result)
+    except _EnvFailure as exc:
+        # A failing env is a defined outcome for that sample, not a crash of the whole run.
+        result["stop_reason"] = StopReason.ENV_ERROR.value
+        result["error"] = str(exc)[:500]
+    return EpisodeOutcome(result, conversation)
+
+
+async def _run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn) -> EpisodeOutcome:
+    handle = pool.expose(model_turn)
+    try:
+        return await pool.run(run_episode, task, handle)
+    except WorkerLostError as exc:
+        result = _new_result() | {"stop_reason": StopReason.ENV_ERROR.value, "error": str(exc)[:500]}
+        return EpisodeOutcome(result, [])
+    finally:
+        pool.release(handle)
 
 
 def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
@@ -134,22 +201,39 @@ def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> Non
 
 @solver
 def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
-    """Drive one catalog env episode with the evaluated model (multi-turn, partners included)."""
+    """Drive one catalog env episode with the evaluated model (multi-turn, partners included).
+
+    With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
+    each model turn comes back here, to Inspect's ``generate``.
+    """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        seed = int(state.metadata["seed"])
-        renderer = RendererConfig(model_name=_codec_model(get_model()))
-        result: dict[str, Any] = {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
+        task = EpisodeTask(
+            env_id=env_id,
+            seed=int(state.metadata["seed"]),
+            renderer=RendererConfig(model_name=_codec_model(get_model())),
+            env_kwargs=env_kwargs,
+            partner=partner,
+        )
+        result = _new_result()
         state.store.set(RESULT_KEY, result)
-        try:
-            env = _sample_env(env_id, seed, renderer, env_kwargs, partner)
-            result["partner"] = _partner_identity(env)
-            state = await _play(env, renderer, state, generate, result)
-        except _EnvFailure as exc:
-            # A failing env is a defined outcome for that sample, not a crash of the whole run.
-            result["stop_reason"] = StopReason.ENV_ERROR.value
-            result["error"] = str(exc)[:500]
-        state.store.set(RESULT_KEY, result)
+
+        async def model_turn(messages: list[Message]) -> ModelReply:
+            nonlocal state
+            # Kept current every turn: an episode cut by the time limit is scored with what it earned.
+            state.store.set(RESULT_KEY, result)
+            state.messages = to_inspect(messages)
+            state = await generate(state)
+            return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens")
+
+        pool = active_pool()
+        if pool is None:
+            outcome = await run_episode(task, model_turn, result)
+        else:
+            outcome = await _run_in_pool(pool, task, model_turn)
+        if outcome.conversation:
+            state.messages = to_inspect(outcome.conversation)
+        state.store.set(RESULT_KEY, outcome.result)
         state.completed = True
         return state
 

@@ -36,3 +36,28 @@ def postgres_server():  # type: ignore[no-untyped-def]
 def postgres_url(postgres_server) -> str:  # type: ignore[no-untyped-def]
     """A fresh empty database on the session's server."""
     return str(postgres_server.create_database())
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray, started once per test session (about 6.5 s here) by the tests that run the ray executor.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ray_session():  # type: ignore[no-untyped-def]
+    """A real 2-CPU local Ray (local_mode is gone); envsuite's RayExecutor reuses it and leaves it up."""
+    import ray
+
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+            break
+        except Exception:
+            # Ray gives its raylet a fixed 30 s to register; a machine under heavy load can miss that.
+            ray.shutdown()
+            if attempt == 2:
+                raise
+    try:
+        yield
+    finally:
+        ray.shutdown()

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsuite.executors import ExecutorConfig
+
 
 class ConfigError(ValueError):
     """A training setting that cannot work; the message says which field to change and how."""
@@ -101,6 +103,12 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0
     """0 disables clipping."""
+    executor: str = "inprocess"
+    """Where env work runs: ``inprocess``, ``process`` (a spawn pool) or ``ray``; sampling stays here."""
+    workers: int = 2
+    """Worker processes (``process``) or worker tasks (``ray``)."""
+    ray_address: str | None = None
+    """A running Ray cluster for ``--executor ray`` (default: start a local Ray)."""
 
     # ---------------------------------------------------------------------------------------------
 
@@ -157,12 +165,17 @@ class TrainConfig:
         try:
             LRSchedule(self.lr_schedule)
             PolicyLoss(self.loss_fn)
+            self.executor_config()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         try:
             json.dumps(self.env_kwargs)
         except TypeError as exc:
             raise ConfigError(f"env_kwargs must be JSON values: {exc}") from None
+
+    def executor_config(self) -> ExecutorConfig:
+        """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""
+        return ExecutorConfig.create(self.executor, self.workers, self.ray_address)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (enums as their strings)."""

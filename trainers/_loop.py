@@ -28,6 +28,7 @@ import numpy as np
 import tinker
 
 from envsuite.core import RLDataset
+from envsuite.executors import WorkerPool, open_pool
 from envsuite.rollouts import RolloutLimits
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
@@ -100,6 +101,7 @@ class Trainer:
         self._stop_requested = False
         self._clients: PolicyClients | None = None
         self._sampler: Any = None
+        self._pool: WorkerPool | None = None
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -125,9 +127,12 @@ class Trainer:
                 make_service(config), config, resume.state_path if resume else None
             )
             try:
-                await self._refresh_sampler()
-                result = await self._steps(start, resume, train_data, test_data)
+                async with open_pool(config.executor_config()) as pool:
+                    self._pool = pool
+                    await self._refresh_sampler()
+                    result = await self._steps(start, resume, train_data, test_data)
             finally:
+                self._pool = None
                 self._clients.close()
             LOGGER.info(result.message)
             return result
@@ -183,7 +188,7 @@ class Trainer:
                 row.update(await self._evaluate(test_data, step))
         with timer.phase("rollout"):
             policy = self._policy(step, "sampling")
-            rollouts = await rollout_batch(train_data.get_batch(step), policy, self._limits())
+            rollouts = await rollout_batch(train_data.get_batch(step), policy, self._limits(), self._pool)
         with timer.phase("assemble"):
             assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
         row.update(episode_summary(rollouts.groups_P))
@@ -247,7 +252,7 @@ class Trainer:
 
     async def _evaluate(self, test_data: RLDataset, step: int) -> Row:
         policy = self._policy(step, "eval-sampling")
-        rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits())
+        rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits(), self._pool)
         append_eval_rows(self.log_dir, eval_rows(rollouts.groups_P, rollouts.indices_P, step))
         write_transcripts(
             rollouts.groups_P,

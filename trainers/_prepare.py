@@ -7,7 +7,18 @@ from pathlib import Path
 from envsuite.trainers._config import ConfigError, TrainConfig
 
 RESUME_MAY_CHANGE = frozenset(
-    {"n_steps", "save_every", "eval_every", "n_transcripts", "rollout_timeout_s", "backend"}
+    {
+        "n_steps",
+        "save_every",
+        "eval_every",
+        "n_transcripts",
+        "rollout_timeout_s",
+        "backend",
+        # where env work runs does not change what a run computes
+        "executor",
+        "workers",
+        "ray_address",
+    }
 )
 """Fields a resumed run may change; any other difference means a different experiment."""
 

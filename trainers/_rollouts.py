@@ -1,6 +1,8 @@
 """One step's rollouts: every group of the batch at once, then advantages and datums.
 
-All groups run concurrently (``asyncio.gather``) so a batching sampler sees every request together.
+All groups run concurrently (``asyncio.gather``) so a batching sampler sees every request together;
+with a remote :class:`~envsuite.executors.WorkerPool` the groups' envs step in its workers and their
+sampling calls come back to the driver's policy (``envsuite.executors.rollout_groups``).
 A group is *failed* when its builder raised or any of its envs raised (``StopReason.ENV_ERROR``): its
 returns are not comparable any more, so it is dropped and counted; the step goes on. A timed-out
 episode (``ROLLOUT_TIMEOUT``) is an ordinary outcome and stays in its group.
@@ -8,13 +10,13 @@ episode (``ROLLOUT_TIMEOUT``) is an ordinary outcome and stays in its group.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envsuite.core import EnvGroupBuilder, StopReason, TokenCompleter, TrajectoryGroup
-from envsuite.rollouts import RolloutLimits, do_group_rollout
+from envsuite.executors import WorkerPool, rollout_groups
+from envsuite.rollouts import RolloutLimits
 from envsuite.trainers._advantages import compute_advantages
 from envsuite.trainers._datums import TrainingDatum, trajectory_to_datums
 
@@ -33,11 +35,14 @@ class BatchRollouts:
 
 
 async def rollout_batch(
-    builders_P: Sequence[EnvGroupBuilder], policy: TokenCompleter, limits: RolloutLimits
+    builders_P: Sequence[EnvGroupBuilder],
+    policy: TokenCompleter,
+    limits: RolloutLimits,
+    pool: WorkerPool | None = None,
 ) -> BatchRollouts:
-    """Play every group of the batch concurrently."""
+    """Play every group of the batch concurrently (in ``pool``'s workers when it is remote)."""
     started = time.perf_counter()
-    results = await asyncio.gather(*(do_group_rollout(b, policy, limits) for b in builders_P))
+    results = await rollout_groups(pool, builders_P, policy, limits)
     groups_P: list[TrajectoryGroup] = []
     indices_P: list[int] = []
     errors: list[str] = []

@@ -123,6 +123,19 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=600.0,
         help="seconds one episode may take; past it, it is scored as rollout_timeout (0: no bound)",
     )
+    p.add_argument(
+        "--executor",
+        default="inprocess",
+        help="where envs play: inprocess | process | ray (the model stays here)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="worker processes (process) or worker tasks (ray)")
+    p.add_argument("--ray-address", default=None, help="a running Ray cluster (default: start a local Ray)")
+
+
+def _add_serve_env(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._serve_env_cmd import add_serve_env_parser
+
+    add_serve_env_parser(sub)
 
 
 def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -149,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_bench,
         _add_leaderboard,
         _add_new,
+        _add_serve_env,
     ):
         add(sub)
     return parser
@@ -188,6 +202,10 @@ def _handler(command: str) -> Handler:
         from envsuite.evals._bench import bench_main
 
         return bench_main
+    if command == "serve-env":
+        from envsuite.cli._serve_env_cmd import run_serve_env
+
+        return run_serve_env
     if command == "leaderboard":
         import envsuite.leaderboard
 

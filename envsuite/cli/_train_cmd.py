@@ -40,6 +40,9 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--seed", "seed", int, "data order and LoRA init seed"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay"),
     ("--grad-clip", "grad_clip_norm", float, "gradient norm clip (0: off)"),
+    ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
+    ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
+    ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
 ]
 
 

@@ -1,0 +1,43 @@
+"""``envsuite serve-env ID``: serve a catalog env over OpenEnv's HTTP/WebSocket protocol.
+
+OpenEnv's own clients (``GenericEnvClient``, and the trainers that take OpenEnv envs) reset and step
+it; ``reset(seed=...)`` replays an episode. Another envsuite reaches it as ``openenv:http://HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from envsuite.cli._args import parse_env_args
+
+
+def add_serve_env_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "serve-env",
+        help="serve a catalog env over OpenEnv's protocol (its clients reset/step it; openenv:URL here)",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("env_id", metavar="ENV_ID")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="smollm2-135m-instruct", help="model whose tokenizer renders prompts")
+    p.add_argument("--renderer", default=None, help="chat format (default: the model's own)")
+    p.add_argument("--max-sessions", type=int, default=256, help="concurrent OpenEnv sessions")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+
+
+def run_serve_env(args: argparse.Namespace) -> int:
+    from envsuite.adapters.openenv import serve
+
+    print(f"serving {args.env_id} over OpenEnv at http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
+    serve(
+        args.env_id,
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        renderer_name=args.renderer,
+        max_sessions=args.max_sessions,
+        **parse_env_args(args.env_arg),
+    )
+    return 0
