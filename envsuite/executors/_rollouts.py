@@ -25,8 +25,10 @@ class RemoteTokenCompleter(TokenCompleter):
 
     call: Callable[..., Awaitable[Any]]
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
-        result = await self.call(model_input, stop)
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        result = await self.call(model_input, stop, max_tokens)
         if not isinstance(result, TokensWithLogprobs):
             raise TypeError(f"the driver's policy returned {type(result).__name__}, not TokensWithLogprobs")
         return result
@@ -48,7 +50,13 @@ async def rollout_groups(
     """Play every group (in process when ``pool`` is None or in process); results in batch order."""
     if pool is None or not pool.remote:
         return list(await asyncio.gather(*(do_group_rollout(b, policy, limits) for b in builders_P)))
-    handle = pool.expose(policy.__call__)
+
+    async def policy_call(
+        model_input: Observation, stop: StopCondition, max_tokens: int | None
+    ) -> TokensWithLogprobs:
+        return await policy(model_input, stop, max_tokens=max_tokens)
+
+    handle = pool.expose(policy_call)
     try:
         return list(await asyncio.gather(*(_remote_group(pool, b, handle, limits) for b in builders_P)))
     finally:

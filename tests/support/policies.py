@@ -19,7 +19,9 @@ class PromptKeyedCompleter(TokenCompleter):
         self.renderer = renderer.build()
         self.calls = 0
 
-    async def __call__(self, model_input: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
         self.calls += 1
         digest = hashlib.sha256(repr(model_input.to_ints()).encode()).digest()
         tokens = reply_to_tokens(self.renderer, REPLIES[digest[0] % len(REPLIES)], stop)

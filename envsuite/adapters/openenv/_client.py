@@ -23,6 +23,7 @@ import urllib.request
 from typing import Any
 
 from envsuite.core import (
+    ActionExtra,
     Env,
     EnvContext,
     InitialObservationOverflow,
@@ -78,10 +79,10 @@ class OpenEnvEnv(Env):
         prompt = self.ctx.renderer.build_generation_prompt(self._messages)
         if prompt.length > self.ctx.max_context_tokens:
             await self._close()
-            return InitialObservationOverflow(prompt.length, self.ctx.max_context_tokens)
+            return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)
         return prompt, self._stop
 
-    async def step(self, action: list[int]) -> StepResult:
+    async def step(self, action: list[int], *, extra: ActionExtra | None = None) -> StepResult:
         reply = self.ctx.renderer.parse_response(list(action))
         text = str(reply.message["content"])
         try:
@@ -132,7 +133,7 @@ class OpenEnvEnv(Env):
 def _messages(observation: Any, history: list[Message]) -> list[Message]:
     """The conversation after an observation: envsuite servers send it whole; others send a turn."""
     if isinstance(observation, dict) and isinstance(observation.get("messages"), list):
-        return [Message(role=str(m["role"]), content=str(m["content"])) for m in observation["messages"]]  # type: ignore[typeddict-item]
+        return [Message(role=str(m["role"]), content=str(m["content"])) for m in observation["messages"]]
     if isinstance(observation, dict):
         text = next((observation[k] for k in TEXT_KEYS if isinstance(observation.get(k), str)), None)
         if text is None:

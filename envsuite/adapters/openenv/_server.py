@@ -22,7 +22,15 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from envsuite._make import DEFAULT_MODEL, RendererConfig, available_spec, make_env
 from envsuite.adapters.openenv._models import EnvsuiteAction, EnvsuiteObservation, EnvsuiteState
-from envsuite.core import Env, InitialObservationOverflow, Split, StepResult, StopCondition, StopReason
+from envsuite.core import (
+    Env,
+    Split,
+    StepResult,
+    StopCondition,
+    StopReason,
+    as_overflow,
+    stop_reason_from_metrics,
+)
 from envsuite.renderers import reply_to_tokens
 
 DEFAULT_MAX_SESSIONS = 256
@@ -71,10 +79,12 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
             episode_id=episode_id or uuid.uuid4().hex, env_id=s.env_id, seed=seed, split=split
         )
         start = await self._env.initial_observation()
-        if isinstance(start, InitialObservationOverflow):
+        overflow = as_overflow(start)
+        if overflow is not None:
             self._state.done = True
-            return self._observation(done=True, reward=0.0, stop_reason=StopReason.CONTEXT_OVERFLOW.value)
-        prompt, stop = start
+            reason = stop_reason_from_metrics(overflow.metrics) or StopReason.MAX_TOKENS.value
+            return self._observation(done=True, reward=overflow.reward, stop_reason=reason)
+        prompt, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
         self._stop = list(stop)
         return self._observation(prompt_tokens=prompt.to_ints())
 
@@ -128,7 +138,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
         logs = {k: v for k, v in result.logs.items() if isinstance(v, str | int | float)}
         if result.episode_done:
             self._state.done = True
-            reason = result.stop_reason.value if result.stop_reason else StopReason.COMPLETED.value
+            reason = stop_reason_from_metrics(result.metrics) or StopReason.COMPLETED.value
             return self._observation(
                 done=True, reward=result.reward, stop_reason=reason, metrics=metrics, logs=logs
             )
