@@ -14,7 +14,7 @@ from envsuite.cli._args import parse_env_args
 def add_serve_env_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve-env",
-        help="serve a catalog env over OpenEnv's protocol (its clients reset/step it; openenv:URL here)",
+        help="serve a catalog env over OpenEnv's protocol",
         description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
