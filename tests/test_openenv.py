@@ -144,3 +144,17 @@ def test_sixty_four_concurrent_sessions_on_one_server(tictactoe_url: str) -> Non
     result = asyncio.run(LOAD.run_load(tictactoe_url, "tictactoe", sessions=64, episodes=1, deadline_s=600))
     assert result.errors == 0, result.first_error
     assert result.episodes == 64 and result.steps >= 64 * 3
+
+
+def test_bench_runs_on_the_openenv_entry(tictactoe_url: str, tmp_path: Path) -> None:
+    from envsuite.cli import main
+    from envsuite.leaderboard import ResultStore
+
+    db = tmp_path / "board.sqlite"
+    args = ["bench", "--model", TEST_MODEL, "--envs", f"openenv:{tictactoe_url}", "--episodes", "2"]
+    assert main([*args, "--max-tokens", "8", "--log-dir", str(tmp_path / "logs"), "--db", str(db)]) == 0
+    with ResultStore(db) as store:
+        (key,) = store.keys()
+        assert key.env_id == f"openenv:{tictactoe_url}"
+        assert spec(key.versioned_env_id).id == f"openenv:{tictactoe_url}"  # the stored id resolves back
+        assert len(store.episodes()) == 2

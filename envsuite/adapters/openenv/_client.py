@@ -17,6 +17,7 @@ bound); other OpenEnv servers get a generic multi-turn spec.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -161,17 +162,20 @@ def _numbers(value: Any) -> dict[str, float | int]:
 def openenv_spec(env_id: str) -> EnvSpec:
     """The catalog spec of ``openenv:<url>`` (asked once per process and server)."""
     url = env_id.split(":", 1)[1].rstrip("/")
+    # The leaderboard names every result by a versioned id; a scheme id has no versions, so its
+    # results are stored as version 0 (`openenv:<url>-v0`), which means the same server.
+    url = url.removesuffix("-v0")
     if url in _spec_cache:
         return _spec_cache[url]
     common: dict[str, Any] = {
-        "id": env_id,
+        "id": f"{SCHEME}:{url}",
         "entry_point": OpenEnvEnv,
         "kwargs": {"url": url},
         "tags": (SCHEME,),
     }
     try:
         document = _fetch_spec(url)
-    except OSError as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return EnvSpec(
             **common, kind=EnvKind.MULTI_TURN, unavailable=f"OpenEnv server {url} is not reachable: {exc}"
         )
