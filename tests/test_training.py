@@ -9,6 +9,7 @@ from tinker import types
 
 from envsuite.backends import Backend, HostedBackendUnavailable, make_service_client
 from envsuite.backends.local import LocalServiceClient, LocalTrainingClient, NonFiniteError
+from envsuite.engine.training import training_passes
 from envsuite.models import UnknownModelError
 from tests.conftest import TEST_MODEL
 
@@ -64,9 +65,17 @@ def test_cross_entropy_training_lowers_the_loss(service: LocalServiceClient, ful
     assert info.is_lora is (not full) and info.model_name == TEST_MODEL
 
 
-def test_datums_sharing_a_prompt_train_exactly_as_separate_datums(service: LocalServiceClient) -> None:
+@pytest.mark.parametrize("pass_tokens", [2048, 40])
+def test_datums_sharing_a_prompt_train_exactly_as_separate_datums(
+    service: LocalServiceClient, pass_tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GRPO groups (a shared system prompt, one problem per group, several replies) share their common
-    tokens in one row of the batch; nothing a caller sees changes."""
+    tokens in one row of the batch; nothing a caller sees changes. With a small pass budget the same
+    batch is trained in several passes of whole rows (how long multi-turn batches keep memory bounded),
+    again with nothing changed."""
+    from envsuite.backends.local import _trainer_core
+
+    monkeypatch.setattr(_trainer_core, "_PASS_TOKENS", pass_tokens)
     system = [1, *range(300, 320)]  # 21 tokens shared by every group: over the sharing threshold
     problems = [[600, 601, 602], [700, 701]]
     replies = [[41, 42, 43, 2], [41, 50], [77, 78, 79, 80, 81, 82, 2], []]  # [] = the bare prompt
@@ -152,6 +161,69 @@ def test_new_sampling_client_after_each_save_sees_current_weights(service: Local
     np.testing.assert_allclose(new[1:], _logprobs(client), atol=1e-4)
     assert first.compute_logprobs(prompt).result() == old  # the earlier snapshot is unchanged
     assert not np.allclose(new[1:], old[1:])
+
+
+def test_recomputing_layers_in_backward_changes_no_result(
+    service: LocalServiceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wide passes recompute each decoder layer in backward (activation checkpointing) to bound memory;
+    logprobs, losses and the gradient are those of keeping the activations."""
+    from envsuite.backends.local import _trainer_core
+
+    rng = np.random.default_rng(0)
+    tokens = [1, *rng.integers(300, 4000, 40).tolist(), 2]
+    datum = _datum(
+        tokens,
+        logprobs=rng.uniform(-3, -0.1, len(tokens) - 1).astype(np.float32),
+        advantages=rng.uniform(-1, 1, len(tokens) - 1).astype(np.float32),
+    )
+    results = []
+    for recompute_above in (10_000, 0):
+        monkeypatch.setattr(_trainer_core, "_RECOMPUTE_TOKENS", recompute_above)
+        client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=3).result()
+        out = client.forward_backward([datum], "importance_sampling").result()
+        # A first optimizer step moves the adapter's zero-initialized B, so a second step's gradient
+        # also reaches A: compare that one.
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        again = client.forward_backward([datum], "importance_sampling").result()
+        step = client.optim_step(types.AdamParams(learning_rate=1e-2)).result().metrics
+        assert step is not None
+        results.append((out, again, step["grad_norm:mean"]))
+    (kept, kept_again, kept_norm), (recomputed, recomputed_again, recomputed_norm) = results
+    for a, b in ((kept, recomputed), (kept_again, recomputed_again)):
+        np.testing.assert_allclose(
+            a.loss_fn_outputs[0]["logprobs"].to_numpy(),
+            b.loss_fn_outputs[0]["logprobs"].to_numpy(),
+            atol=1e-6,
+        )
+    assert recomputed_norm == pytest.approx(kept_norm, rel=1e-5) and kept_norm > 0
+
+
+def test_training_passes_group_whole_rows_within_the_budget() -> None:
+    shared = list(range(100, 130))
+    group = [[*shared, d, d + 1] for d in range(3)]  # one token-tree row, 36 tokens wide
+    singles = [list(range(200 + 10 * k, 210 + 10 * k)) for k in range(3)]  # three 10-token rows
+    long = list(range(500, 560))  # a 60-token row, wider than the budget
+    tokens_D = [*group, *singles, long]
+    assert training_passes(tokens_D, 40) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert training_passes(tokens_D, 10_000) == [[0, 1, 2, 3, 4, 5, 6]]
+
+
+def test_a_nan_in_a_later_pass_leaves_no_gradient_behind(
+    service: LocalServiceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that fails in its second pass must not keep the first pass's gradient."""
+    from envsuite.backends.local import _trainer_core
+
+    monkeypatch.setattr(_trainer_core, "_PASS_TOKENS", 8)  # one 7-token datum per pass
+    client = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+    rl = {"logprobs": np.full(7, -1.0, dtype=np.float32), "advantages": np.ones(7, dtype=np.float32)}
+    nan = np.array([1, np.nan, 1, 1, 1, 1, 1], dtype=np.float32)
+    good, bad = _datum(**rl), _datum([1, 900, 901, 902, 903, 904, 905, 2], **{**rl, "advantages": nan})
+    with pytest.raises(NonFiniteError):
+        client.forward_backward([good, bad], "importance_sampling").result()  # good's pass runs first
+    with pytest.raises(RuntimeError, match="without gradients"):
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
 
 
 def test_nan_loss_is_a_named_error_and_changes_nothing(service: LocalServiceClient, tmp_path: object) -> None:

@@ -70,7 +70,7 @@ class TreeLayout:
 
 def tree_layout(tokens_S: Sequence[Sequence[int]], pad_id: int) -> TreeLayout:
     """Lay ``tokens_S`` out as token-tree rows (see the module docstring)."""
-    rows = _plan_rows(tokens_S)
+    rows = plan_rows(tokens_S)
     ids_R: list[list[int]] = []
     pos_R: list[list[int]] = []
     columns_S: list[list[int]] = [[] for _ in tokens_S]
@@ -106,10 +106,10 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def _plan_rows(tokens_S: Sequence[Sequence[int]]) -> list[TreeRow]:
-    """Sorted order, each sequence sharing with its predecessor: in sorted order a sequence's longest
-    common prefix with any earlier one is the one with its direct predecessor, so this finds every
-    shared token."""
+def plan_rows(tokens_S: Sequence[Sequence[int]]) -> list[TreeRow]:
+    """The rows :func:`tree_layout` fills: sequences in sorted order, each sharing with its predecessor
+    (in sorted order a sequence's longest common prefix with any earlier one is the one with its direct
+    predecessor, so this finds every shared token)."""
     cap = max(max(len(t) for t in tokens_S), TREE_ROW_TOKENS)
     rows: list[TreeRow] = []
     width = 0

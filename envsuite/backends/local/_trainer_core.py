@@ -6,14 +6,17 @@ so no locking is needed and calls take effect in submission order.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+import torch.utils.checkpoint
 from tinker import types
 
 from envsuite.engine import weights as ckpt
@@ -22,9 +25,12 @@ from envsuite.engine.training import (
     LossInputError,
     TokenBatch,
     build_batch,
+    check_data,
     elementwise_loss,
+    lay_out,
     parse_loss_fn,
     resolve_config,
+    training_passes,
 )
 from envsuite.engine.weights import LoraSpec, adapter_state, merge_lora, snapshot_full
 
@@ -34,6 +40,14 @@ if TYPE_CHECKING:
 
 _LOGIT_ROWS = 1024
 """Positions per unembedding chunk: without gradients, at most 1024 x vocab fp32 logits are alive."""
+_RECOMPUTE_TOKENS = 512
+"""Passes with more row tokens than this recompute each decoder layer during backward instead of keeping
+its activations (about 4 MB per token on SmolLM2, attention weights included); shorter passes keep
+them, which is faster."""
+_PASS_TOKENS = 2048
+"""Row tokens per forward/backward pass. Activations kept for backward grow with a pass's tokens (and
+attention over a token-tree row with its width squared): a GRPO batch of long multi-turn games laid
+out in one pass took over 15 GB on SmolLM2, so longer batches run in passes of whole rows."""
 
 CustomLoss = Callable[[list[types.Datum], list[torch.Tensor]], tuple[torch.Tensor, Mapping[str, float]]]
 """A custom loss as the SDK's ``forward_backward_custom`` takes it: ``(data, logprobs_list) -> (loss, metrics)``."""
@@ -94,32 +108,57 @@ class TrainerCore:
         config: Mapping[str, float | str] | None,
         backward: bool,
     ) -> types.ForwardBackwardOutput:
+        """One ``forward`` / ``forward_backward`` call, run in passes of at most ``_PASS_TOKENS`` row tokens.
+
+        Everything is validated before the first pass, and a non-finite loss in any pass restores the
+        gradients the call found, so a failed call never leaves part of a gradient behind.
+        """
         loss_fn = parse_loss_fn(loss_name)
         resolved = resolve_config(loss_fn, config)
-        batch = build_batch(data, loss_fn, self.vocab_size, self._pad_id())
-        with torch.set_grad_enabled(backward):
-            logprobs_N = self._target_logprobs(batch)
-            loss_N = elementwise_loss(loss_fn, logprobs_N, batch.loss_inputs_N, resolved)
-            total = loss_N.sum()
-            self._check_loss(total, loss_fn.value)
-            if backward:
-                total.backward()
-        outputs = [
-            {
-                "logprobs": types.TensorData.from_torch(logprobs_T),
-                "elementwise_loss": types.TensorData.from_torch(loss_T),
-            }
-            for logprobs_T, loss_T in zip(
+        checked = check_data(data, loss_fn, self.vocab_size)
+        passes = training_passes(checked.tokens_D, _PASS_TOKENS)
+        restore = self._grad_restorer() if backward and len(passes) > 1 else None
+        outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
+        loss_sum = 0.0
+        for members in passes:
+            batch = lay_out(checked.subset(members), self._pad_id())
+            recompute = backward and batch.input_ids_RW.numel() > _RECOMPUTE_TOKENS
+            with torch.set_grad_enabled(backward), recomputed_layers(self.lm, recompute):
+                logprobs_N = self._target_logprobs(batch)
+                loss_N = elementwise_loss(loss_fn, logprobs_N, batch.loss_inputs_N, resolved)
+                total = loss_N.sum()
+                try:
+                    self._check_loss(total, loss_fn.value)
+                except NonFiniteError:
+                    if restore is not None:
+                        restore()
+                    raise
+                if backward:
+                    total.backward()
+            loss_sum += float(total.detach())
+            pieces = zip(
                 logprobs_N.detach().split(batch.lengths_D),
                 loss_N.detach().split(batch.lengths_D),
                 strict=True,
             )
-        ]
+            for index, (logprobs_T, loss_T) in zip(members, pieces, strict=True):
+                outputs[index] = {
+                    "logprobs": types.TensorData.from_torch(logprobs_T),
+                    "elementwise_loss": types.TensorData.from_torch(loss_T),
+                }
         return types.ForwardBackwardOutput(
-            loss_fn_output_type="ArrayRecord",
-            loss_fn_outputs=outputs,
-            metrics={"loss:sum": float(total.detach())},
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": loss_sum}
         )
+
+    def _grad_restorer(self) -> Callable[[], None]:
+        """A function that puts the trainable parameters' gradients back as they are now."""
+        saved = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+
+        def restore() -> None:
+            for param, grad in zip(self.params, saved, strict=True):
+                param.grad = grad
+
+        return restore
 
     def run_custom_loss(self, data: list[types.Datum], loss: CustomLoss) -> types.ForwardBackwardOutput:
         """The SDK's client-side custom loss, in process: ``loss(data, logprobs_D)``, then its backward.
@@ -323,3 +362,28 @@ def check_adam(params: types.AdamParams) -> None:
             raise ValueError(f"AdamParams.{key} must be a finite number >= 0, got {value}")
     if not (params.beta1 < 1 and params.beta2 < 1):
         raise ValueError("AdamParams beta1 and beta2 must be < 1")
+
+
+@contextlib.contextmanager
+def recomputed_layers(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """While inside, the model's transformer layers run under activation checkpointing (non-reentrant):
+    a forward pass keeps only each layer's inputs, and backward recomputes the layer.
+
+    It uses transformers' own per-layer switch (``GradientCheckpointingLayer``), flipping only the layer
+    objects' flags, so dropout and every other submodule keep their mode. Gradients are unchanged.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)] if enabled else []
+    saved = [(layer.gradient_checkpointing, layer.training) for layer in layers]
+    run = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+    try:
+        for layer in layers:
+            layer._gradient_checkpointing_func = run  # type: ignore[assignment]  # a plain attribute HF reads
+            layer.gradient_checkpointing = True
+            layer.training = True  # the flag HF checks; set on the layer object only, not its children
+        yield
+    finally:
+        for layer, (checkpointing, training) in zip(layers, saved, strict=True):
+            layer.gradient_checkpointing = checkpointing
+            layer.training = training

@@ -1,6 +1,13 @@
 """Training compute: datums to model inputs (shared prefixes laid out once as token trees) and the losses."""
 
-from envsuite.engine.training._batch import TokenBatch, build_batch
+from envsuite.engine.training._batch import (
+    CheckedData,
+    TokenBatch,
+    build_batch,
+    check_data,
+    lay_out,
+    training_passes,
+)
 from envsuite.engine.training._losses import (
     LOSS_SPECS,
     LossFn,
@@ -16,8 +23,12 @@ from envsuite.engine.training._losses import (
 
 __all__ = [
     # batches
+    "CheckedData",
     "TokenBatch",
     "build_batch",
+    "check_data",
+    "lay_out",
+    "training_passes",
     # losses
     "LOSS_SPECS",
     "LossFn",

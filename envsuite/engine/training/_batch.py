@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from tinker import types
 
-from envsuite.engine._token_tree import tree_layout
+from envsuite.engine._token_tree import plan_rows, tree_layout
 from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError
 
 
@@ -82,8 +82,19 @@ def _datum_inputs(index: int, datum: types.Datum, loss_fn: LossFn, length: int) 
     return tensors
 
 
-def build_batch(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int, pad_id: int) -> TokenBatch:
-    """Validate ``data`` against ``loss_fn`` and lay it out; bad input raises :class:`LossInputError`."""
+@dataclass(frozen=True)
+class CheckedData:
+    """Datums validated against a loss: their tokens and loss inputs as tensors, in the caller's order."""
+
+    tokens_D: list[list[int]]
+    inputs_D: list[dict[str, torch.Tensor]]
+
+    def subset(self, members: Sequence[int]) -> CheckedData:
+        return CheckedData([self.tokens_D[i] for i in members], [self.inputs_D[i] for i in members])
+
+
+def check_data(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int) -> CheckedData:
+    """Validate every datum against ``loss_fn`` (bad input raises :class:`LossInputError`)."""
     if not data:
         raise LossInputError("the batch is empty: pass at least one Datum")
     tokens_D = [_datum_tokens(i, datum) for i, datum in enumerate(data)]
@@ -100,6 +111,34 @@ def build_batch(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int, p
     for i, inputs in enumerate(inputs_D):
         if sorted(set(inputs) - {"target_tokens"}) != float_keys:
             raise LossInputError(f"datum {i}: every datum in a batch needs the same loss_fn_inputs keys")
+    return CheckedData(tokens_D, inputs_D)
+
+
+def training_passes(tokens_D: Sequence[Sequence[int]], max_tokens: int) -> list[list[int]]:
+    """Datum indices grouped into passes of whole token-tree rows, each pass at most ``max_tokens`` wide.
+
+    A row wider than ``max_tokens`` (one long datum) is a pass of its own. Activation memory grows with
+    the tokens of one forward pass, so a batch of long multi-turn datums is trained pass by pass;
+    gradients add up across passes exactly as within one.
+    """
+    passes: list[list[int]] = []
+    used = 0
+    for row in plan_rows(tokens_D):
+        members = row.members
+        width = sum(len(tokens_D[m]) - shared for m, shared in zip(members, row.shared, strict=True))
+        if passes and used + width <= max_tokens:
+            passes[-1].extend(members)
+            used += width
+        else:
+            passes.append(list(members))
+            used = width
+    return passes
+
+
+def lay_out(checked: CheckedData, pad_id: int) -> TokenBatch:
+    """The validated datums as token-tree rows (see the module docstring for the invariants)."""
+    tokens_D, inputs_D = checked.tokens_D, checked.inputs_D
+    float_keys = sorted(set(inputs_D[0]) - {"target_tokens"})
     layout = tree_layout(tokens_D, pad_id)
     hidden_index_N = torch.cat([layout.flat_index(d) for d in range(len(tokens_D))])
     positions: torch.Tensor | None = layout.position_ids_RW
@@ -118,3 +157,8 @@ def build_batch(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int, p
         targets_N=torch.cat([inputs["target_tokens"].long() for inputs in inputs_D]),
         loss_inputs_N={key: torch.cat([inputs[key].float() for inputs in inputs_D]) for key in float_keys},
     )
+
+
+def build_batch(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int, pad_id: int) -> TokenBatch:
+    """Validate ``data`` against ``loss_fn`` and lay it out; bad input raises :class:`LossInputError`."""
+    return lay_out(check_data(data, loss_fn, vocab_size), pad_id)
