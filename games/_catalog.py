@@ -30,16 +30,29 @@ def register_games() -> None:
         partner_kwarg="answerer",
         tags=("game", "dialogue"),
     )
+    easy_twenty_questions = {
+        "entry_point": "envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
+        "kind": EnvKind.MULTI_TURN,
+        "reward_range": (0.0, 1.0),
+        "max_turns": 6,
+        "partner_kwarg": "answerer",
+        "tags": ("game", "dialogue"),
+    }
     register(
         "twenty_questions_easy-v0",
-        entry_point="envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
         kwargs={"candidates": 4, "max_questions": 6},
-        kind=EnvKind.MULTI_TURN,
         description="Twenty questions, first rung: the word is one of 4 listed candidates; 6 turns.",
-        reward_range=(0.0, 1.0),
-        max_turns=6,
-        partner_kwarg="answerer",
-        tags=("game", "dialogue"),
+        deprecated=(
+            "SmolLM2-135M never wrote a 'Guess:' line in it (0 of 24 held-out games won; see "
+            "docs/results.md); use twenty_questions_easy-v1"
+        ),
+        **easy_twenty_questions,
+    )
+    register(
+        "twenty_questions_easy-v1",
+        kwargs={"candidates": 4, "max_questions": 6, "guess_by_mention": True},
+        description="Twenty questions, first rung: one of 4 listed words, naming one guesses it; 6 turns.",
+        **easy_twenty_questions,
     )
     register(
         "chess-v0",

@@ -208,3 +208,38 @@ async def test_math_easy_asks_for_the_number_only_and_grades_it() -> None:
         result = await env.step(tok.encode(text, add_special_tokens=False))
         rewards[reply] = result.reward
     assert rewards == {"{a}": 1.0, "The answer is {a}.": 0.9, "{wrong}": 0.0, "I do not know": -0.1}
+
+
+async def test_easy_twenty_questions_v1_reads_a_named_candidate_as_a_guess() -> None:
+    from envsuite.registration import DeprecatedEnvError
+
+    def fresh() -> TwentyQuestionsEnv:
+        env = make_env("twenty_questions_easy", seed=7, model=MODEL)
+        assert isinstance(env, TwentyQuestionsEnv) and env.guess_by_mention
+        return env
+
+    env = fresh()
+    _, results = await _play(env, lambda _: f"Hmm, maybe the {env.secret.upper()}?")
+    assert results[-1].reward == 1.0 and results[-1].metrics["success"] == 1.0 and len(results) == 1
+    env = fresh()
+    others = [w for w in env.candidates if w != env.secret]
+    _, results = await _play(env, lambda _: f"Is it a {others[0]}?")
+    assert all(r.reward == 0 for r in results) and results[-1].metrics["wrong_guesses"] == 6
+    env = fresh()
+    _, results = await _play(env, lambda _: f"{others[0]} or {others[1]}? Is it alive?")
+    assert results[-1].metrics["wrong_guesses"] == 0 and results[-1].metrics["malformed_turns"] == 0
+    # A reply cut off at the token budget still guesses the one candidate it names.
+    env = fresh()
+    tok = _tok()
+    first = await env.initial_observation()
+    assert not isinstance(first, InitialObservationOverflow)
+    cut = await env.step(
+        tok.encode(f"I am quite sure that it is the {env.secret} because", add_special_tokens=False)
+    )
+    assert cut.episode_done and cut.reward == 1.0
+    try:
+        make_env("twenty_questions_easy-v0", seed=7, model=MODEL)
+    except DeprecatedEnvError as exc:
+        assert "twenty_questions_easy-v1" in str(exc)
+    else:
+        raise AssertionError("v0 is deprecated")

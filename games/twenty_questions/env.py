@@ -8,8 +8,10 @@ or "I can't answer that.") or a guess ``Guess: <word>``. A correct guess ends th
 answerer. When the turns run out the game ends with reward 0
 (``StopReason.MAX_TURNS``). Each observation extends the previous one plus the action's tokens.
 
-``candidates=k`` makes an easier game (``twenty_questions_easy-v0``): the episode draws ``k`` words of
-its split, one of them the secret, and the first message lists them all ("The word is one of: ...").
+``candidates=k`` makes an easier game: the episode draws ``k`` words of its split, one of them the
+secret, and the first message lists them all ("The word is one of: ..."). With ``guess_by_mention``
+as well (``twenty_questions_easy-v1``), a reply that names exactly one candidate guesses it, even
+without a ``Guess:`` line and even when cut off at the token budget.
 """
 
 from __future__ import annotations
@@ -97,12 +99,17 @@ class TwentyQuestionsEnv(Env):
         question_penalty: float = 0.0,
         answer_timeout_s: float = 60.0,
         candidates: int | None = None,
+        guess_by_mention: bool = False,
     ) -> None:
-        """``candidates``: list this many words of the split (the secret among them) in the first message."""
+        """``candidates``: list this many words of the split (the secret among them) in the first message;
+        ``guess_by_mention``: a reply naming exactly one candidate guesses it (needs ``candidates``)."""
         if max_questions < 1:
             raise ValueError(f"max_questions must be >= 1, got {max_questions}")
         if candidates is not None and candidates < 1:
             raise ValueError(f"candidates must be >= 1 or None, got {candidates}")
+        if guess_by_mention and candidates is None:
+            raise ValueError("guess_by_mention needs candidates (the words a mention can name)")
+        self.guess_by_mention = guess_by_mention
         if not 0.0 <= question_penalty <= 1.0:
             raise ValueError(f"question_penalty must be in [0, 1], got {question_penalty}")
         self.ctx = ctx
@@ -128,6 +135,7 @@ class TwentyQuestionsEnv(Env):
             raise ValueError(f"secret {secret!r} is unknown to answerer {self.answerer.identity()}")
         self.secret = normalize_phrase(secret)
         self._names = kb.entity(self.secret).names if self.secret in kb else frozenset({self.secret})
+        self._candidate_names = {word: kb.entity(word).names for word in self.candidates}
         self._tally = _Tally()
         self._turns = 0
         self._conversation: list[Message] = []
@@ -161,6 +169,9 @@ class TwentyQuestionsEnv(Env):
         text = parsed.message.get("content", "")
         malformed = not parsed.clean_stop or not parsed.valid_utf8 or is_empty_turn(text)
         guess = None if malformed else guess_in(text)
+        if guess is None and self.guess_by_mention and parsed.valid_utf8:
+            guess = self._mentioned(text)
+            malformed = malformed and guess is None
         if guess is not None and guess in self._names:
             return self._finish(action, parsed.message, won=True, reply="Correct!")
         try:
@@ -173,6 +184,14 @@ class TwentyQuestionsEnv(Env):
         if left <= 0:
             return self._finish(action, parsed.message, won=False, reply=answer.value)
         return self._continue(action, parsed.message, reply, text, answer)
+
+    def _mentioned(self, text: str) -> str | None:
+        """The one candidate ``text`` names (by any of its names, as whole words), else None."""
+        padded = f" {normalize_phrase(text)} "
+        named = [
+            word for word, names in self._candidate_names.items() if any(f" {n} " in padded for n in names)
+        ]
+        return named[0] if len(named) == 1 else None
 
     async def _answer(self, text: str, guess: str | None, malformed: bool) -> Answer:
         if malformed:
