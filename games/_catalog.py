@@ -6,6 +6,8 @@ itself is imported only when one of its envs is made.
 
 from __future__ import annotations
 
+from typing import Any
+
 from envsuite.games.textarena._table import all_games
 from envsuite.games.tictactoe import EASY_LEGAL_MOVE_REWARD, EASY_SYSTEM_PROMPT
 from envsuite.registration import EnvKind, register, registry
@@ -30,7 +32,7 @@ def register_games() -> None:
         partner_kwarg="answerer",
         tags=("game", "dialogue"),
     )
-    easy_twenty_questions = {
+    easy_twenty_questions: dict[str, Any] = {
         "entry_point": "envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
         "kind": EnvKind.MULTI_TURN,
         "reward_range": (0.0, 1.0),
