@@ -82,7 +82,7 @@ async def test_easy_tictactoe_pays_per_legal_move_and_states_the_format() -> Non
         assert all(r.reward == 0.1 for r in results[:-1])
         game = final["win"] - final["loss"]
         assert abs(sum(r.reward for r in results) - (game + 0.1 * legal)) < 1e-9
-        assert final["win"] + final["loss"] + final["draw"] == 1.0
+        assert final["win"] + final["loss"] + final["draw"] == 1.0 and final["solved"] == final["win"]
 
 
 async def test_easy_tictactoe_forfeit_after_legal_moves_beats_a_forfeit_at_once() -> None:
@@ -243,3 +243,27 @@ async def test_easy_twenty_questions_v1_reads_a_named_candidate_as_a_guess() -> 
         assert "twenty_questions_easy-v1" in str(exc)
     else:
         raise AssertionError("v0 is deprecated")
+
+
+async def test_guess_the_number_reports_solved_apart_from_partial_credit() -> None:
+    bounds = {"lo": 1, "hi": 20, "last": 0}
+
+    def bisect(prompt: str) -> str:
+        tail = prompt.rsplit("<|im_start|>user", 1)[-1]
+        if "higher" in tail:
+            bounds["lo"] = bounds["last"] + 1
+        elif "lower" in tail:
+            bounds["hi"] = bounds["last"] - 1
+        bounds["last"] = (bounds["lo"] + bounds["hi"]) // 2
+        return f"[{bounds['last']}]"
+
+    _, results = await _play(make_env("textarena/GuessTheNumber-v0", seed=2, model=MODEL), bisect)
+    assert results[-1].reward == 1.0 and results[-1].metrics["solved"] == 1.0
+    # A wrong guess, then the same guess twice more: invalid moves that end with partial credit.
+    wrong = bounds["last"] + 1 if bounds["last"] < 20 else bounds["last"] - 1
+    guesses = iter([f"[{wrong}]"] * 3)
+    _, results = await _play(
+        make_env("textarena/GuessTheNumber-v0", seed=2, model=MODEL), lambda _: next(guesses)
+    )
+    final = results[-1]
+    assert 0.0 < final.reward < 1.0 and final.metrics["win"] == 1.0 and final.metrics["solved"] == 0.0

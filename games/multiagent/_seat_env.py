@@ -155,6 +155,9 @@ class SeatEnv(Env):
                 "invalid_moves": self._invalid_moves,
                 "legal_moves": self._legal_moves,
                 "win": float(ending.reward > 0),
+                # The full reward: a won game, or a solved single-player puzzle (where a positive
+                # reward below 1 is partial credit, e.g. GuessTheNumber's closeness of the last guess).
+                "solved": float(ending.reward >= 1.0),
                 "loss": float(ending.reward < 0),
                 # A game played to its end with no winner (not one cut off by a limit or an error).
                 "draw": float(ending.reward == 0 and ending.stop_reason is StopReason.COMPLETED),
