@@ -32,7 +32,8 @@ def run_one(layer: str, requests: int, new_tokens: int) -> dict[str, float]:
     import torch
     from transformers.cache_utils import DynamicLayer
 
-    from envsuite.backends.local import LocalSamplingClient, _engine_batch, load_sampling_model
+    from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+    from envsuite.engine.sampling import _kv_cache_layer
 
     if layer == "concat":
 
@@ -41,8 +42,8 @@ def run_one(layer: str, requests: int, new_tokens: int) -> dict[str, float]:
             self.keys = self.keys.index_select(0, index)
             self.values = self.values.index_select(0, index)
 
-        _engine_batch.GrowableLayer.update = DynamicLayer.update  # type: ignore[method-assign]
-        _engine_batch.GrowableLayer.select_rows = select_rows  # type: ignore[method-assign,assignment]
+        _kv_cache_layer.GrowableLayer.update = DynamicLayer.update  # type: ignore[method-assign]
+        _kv_cache_layer.GrowableLayer.select_rows = select_rows  # type: ignore[method-assign,assignment]
     loaded = load_sampling_model(base_model=MODEL)
     client = LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL)
     prompts = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -78,6 +78,20 @@ def _reference_logprobs(model: torch.nn.Module, prompt: list[int], completion: l
     return [float(logprobs[p, t]) for p, t in zip(positions, completion, strict=True)]
 
 
+def _watch_forward_passes(model: torch.nn.Module, record: Callable[[torch.Tensor], None]) -> None:
+    """Call ``record(input_ids)`` at the start of every forward pass: prefills through ``model(...)``
+    and decode steps through the engine's lean decode step alike (both embed the tokens first)."""
+    embeddings = model.get_input_embeddings()  # type: ignore[operator]
+    assert isinstance(embeddings, torch.nn.Module)
+
+    def hook(_module: torch.nn.Module, args: tuple[object, ...]) -> None:
+        ids = args[0]
+        assert isinstance(ids, torch.Tensor)
+        record(ids)
+
+    embeddings.register_forward_pre_hook(hook)
+
+
 class _EngineGate:
     """Parks the engine thread inside a decode step so a test can queue requests that are then all
     admitted together (otherwise the engine may start on the first request before the rest arrive).
@@ -86,11 +100,9 @@ class _EngineGate:
     def __init__(self, model: torch.nn.Module) -> None:
         self.prefills: list[tuple[int, int]] = []
         self._hold, self._held, self._release = threading.Event(), threading.Event(), threading.Event()
-        model.register_forward_pre_hook(self._record, with_kwargs=True)
+        _watch_forward_passes(model, self._record)
 
-    def _record(self, _module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        ids = kwargs["input_ids"]
-        assert isinstance(ids, torch.Tensor)
+    def _record(self, ids: torch.Tensor) -> None:
         if ids.shape[1] > 1:
             self.prefills.append((int(ids.shape[0]), int(ids.shape[1])))
         elif self._hold.is_set():
@@ -136,13 +148,7 @@ async def test_num_samples_shares_one_prefill() -> None:
     model = own.model
     sampler = LocalSamplingClient(model, own.tokenizer, MODEL)
     shapes: list[tuple[int, int]] = []
-
-    def record(_module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        ids = kwargs["input_ids"]
-        assert isinstance(ids, torch.Tensor)
-        shapes.append((int(ids.shape[0]), int(ids.shape[1])))
-
-    model.register_forward_pre_hook(record, with_kwargs=True)
+    _watch_forward_passes(model, lambda ids: shapes.append((int(ids.shape[0]), int(ids.shape[1]))))
     prompt = _text_prompt(sampler, "Tell me a story about a cat")
     params = tinker.SamplingParams(max_tokens=6, temperature=1.0, stop=[], seed=5)
     response = await sampler.sample(_prompt(prompt), 4, params)

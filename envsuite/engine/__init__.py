@@ -6,5 +6,9 @@
 * ``envsuite.engine.weights``: base models, LoRA adapters, merging, and checkpoint directories.
 
 Nothing here knows the Tinker client interface; the clients in ``envsuite.backends.local`` do. Importing
-a subpackage loads torch.
+a subpackage loads torch (this package itself does not).
 """
+
+from envsuite.engine._memory import release_free_memory
+
+__all__ = ["release_free_memory"]

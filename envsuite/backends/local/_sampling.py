@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
     EngineResult,
+    PrefixCacheStats,
     SamplingEngine,
     StopMatcher,
 )
@@ -73,7 +74,10 @@ class LocalSamplingClient:
         self._base_model = base_model
         self.model_path = model_path
         """The checkpoint path these weights came from (None for base weights)."""
-        self._engine = SamplingEngine(model, self._decode, config)
+        # The engine gets a decoder closed over the tokenizer, not a method of this client: a bound
+        # method would make client and engine a reference cycle, and a dropped client (with its model
+        # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
+        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config)
         self._client_id = next(self._ids)
         self._sequence_ids = itertools.count()
         self._eos_ids = _eos_token_ids(model, tokenizer)
@@ -176,6 +180,10 @@ class LocalSamplingClient:
         """Stop the engine; requests still in flight fail with ``EngineClosedError``."""
         self._engine.close()
 
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        """What the engine's prefix cache (KV reused across the turns of an episode) served and holds."""
+        return self._engine.prefix_cache_stats()
+
     def sample(
         self,
         prompt: tinker.ModelInput,
@@ -258,9 +266,6 @@ class LocalSamplingClient:
 
     # ------------------------------------------------------------------ helpers
 
-    def _decode(self, tokens: list[int]) -> str:
-        return str(self._tokenizer.decode(tokens, skip_special_tokens=False))
-
     def _build_request(
         self,
         prompt: tinker.ModelInput,
@@ -320,6 +325,13 @@ class LocalSamplingClient:
             kept = _keep_last_n(result.prompt_logprobs, last_n)
             prompt_logprobs_np = np.asarray([np.nan if x is None else x for x in kept], dtype=np.float32)
         return tinker.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_logprobs_np)
+
+
+def _token_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:
+    def decode(tokens: list[int]) -> str:
+        return str(tokenizer.decode(tokens, skip_special_tokens=False))
+
+    return decode
 
 
 def _prompt_tokens(prompt: tinker.ModelInput) -> tuple[int, ...]:

@@ -1,7 +1,9 @@
 """The sampling engine: one thread per model batching every request it is given (continuous batching).
 
 See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_kv_batch`` for the running
-batch over one KV cache, and ``_token_choice`` for per-row sampling and stop detection.
+batch over one KV cache (``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean
+decode step of Llama-family models, ``_prefix_cache`` for the KV kept across the turns of an episode,
+and ``_token_choice`` for per-row sampling and stop detection.
 """
 
 from envsuite.engine.sampling._engine import (
@@ -14,6 +16,7 @@ from envsuite.engine.sampling._engine import (
     PromptTooLongError,
     SamplingEngine,
 )
+from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._token_choice import StopMatcher
 
 __all__ = [
@@ -26,6 +29,10 @@ __all__ = [
     "FinishReason",
     "GeneratedSequence",
     "StopMatcher",
+    # the prefix cache (KV reused across the turns of an episode)
+    "PrefixCache",
+    "PrefixCacheStats",
+    "PrefixMatch",
     # errors
     "EngineClosedError",
     "PromptTooLongError",

@@ -32,7 +32,10 @@ from typing import Any, Generic, TypeVar
 import torch
 from transformers import PreTrainedModel
 
-from envsuite.engine.sampling._kv_batch import KVBatch, prefill
+from envsuite.engine._memory import release_free_memory
+from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, prefill, prefill_after_prefix
+from envsuite.engine.sampling._llama_decode import llama_decoder
+from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
     StopMatcher,
@@ -77,6 +80,13 @@ class EngineConfig:
     """Token budget of requests whose ``SamplingParams.max_tokens`` is None."""
     idle_shutdown_s: float = 2.0
     """The engine thread exits after this long without work (it restarts on the next request)."""
+    lean_decode: bool = True
+    """Decode Llama-family models with the lean step (``_llama_decode``) instead of ``model(...)``."""
+    prefix_cache_bytes: int = 1 << 30
+    """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
+    this many bytes (least recently used first out); 0 turns the prefix cache off."""
+    min_prefix_reuse: int = 16
+    """A cached prefix shorter than this many tokens is prefilled again (not worth a separate pass)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,8 @@ class SamplingEngine:
     ) -> None:
         self.model = model.eval()
         self.config = config or EngineConfig()
+        # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
+        self._decoder = llama_decoder(model) if self.config.lean_decode else None
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
@@ -167,6 +179,7 @@ class SamplingEngine:
         self._waiting: deque[_Job[Any]] = deque()
         self._batch: KVBatch | None = None
         self._rows: list[_Row] = []
+        self._prefix = PrefixCache(self.config.prefix_cache_bytes)
 
     # ------------------------------------------------------------------ public, any thread
 
@@ -199,6 +212,11 @@ class SamplingEngine:
             self._queue.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        self._prefix.clear()
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        """What the prefix cache served and holds (read from any thread; the counters may lag a step)."""
+        return self._prefix.stats()
 
     # ------------------------------------------------------------------ engine thread
 
@@ -223,6 +241,10 @@ class SamplingEngine:
                     self._admit()
                     if self._batch is not None:
                         self._decode_step()
+                        if self._batch is None:
+                            # The batch's KV cache and activations were just freed: return them to
+                            # the OS now rather than let the heap keep them (see engine._memory).
+                            release_free_memory()
                 except Exception as exc:  # keep serving: fail only the requests in flight
                     logger.exception("sampling engine step failed")
                     self._fail_running(exc)
@@ -308,7 +330,7 @@ class SamplingEngine:
         # Identical prompts (the members of a GRPO group) are prefilled once and share that KV row.
         unique: dict[tuple[int, ...], int] = {}
         slot_of_job = [unique.setdefault(job.request.prompt_T, len(unique)) for job in group]
-        out = prefill(self.model, list(unique), group[0].request.prompt_logprobs)
+        out = self._prefill(list(unique), group[0].request.prompt_logprobs)
         counts = [job.request.num_samples if job.request.max_tokens > 0 else 0 for job in group]
         new_rows: list[_Row] = []
         row_slots: list[int] = []
@@ -337,6 +359,41 @@ class SamplingEngine:
             self._batch.extend(batch)
         self._rows.extend(new_rows)
 
+    def _prefill(self, prompts: list[tuple[int, ...]], want_prompt_logprobs: bool) -> PrefillOutput:
+        """Prefill ``prompts`` (one row each, in order), reusing cached prefixes where there are any."""
+        if want_prompt_logprobs or self._prefix.max_bytes <= 0:
+            return prefill(self.model, prompts, want_prompt_logprobs)
+        # At least one token of each prompt is fed, so its next-token logits come out of the pass.
+        matches = [self._prefix.match(prompt, len(prompt) - 1) for prompt in prompts]
+        hits = [i for i, match in enumerate(matches) if match.length >= self.config.min_prefix_reuse]
+        if not hits:
+            return prefill(self.model, prompts, False)
+        hit_set = set(hits)
+        misses = [i for i in range(len(prompts)) if i not in hit_set]
+        out = prefill_after_prefix(self.model, [prompts[i] for i in hits], [matches[i] for i in hits])
+        if not misses:
+            return out
+        rest = prefill(self.model, [prompts[i] for i in misses], False)
+        # Back to the prompts' order: the hits' rows come first in the joined batch, then the misses'.
+        order = hits + misses
+        where = [order.index(i) for i in range(len(prompts))]
+        batch = out.batch
+        batch.extend(rest.batch)
+        batch.take_rows(where)
+        logits = torch.cat([out.last_logits_B_V, rest.last_logits_B_V])
+        index = torch.tensor(where, dtype=torch.long, device=logits.device)
+        return PrefillOutput(batch, logits.index_select(0, index), None)
+
+    def _remember(self, batch: KVBatch, index: int, row: _Row) -> None:
+        """Keep a finished row's KV (prompt + every token fed) for prompts that extend it."""
+        if self._prefix.max_bytes <= 0:
+            return
+        tokens = row.job.request.prompt_T + tuple(row.tokens[:-1])
+        # The row's last sampled token was never fed: its cache holds exactly the tokens before it.
+        if batch.row_length(index) != len(tokens):
+            return
+        self._prefix.insert(tokens, lambda start, end: batch.row_kv(index, start, end))
+
     def _make_row(self, job: _Job[Any], index: int) -> _Row:
         request = job.request
         generator = None
@@ -355,7 +412,7 @@ class SamplingEngine:
         if not self._rows:
             self._batch = None
             return
-        logits = self._batch.step(self.model)
+        logits = self._batch.step(self.model, self._decoder)
         keep = self._advance(self._rows, logits, self._batch)
         self._batch.select(keep)
         self._rows = [self._rows[i] for i in keep]
@@ -379,6 +436,7 @@ class SamplingEngine:
                 if not row.job.future.done():
                     keep.append(i)
                 continue
+            self._remember(batch, i, row)
             row.job.sequences[row.index] = GeneratedSequence(row.tokens, row.logprobs, finish)
             row.job.open_rows -= 1
             if row.job.open_rows == 0 and not row.job.future.done():

@@ -18,9 +18,11 @@ from typing import Protocol, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
 
 from envsuite.engine._token_tree import TreeLayout, tree_layout
+from envsuite.engine.sampling._kv_cache_layer import GrowableLayer, new_cache
+from envsuite.engine.sampling._llama_decode import LlamaDecoder
+from envsuite.engine.sampling._prefix_cache import PrefixMatch
 
 
 @dataclass
@@ -51,22 +53,29 @@ class KVBatch:
     def length(self) -> int:
         return int(self.mask_B_L.shape[1])
 
-    def step(self, model: PreTrainedModel) -> torch.Tensor:
-        """Feed every row's pending token; return the next-token logits ``(B, V)``."""
+    def step(self, model: PreTrainedModel, decoder: LlamaDecoder | None = None) -> torch.Tensor:
+        """Feed every row's pending token; return the next-token logits ``(B, V)``.
+
+        With a ``decoder`` (built for ``model``) the step bypasses ``model(...)``; the result is the same.
+        """
         device = self.mask_B_L.device
-        input_ids = torch.tensor(self.pending_B, dtype=torch.long, device=device)[:, None]
+        input_ids = torch.tensor(self.pending_B, dtype=torch.long, device=device)
         ones = torch.ones((self.size, 1), dtype=self.mask_B_L.dtype, device=device)
         mask = torch.cat([self.mask_B_L, ones], dim=1)
-        out = model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=self.next_pos_B[:, None],
-            past_key_values=self.cache,
-            use_cache=True,
-        )
+        if decoder is not None:
+            logits = decoder.step(input_ids, self.next_pos_B, mask, _kv_layers(self.cache))
+        else:
+            out = model(
+                input_ids=input_ids[:, None],
+                attention_mask=mask,
+                position_ids=self.next_pos_B[:, None],
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+            logits = out.logits[:, -1, :]
         self.mask_B_L = mask
         self.next_pos_B = self.next_pos_B + 1
-        return out.logits[:, -1, :]
+        return logits
 
     def take_rows(self, index: Sequence[int]) -> None:
         """Rebuild the batch from rows ``index`` (repeats allowed: samples sharing one prefilled prompt)."""
@@ -75,6 +84,23 @@ class KVBatch:
         rows = torch.tensor(list(index), dtype=torch.long, device=self.mask_B_L.device)
         self._index_rows(rows)
         self.pending_B = [self.pending_B[i] for i in index]
+
+    def row_length(self, row: int) -> int:
+        """Positions held for ``row`` (its prompt and every fed token)."""
+        return int(self.mask_B_L[row].sum())
+
+    def row_kv(self, row: int, start: int, end: int) -> torch.Tensor:
+        """``(layers, 2, kv_heads, end - start, head_dim)``: the keys and values of ``row``'s positions
+        ``[start, end)`` (counted over its real tokens, wherever padding sits)."""
+        columns = self.mask_B_L[row].nonzero().squeeze(1)[start:end]
+        return torch.stack(
+            [
+                torch.stack(
+                    [layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns)]
+                )
+                for layer in _kv_layers(self.cache)
+            ]
+        )
 
     def select(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep`` (in that order), then drop left columns that hold no real token."""
@@ -114,88 +140,6 @@ class KVBatch:
         self.mask_B_L = self.mask_B_L[:, start:].contiguous()
 
 
-class GrowableLayer(DynamicLayer):
-    """A full-attention KV-cache layer that appends in place.
-
-    ``DynamicLayer`` appends a token by concatenating it to the whole cache, which copies every cached
-    position at every decode step: O(length) per token, O(length^2) per sequence. This layer keeps
-    ``keys``/``values`` as leading views of buffers with spare room along the sequence axis and writes
-    new positions into the room; a buffer is reallocated (with half its length again as room) only
-    when it is full. When the engine replaces ``keys``/``values`` wholesale (rows joining, trimming)
-    the next append notices that they are no longer views of the buffers and rebuffers once.
-    """
-
-    MIN_ROOM = 64
-    """Spare positions at least, per (re)allocation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._key_buffer: torch.Tensor | None = None
-        self._value_buffer: torch.Tensor | None = None
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start = self.get_seq_length()
-        end = start + key_states.shape[-2]
-        if not self._backed(end):
-            self._rebuffer(start, end, key_states, value_states)
-        assert self._key_buffer is not None and self._value_buffer is not None
-        self._key_buffer[:, :, start:end] = key_states
-        self._value_buffer[:, :, start:end] = value_states
-        self.keys = self._key_buffer[:, :, :end]
-        self.values = self._value_buffer[:, :, :end]
-        return self.keys, self.values
-
-    def select_rows(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (repeats allowed), buffers and room included: one copy, no rebuffer."""
-        length = self.get_seq_length()
-        if self._key_buffer is None or self._value_buffer is None or not self._backed(length):
-            assert self.keys is not None and self.values is not None
-            self.keys = self.keys.index_select(0, index)
-            self.values = self.values.index_select(0, index)
-            return
-        self._key_buffer = self._key_buffer.index_select(0, index)
-        self._value_buffer = self._value_buffer.index_select(0, index)
-        self.keys = self._key_buffer[:, :, :length]
-        self.values = self._value_buffer[:, :, :length]
-
-    def _backed(self, end: int) -> bool:
-        """``keys``/``values`` are still leading views of the buffers, and the buffers hold ``end``."""
-        keys, buffer = self.keys, self._key_buffer
-        return (
-            buffer is not None
-            and self._value_buffer is not None
-            and keys is not None
-            and keys.dim() == 4
-            and end <= buffer.shape[2]
-            and keys.shape[0] == buffer.shape[0]
-            and keys.data_ptr() == buffer.data_ptr()
-            and self.values is not None
-            and self.values.data_ptr() == self._value_buffer.data_ptr()
-        )
-
-    def _rebuffer(self, start: int, end: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
-        capacity = end + max(self.MIN_ROOM, end // 2)
-        batch = key_like.shape[0]
-        keys = key_like.new_empty((batch, key_like.shape[1], capacity, key_like.shape[3]))
-        values = value_like.new_empty((batch, value_like.shape[1], capacity, value_like.shape[3]))
-        if start:
-            assert self.keys is not None and self.values is not None
-            keys[:, :, :start] = self.keys
-            values[:, :, :start] = self.values
-        self._key_buffer, self._value_buffer = keys, values
-
-
-def new_cache(model: PreTrainedModel) -> DynamicCache:
-    """A cache for ``model`` whose full-attention layers append in place (:class:`GrowableLayer`)."""
-    cache = DynamicCache(config=model.config)
-    cache.layers = [GrowableLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
-    return cache
-
-
 def prefill(
     model: PreTrainedModel, prompts: Sequence[Sequence[int]], want_prompt_logprobs: bool
 ) -> PrefillOutput:
@@ -209,6 +153,58 @@ def prefill(
         if layout.shared:
             return _tree_prefill(model, prompts, layout)
     return _padded_prefill(model, prompts, want_prompt_logprobs)
+
+
+def prefill_after_prefix(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], matches: Sequence[PrefixMatch]
+) -> PrefillOutput:
+    """Prefill only what follows each prompt's cached prefix (``matches``, from the prefix cache).
+
+    The cached keys and values are left-padded into a fresh cache (row ``s`` holds ``matches[s].length``
+    positions), then the prompts' tails run as one left-padded batch on top of it, each token with its
+    own position in its prompt. A row's real columns are its cached prefix, possibly a gap of padding
+    (when its tail is shorter than the longest tail), then its tail: the mask covers the gap, so
+    attention and positions are those of the whole prompt prefilled at once.
+    """
+    device = model.device
+    cached = [match.length for match in matches]
+    width = max(cached)
+    first = matches[0].blocks[0]
+    layers, _, kv_heads, _, head_dim = first.shape
+    kv = first.new_zeros((layers, 2, len(prompts), kv_heads, width, head_dim))
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for s, match in enumerate(matches):
+        kv[:, :, s, :, width - match.length :] = torch.cat(match.blocks, dim=3)
+        mask[s, width - match.length :] = 1
+    cache = new_cache(model)
+    for index, layer in enumerate(cache.layers):
+        assert isinstance(layer, GrowableLayer)
+        layer.update(kv[index, 0], kv[index, 1])
+    del kv
+    tails = [prompt[length:] for prompt, length in zip(prompts, cached, strict=True)]
+    tail_width = max(len(tail) for tail in tails)
+    input_ids = torch.zeros((len(prompts), tail_width), dtype=torch.long)
+    tail_mask = torch.zeros((len(prompts), tail_width), dtype=torch.long)
+    positions = torch.zeros((len(prompts), tail_width), dtype=torch.long)
+    for s, (tail, length) in enumerate(zip(tails, cached, strict=True)):
+        input_ids[s, tail_width - len(tail) :] = torch.tensor(list(tail), dtype=torch.long)
+        tail_mask[s, tail_width - len(tail) :] = 1
+        positions[s, tail_width - len(tail) :] = torch.arange(length, length + len(tail))
+    full_mask = torch.cat([mask, tail_mask], dim=1).to(device)
+    out = model(
+        input_ids=input_ids.to(device),
+        attention_mask=full_mask,
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    return PrefillOutput(
+        batch=KVBatch(cache, full_mask, next_pos),
+        last_logits_B_V=out.logits[:, -1, :],
+        prompt_logprobs_B=None,
+    )
 
 
 def _tree_prefill(
@@ -326,6 +322,10 @@ class _FullLayer(Protocol):
     values: torch.Tensor
 
     def select_rows(self, index: torch.Tensor) -> None: ...
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def _pad_left(tensor_B_H_L_D: torch.Tensor, length: int) -> torch.Tensor:

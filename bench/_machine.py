@@ -1,0 +1,68 @@
+"""This machine's limits, measured where a benchmark runs: fp32 matmul peak, memory read bandwidth, load.
+
+Shared by the bench scripts that compare against a roofline or report the load next to their numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Machine:
+    matmul_gflops: float
+    """Best fp32 matmul rate seen (2048^3 products, all torch threads)."""
+    read_gbps: float
+    """Best rate of summing a 512 MiB fp32 tensor (all torch threads)."""
+    threads: int
+    cores: int
+    load_before: tuple[float, float, float]
+    """1, 5 and 15 minute load averages before measuring."""
+
+
+def load_average() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+def _best_seconds(fn: object, repeats: int) -> float:
+    assert callable(fn)
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _matmul_gflops(repeats: int, n: int = 2048) -> float:
+    left, right = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n**3 / _best_seconds(lambda: left @ right, repeats) / 1e9
+
+
+def _read_gbps(repeats: int) -> float:
+    big = torch.ones(512 * 1024 * 1024 // 4)  # filled, so every page is real memory
+    return big.numel() * 4 / _best_seconds(big.sum, repeats) / 1e9
+
+
+def measure_machine(repeats: int = 8) -> Machine:
+    load = load_average()
+    with torch.inference_mode():
+        matmul = _matmul_gflops(repeats)
+        read = _read_gbps(repeats)
+    return Machine(
+        matmul_gflops=round(matmul, 1),
+        read_gbps=round(read, 2),
+        threads=torch.get_num_threads(),
+        cores=os.cpu_count() or 1,
+        load_before=load,
+    )
+
+
+if __name__ == "__main__":
+    print(measure_machine())

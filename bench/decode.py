@@ -1,0 +1,311 @@
+"""Decoding speed against this machine's roofline: ms per token step, batch 1 to 64, and where the time goes.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -P bench/decode.py [--batches 1,2,4,8,16,32,64] [--steps 12]
+        [--repeats 3] [--prompt-tokens 48] [--llama-cpp] [--json PATH] [--png PATH]
+
+One decode step = one token for every running row: the forward pass over the KV cache plus the
+engine's per-row sampling (temperature 1, each row its own generator), exactly what the sampling
+engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's threads.
+
+1. **Roofline**, measured in the same run: the fp32 matmul peak (best of several 2048^3 products) and
+   the memory read bandwidth (summing a 512 MiB tensor). A step needs ``2 * P * B`` FLOPs (``P`` = the
+   matmul weights, LM head included) and must read the ``4 * P`` bytes of weights plus the rows' KV
+   cache, so its floor is ``max(flops / peak, bytes / bandwidth)``.
+2. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through ``model(...)``
+   (transformers' forward) and through the engine's lean decode step, alternating, each on its own
+   prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step.
+3. **Where the time goes** at batch 32: the step's parts replayed alone on the live cache and the real
+   weights (the 210 layer matmuls, the LM head, attention, sampling); the remainder is norms, rotary
+   embeddings, activations, KV appends and Python.
+4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
+   same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
+   exactly what envsuite converts to fp32 safetensors): 32 sequences decoded together in one
+   ``llama_decode`` batch per step, and one request at a time (what a CPU user would run).
+
+Writes a JSON of every number and a PNG of ms per step against batch size with the roofline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from envsuite.backends.local import load_sampling_model
+from envsuite.engine.sampling._kv_batch import KVBatch, prefill
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
+from envsuite.engine.sampling._token_choice import RowSampling, choose_tokens, make_generator
+
+MODEL = "smollm2-135m-instruct"
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from _machine import Machine, load_average, measure_machine  # noqa: E402
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    batch: int
+    hf_ms: float
+    lean_ms: float
+    roofline_ms: float
+    cache_positions: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    batch: int
+    step_ms: float
+    layer_matmuls_ms: float
+    lm_head_ms: float
+    attention_ms: float
+    sampling_ms: float
+
+    @property
+    def rest_ms(self) -> float:
+        parts = self.layer_matmuls_ms + self.lm_head_ms + self.attention_ms + self.sampling_ms
+        return self.step_ms - parts
+
+
+def _median_ms(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def _prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(100, vocab, (length - 8 + (i * 5) % 17,), generator=generator).tolist()
+        for i in range(batch)
+    ]
+
+
+def _rows(batch: int) -> list[RowSampling]:
+    return [RowSampling(1.0, -1, 1.0, make_generator(i)) for i in range(batch)]
+
+
+def _step(model: Any, batch: KVBatch, decoder: LlamaDecoder | None, rows: list[RowSampling]) -> None:
+    logits = batch.step(model, decoder)
+    batch.pending_B = choose_tokens(logits, rows).tokens_B
+
+
+def matmul_params(model: Any) -> int:
+    """Weights that take part in a matmul per token: every linear layer and the LM head (not the embedding)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
+
+
+def roofline_ms(model: Any, machine: Machine, batch: int, positions: int) -> float:
+    params = matmul_params(model)
+    flops = 2 * params * batch
+    read = 4 * params + batch * positions * kv_bytes_per_position(model)
+    return 1000 * max(flops / (machine.matmul_gflops * 1e9), read / (machine.read_gbps * 1e9))
+
+
+def curve_point(
+    model: Any, decoder: LlamaDecoder, machine: Machine, batch: int, args: argparse.Namespace
+) -> CurvePoint:
+    vocab = int(model.config.vocab_size)
+    prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
+    with torch.inference_mode():
+        plain, lean = prefill(model, prompts, False).batch, prefill(model, prompts, False).batch
+        rows = _rows(batch)
+        for kv in (plain, lean):
+            _step(model, kv, None if kv is plain else decoder, rows)
+        hf_ms, lean_ms = [], []
+        for _ in range(args.repeats):
+            hf_ms.append(_median_ms(lambda: _step(model, plain, None, rows), args.steps))
+            lean_ms.append(_median_ms(lambda: _step(model, lean, decoder, rows), args.steps))
+        positions = lean.length
+    return CurvePoint(
+        batch,
+        statistics.median(hf_ms),
+        statistics.median(lean_ms),
+        roofline_ms(model, machine, batch, positions),
+        positions,
+    )
+
+
+def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Namespace) -> Breakdown:
+    """The lean step's parts replayed alone on the live cache and the real weights (see module docstring)."""
+    vocab = int(model.config.vocab_size)
+    prompts = _prompts(batch, args.prompt_tokens, vocab, seed=1000 + batch)
+    with torch.inference_mode():
+        kv = prefill(model, prompts, False).batch
+        rows = _rows(batch)
+        for _ in range(4):
+            _step(model, kv, decoder, rows)
+        hidden = model.config.hidden_size
+        x = torch.randn(batch, 1, hidden)
+        wide = torch.randn(batch, 1, model.config.intermediate_size)
+
+        def layer_matmuls() -> None:
+            for w in decoder.layers:
+                for weight in (w.q, w.k, w.v, w.o, w.gate, w.up):
+                    F.linear(x, weight)
+                F.linear(wide, w.down)
+
+        mask = kv.mask_B_L.bool()[:, None, None, :]
+        group = decoder.heads // decoder.kv_heads
+        query = torch.randn(batch, decoder.kv_heads, group, decoder.head_dim)
+        layers = [(layer.keys, layer.values) for layer in kv.cache.layers]
+
+        def attention() -> None:
+            for keys, values in layers:
+                F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
+
+        logits = torch.randn(batch, vocab)
+        parts = {
+            "layer_matmuls": _median_ms(layer_matmuls, args.steps),
+            "lm_head": _median_ms(lambda: F.linear(x, decoder.lm_head), args.steps),
+            "attention": _median_ms(attention, args.steps),
+            "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
+            "step": _median_ms(lambda: _step(model, kv, decoder, rows), args.steps),
+        }
+    return Breakdown(
+        batch,
+        parts["step"],
+        parts["layer_matmuls"],
+        parts["lm_head"],
+        parts["attention"],
+        parts["sampling"],
+    )
+
+
+def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    batches = [p.batch for p in points]
+    ax.plot(batches, [p.hf_ms for p in points], "o-", label="envsuite, transformers forward")
+    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean decode step (shipped)")
+    ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
+    if llama and "batched_ms_per_step" in llama:
+        ax.plot([llama["batch"]], [llama["batched_ms_per_step"]], "s", label="llama.cpp F32, batched")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("rows decoded together (batch)")
+    ax.set_ylabel("ms per token step (forward + sampling)")
+    ax.set_title(
+        f"SmolLM2-135M fp32 decode; peak {machine.matmul_gflops:.0f} GFLOP/s, "
+        f"{machine.read_gbps:.1f} GB/s, load {machine.load_before[0]:.1f}",
+        fontsize=9,
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", default="1,2,4,8,16,32,64")
+    parser.add_argument("--steps", type=int, default=12, help="decode steps per timed round")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds per batch size")
+    parser.add_argument("--prompt-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--llama-cpp", action="store_true", help="also time llama.cpp (llama-cpp-python)")
+    parser.add_argument("--json", type=Path, default=Path("artifacts/decode.json"))
+    parser.add_argument("--png", type=Path, default=Path("artifacts/decode.png"))
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_sampling_model(base_model=MODEL).model
+    decoder = llama_decoder(model)
+    assert decoder is not None
+    machine = measure_machine()
+    print(
+        f"machine: {machine.matmul_gflops:.0f} GFLOP/s fp32 matmul, {machine.read_gbps:.1f} GB/s read, "
+        f"{machine.threads} threads, load {machine.load_before}",
+        flush=True,
+    )
+    points = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        point = curve_point(model, decoder, machine, batch, args)
+        points.append(point)
+        print(
+            f"batch {batch:3d}: transformers {point.hf_ms:7.1f} ms  lean {point.lean_ms:7.1f} ms  "
+            f"roofline {point.roofline_ms:6.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} of roofline)",
+            flush=True,
+        )
+    parts = breakdown(model, decoder, 32, args)
+    print(f"where the time goes at batch 32 (lean step {parts.step_ms:.1f} ms):")
+    for name in ("layer_matmuls", "lm_head", "attention", "sampling"):
+        value = getattr(parts, f"{name}_ms")
+        print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
+    print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
+    llama = None
+    if args.llama_cpp:
+        from _llama_cpp import run_llama_cpp
+
+        llama = run_llama_cpp(
+            batch=32,
+            steps=args.steps * args.repeats,
+            prompt_tokens=args.prompt_tokens,
+            threads=machine.threads,
+        )
+        print(f"llama.cpp: {llama}")
+    result = {
+        "model": MODEL,
+        "machine": asdict(machine),
+        "load_after": load_average(),
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+        "curve": [asdict(p) for p in points],
+        "breakdown": {**asdict(parts), "rest_ms": parts.rest_ms},
+        "llama_cpp": llama,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    plot(points, machine, llama, args.png)
+    print(f"wrote {args.json} and {args.png}; load average now {result['load_after']}")
+
+
+def _on_worker_thread(fn: Callable[[], None]) -> None:
+    """Run ``fn`` off the main thread, where the sampling engine runs (docs/backend_sampling.md: on a
+    loaded machine torch ops from the main thread ran several times slower)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # re-raised on the main thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, name="bench")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+
+
+if __name__ == "__main__":
+    _on_worker_thread(main)

@@ -1,0 +1,215 @@
+"""The sampling engine's fast paths change speed, never results.
+
+* the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``;
+* the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
+  tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
+* a new sampling client (new weights) never sees another client's cached keys and values.
+
+Everything runs the real tiny random Llama through the public client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tinker
+import torch
+
+from envsuite.backends.local import (
+    EngineConfig,
+    LocalSamplingClient,
+    LocalServiceClient,
+    load_sampling_model,
+)
+from envsuite.engine.sampling import PrefixCache
+
+MODEL = "tiny-random"
+NO_CACHE = EngineConfig(prefix_cache_bytes=0)
+
+
+def _client(config: EngineConfig) -> tuple[LocalSamplingClient, torch.nn.Module]:
+    """A client over its own copy of the model, and that model (for hooks)."""
+    own = load_sampling_model(base_model=MODEL)
+    return LocalSamplingClient(own.model, own.tokenizer, MODEL, config=config), own.model
+
+
+def _count_prefilled(model: torch.nn.Module) -> list[int]:
+    """A one-item list counting the prompt tokens run through ``model`` in prefill passes.
+
+    Both prefill and decode passes embed their tokens first, so the input embedding sees them all."""
+    count = [0]
+
+    def hook(_module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        if args[0].shape[1] > 1:
+            count[0] += int((args[0] >= 0).sum())
+
+    embeddings = model.get_input_embeddings()
+    assert isinstance(embeddings, torch.nn.Module)
+    embeddings.register_forward_pre_hook(hook)
+    return count
+
+
+def _prompt(tokens: list[int]) -> tinker.ModelInput:
+    return tinker.ModelInput.from_ints(tokens)
+
+
+Outputs = list[list[tuple[list[int], list[float]]]]
+
+
+async def _mixed_batch(client: LocalSamplingClient) -> Outputs:
+    """Greedy and seeded rows of different lengths and settings, joining and leaving a running batch."""
+    tok = client.get_tokenizer()
+    texts = ["Count slowly", "One", "Two words here", "A somewhat longer fourth prompt", "Five"]
+    settings = [
+        tinker.SamplingParams(max_tokens=40, temperature=0.0, stop=[]),
+        tinker.SamplingParams(max_tokens=7, temperature=1.0, stop=[], seed=1),
+        tinker.SamplingParams(max_tokens=19, temperature=0.7, top_k=50, stop=[], seed=2),
+        tinker.SamplingParams(max_tokens=25, temperature=1.0, top_p=0.9, stop=[], seed=3),
+        tinker.SamplingParams(max_tokens=12, temperature=0.0, stop=[]),
+    ]
+    first = client.sample(_prompt(tok.encode(texts[0])), 1, settings[0])
+    await asyncio.sleep(0.05)
+    rest = [client.sample(_prompt(tok.encode(t)), 2, p) for t, p in zip(texts[1:], settings[1:], strict=True)]
+    responses = [await first] + [await f for f in rest]
+    return [[(list(s.tokens), list(s.logprobs or [])) for s in r.sequences] for r in responses]
+
+
+def _assert_same(reference: Outputs, other: Outputs, atol: float) -> None:
+    for ref_request, other_request in zip(reference, other, strict=True):
+        for (ref_tokens, ref_logprobs), (tokens, logprobs) in zip(ref_request, other_request, strict=True):
+            assert tokens == ref_tokens
+            np.testing.assert_allclose(logprobs, ref_logprobs, atol=atol, rtol=0)
+
+
+async def test_lean_decode_step_gives_what_the_model_forward_gives() -> None:
+    reference, reference_model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    lean, lean_model = _client(NO_CACHE)
+    decode_calls = {id(reference_model): 0, id(lean_model): 0}
+
+    def count(module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, torch.Tensor]) -> None:
+        decode_calls[id(module)] += int(kwargs["input_ids"].shape[1] == 1)
+
+    for model in (reference_model, lean_model):
+        model.register_forward_pre_hook(count, with_kwargs=True)
+    expected = await _mixed_batch(reference)
+    got = await _mixed_batch(lean)
+    reference.close()
+    lean.close()
+    # Same kernels on the same tensors in the same order: equal to the last bit in practice.
+    _assert_same(expected, got, atol=1e-6)
+    # The lean engine decoded without calling the model's forward (only its prefills did).
+    assert decode_calls[id(reference_model)] > 0 and decode_calls[id(lean_model)] == 0
+
+
+async def _conversation(
+    client: LocalSamplingClient, turns: int, players: int, max_tokens: int = 10
+) -> tuple[Outputs, list[list[int]]]:
+    """Multi-turn chats: each turn's prompt is the previous prompt + the reply + a new user line."""
+    tok = client.get_tokenizer()
+    prompts = [
+        tok.encode(f"System: you are player {i} of a guessing game; ask short questions.\nUser: start\nA:")
+        for i in range(players)
+    ]
+    outputs: Outputs = [[] for _ in range(players)]
+    for turn in range(turns):
+        params = [
+            tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=[], seed=100 * turn + i)
+            for i in range(players)
+        ]
+        responses = await asyncio.gather(
+            *(client.sample(_prompt(p), 1, sp) for p, sp in zip(prompts, params, strict=True))
+        )
+        for i, response in enumerate(responses):
+            seq = response.sequences[0]
+            outputs[i].append((list(seq.tokens), list(seq.logprobs or [])))
+            prompts[i] = prompts[i] + list(seq.tokens) + tok.encode(f"\nUser: turn {turn}, no.\nA:")
+    return outputs, prompts
+
+
+async def test_multi_turn_prompts_prefill_only_new_tokens_and_sample_the_same() -> None:
+    plain, plain_model = _client(NO_CACHE)
+    cached, cached_model = _client(EngineConfig())
+    plain_prefilled, cached_prefilled = _count_prefilled(plain_model), _count_prefilled(cached_model)
+    expected, final_prompts = await _conversation(plain, turns=5, players=3)
+    got, _ = await _conversation(cached, turns=5, players=3)
+    stats = cached.prefix_cache_stats()
+    plain.close()
+    cached.close()
+    _assert_same(expected, got, atol=1e-4)
+    # Every later turn found its conversation so far in the cache...
+    assert stats.hit_tokens > 0
+    # ...so the tokens prefilled over the whole game grow like the conversation, not like its square.
+    assert cached_prefilled[0] < sum(len(p) for p in final_prompts) < plain_prefilled[0]
+
+
+def test_prefix_cache_stores_shared_prefixes_once_and_evicts_least_recently_used() -> None:
+    per_token = 2 * 4 * 4  # KV blocks (layers=1, 2, kv_heads=1, tokens, head_dim=4) of float32
+
+    def kv_of(tokens: list[int]) -> Callable[[int, int], torch.Tensor]:
+        # A position's "KV" is its token id, so a match can be checked value by value.
+        values = torch.tensor(tokens, dtype=torch.float32)
+        return lambda start, end: values[start:end].reshape(1, 1, 1, -1, 1).expand(1, 2, 1, -1, 4)
+
+    a = list(range(100, 140))
+    b = a[:30] + list(range(500, 510))
+    c = list(range(900, 940))
+    cache = PrefixCache(max_bytes=per_token * (len(a) + 10 + 35))
+    cache.insert(a, kv_of(a))
+    cache.insert(b, kv_of(b))
+    assert cache.stats().cached_tokens == len(a) + 10  # b's first 30 tokens are a's, stored once
+    match = cache.match([*b, 7, 8], limit=len(b) + 1)
+    assert match.length == len(b)
+    assert torch.cat(match.blocks, dim=3)[0, 0, 0, :, 0].tolist() == [float(t) for t in b]
+    partial = cache.match([*a[:35], 1, 2, 3], limit=37)
+    assert partial.length == 35
+    # a was used last (just now), so c pushes out b's own tail: the least recently used leaf.
+    cache.insert(c, kv_of(c))
+    assert cache.stats().cached_bytes <= cache.max_bytes
+    assert cache.match([*a, 1], limit=len(a)).length == len(a)
+    assert cache.match([*b, 1], limit=len(b)).length == 30
+    assert cache.match([*c, 1], limit=len(c)).length == len(c)
+
+
+async def test_a_new_sampling_client_never_reuses_the_old_weights_cache(tmp_path: Path) -> None:
+    service = LocalServiceClient(log_dir=tmp_path)
+    trainer = service.create_lora_training_client(MODEL, rank=4, seed=0).result()
+    before = trainer.save_weights_and_get_sampling_client().result()
+    tok = before.get_tokenizer()
+    prompt = tok.encode("System: a long enough shared opening for the cache to matter.\nUser: hi\nA:")
+    greedy = tinker.SamplingParams(max_tokens=8, temperature=0.0, stop=[])
+    first = (await before.sample(_prompt(prompt), 1, greedy)).sequences[0]
+    follow_up = prompt + list(first.tokens) + tok.encode("\nUser: and then?\nA:")
+    datum = tinker.Datum(
+        model_input=_prompt(follow_up[:-1]), loss_fn_inputs={"target_tokens": np.array(follow_up[1:])}
+    )
+    trainer.forward_backward([datum], "cross_entropy").result()
+    trainer.optim_step(tinker.AdamParams(learning_rate=5e-2)).result()
+    after = trainer.save_weights_and_get_sampling_client("after").result()
+    on_new = (await after.sample(_prompt(follow_up), 1, greedy)).sequences[0]
+    on_old = (await before.sample(_prompt(follow_up), 1, greedy)).sequences[0]
+    assert after.model_path is not None
+    reference_model = load_sampling_model(model_path=after.model_path)
+    reference = LocalSamplingClient(reference_model.model, reference_model.tokenizer, MODEL, config=NO_CACHE)
+    expected = (await reference.sample(_prompt(follow_up), 1, greedy)).sequences[0]
+    for client in (before, after, reference):
+        client.close()
+    trainer.close()
+    assert list(on_new.tokens) == list(expected.tokens)
+    np.testing.assert_allclose(on_new.logprobs, expected.logprobs, atol=1e-5, rtol=0)
+    # The weights did change, so reusing the old client's KV would have shown.
+    assert not np.allclose(on_old.logprobs, expected.logprobs, atol=1e-3)
+
+
+@pytest.mark.parametrize("budget", [0, 4096])
+async def test_prefix_cache_stays_within_its_budget(budget: int) -> None:
+    client, _ = _client(EngineConfig(prefix_cache_bytes=budget))
+    await _conversation(client, turns=3, players=2, max_tokens=6)
+    stats = client.prefix_cache_stats()
+    client.close()
+    assert stats.cached_bytes <= budget
+    if budget == 0:
+        assert stats.inserted_tokens == 0
