@@ -30,6 +30,7 @@ from envsuite.engine.training import (
     lay_out,
     parse_loss_fn,
     resolve_config,
+    target_logprobs,
     training_passes,
 )
 from envsuite.engine.weights import LoraSpec, adapter_state, merge_lora, snapshot_full
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-_LOGIT_ROWS = 1024
-"""Positions per unembedding chunk: without gradients, at most 1024 x vocab fp32 logits are alive."""
 _RECOMPUTE_TOKENS = 512
 """Passes with more row tokens than this recompute each decoder layer during backward instead of keeping
 its activations (about 4 MB per token on SmolLM2, attention weights included); shorter passes keep
@@ -196,30 +195,8 @@ class TrainerCore:
             )
 
     def _target_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """log p(target) at every datum position, datum after datum (``batch.hidden_index_N`` order).
-
-        The unembedding runs once per distinct hidden state (a shared prefix column serves every datum
-        whose path crosses it), in chunks of positions so at most ``_LOGIT_ROWS`` x vocab logits are
-        alive at once.
-        """
-        hidden = self.lm.get_decoder()(
-            input_ids=batch.input_ids_RW,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids_RW,
-            use_cache=False,
-        ).last_hidden_state
-        hidden_flat = hidden.reshape(-1, hidden.shape[-1])
-        states_M, state_of_N = torch.unique(batch.hidden_index_N, return_inverse=True)
-        head = self.lm.get_output_embeddings()
-        values, where = [], []
-        for start in range(0, states_M.shape[0], _LOGIT_ROWS):
-            logits = head(hidden_flat.index_select(0, states_M[start : start + _LOGIT_ROWS]))
-            logprobs = torch.log_softmax(logits, dim=-1)
-            in_chunk = ((state_of_N >= start) & (state_of_N < start + _LOGIT_ROWS)).nonzero().squeeze(1)
-            values.append(logprobs[state_of_N[in_chunk] - start, batch.targets_N[in_chunk]])
-            where.append(in_chunk)
-        picked = torch.cat(values)
-        return picked.new_zeros(batch.num_tokens).scatter(0, torch.cat(where), picked)
+        """log p(target) at every datum position (chunked, checkpointed unembedding: ``target_logprobs``)."""
+        return target_logprobs(self.lm, batch)
 
     # ------------------------------------------------------------------------------------------
     # Optimizer

@@ -34,6 +34,7 @@ from envsuite.backends.local._trainer_core import (
     check_adam,
 )
 from envsuite.backends.local._unsupported import not_local
+from envsuite.engine import release_free_memory
 from envsuite.engine import weights as ckpt
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ class LocalTrainingClient:
     def _submit(self, fn: Callable[..., T], *args: Any) -> LocalFuture[T]:
         if self._closed:
             raise RuntimeError(f"training client {self.model_id} is closed (its ServiceClient was closed?)")
-        return submit(self._executor, fn, *args)
+        return submit(self._executor, _then_release_memory, fn, *args)
 
     def _run_load(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         self._core.load(resolve_checkpoint_path(path, self._run.checkpoint_root), with_optimizer)
@@ -399,3 +400,11 @@ def _check_sampler_options(method: str, record_stability_info: bool, kind: str) 
             method,
             f"kind={kind!r}: local sampling clients hold a fixed snapshot; ask for a new one after each update",
         )
+
+
+def _then_release_memory(fn: Callable[..., T], *args: Any) -> T:
+    """Run one call, then hand the memory it freed (activations, logits, merged copies) back to the OS."""
+    try:
+        return fn(*args)
+    finally:
+        release_free_memory()

@@ -8,6 +8,7 @@ from envsuite.engine.training._batch import (
     lay_out,
     training_passes,
 )
+from envsuite.engine.training._logprobs import LOGIT_ROWS, target_logprobs
 from envsuite.engine.training._losses import (
     LOSS_SPECS,
     LossFn,
@@ -29,6 +30,9 @@ __all__ = [
     "check_data",
     "lay_out",
     "training_passes",
+    # the trained model's logprobs (chunked, checkpointed unembedding)
+    "LOGIT_ROWS",
+    "target_logprobs",
     # losses
     "LOSS_SPECS",
     "LossFn",

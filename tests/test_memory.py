@@ -1,0 +1,101 @@
+"""Memory: what the local backend keeps alive, and what a training pass holds for its backward pass.
+
+Exact checks, no RSS thresholds: a dropped sampling client frees its model without waiting for the
+cyclic garbage collector; the checkpointed unembedding keeps far fewer bytes for the backward pass than
+the plain one, with the same logprobs and gradients.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import tinker
+import torch
+from tinker import types
+
+from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+from envsuite.engine.training import LossFn, build_batch, target_logprobs
+from envsuite.engine.weights import LoraSpec, add_lora, load_base_model
+from envsuite.models import resolve_model
+
+MODEL = "tiny-random"
+
+
+def test_a_dropped_sampling_client_frees_its_model_without_the_garbage_collector() -> None:
+    loaded = load_sampling_model(base_model=MODEL)
+    client = LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL)
+    model = weakref.ref(loaded.model)
+    params = tinker.SamplingParams(max_tokens=4, temperature=1.0, stop=[], seed=0)
+    prompt = tinker.ModelInput.from_ints(list(range(20, 60)))
+    client.sample(prompt, 2, params).result(timeout=120)  # fills the prefix cache too
+    client.close()
+    gc.disable()
+    try:
+        del client, loaded
+        # A reference cycle (client <-> engine, cache nodes <-> parents) would keep it until gc runs.
+        assert model() is None
+    finally:
+        gc.enable()
+
+
+def _lora_model() -> torch.nn.Module:
+    model = add_lora(load_base_model(str(resolve_model(MODEL).path)), LoraSpec(rank=4, seed=1))
+    return model.get_base_model()
+
+
+def _datums() -> list[types.Datum]:
+    generator = np.random.default_rng(0)
+    shared = list(generator.integers(100, 40000, size=40))
+    data = []
+    for i in range(6):
+        tokens = shared + list(generator.integers(100, 40000, size=30 + 7 * i))
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints([int(t) for t in tokens[:-1]]),
+                loss_fn_inputs={"target_tokens": np.array(tokens[1:], dtype=np.int64)},
+            )
+        )
+    return data
+
+
+@torch.no_grad()
+def _zero_grads(model: torch.nn.Module) -> None:
+    for param in model.parameters():
+        param.grad = None
+
+
+def _saved_bytes() -> tuple[list[int], torch.autograd.graph.saved_tensors_hooks]:
+    """A list that collects the byte size of every tensor autograd saves, and the hooks that fill it."""
+    saved: list[int] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor.numel() * tensor.element_size())
+        return tensor
+
+    return saved, torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
+def test_checkpointed_unembedding_keeps_less_for_backward_with_the_same_logprobs_and_gradients() -> None:
+    model = _lora_model()
+    batch = build_batch(_datums(), LossFn.CROSS_ENTROPY, vocab_size=49152, pad_id=0)
+    results = {}
+    for checkpoint_head in (False, True):
+        _zero_grads(model)
+        saved, hooks = _saved_bytes()
+        with hooks:
+            logprobs = target_logprobs(model, batch, checkpoint_head=checkpoint_head)
+        logprobs.sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[checkpoint_head] = (logprobs.detach(), grads, sum(saved))
+    plain, checkpointed = results[False], results[True]
+    torch.testing.assert_close(checkpointed[0], plain[0], rtol=0, atol=0)
+    assert plain[1].keys() == checkpointed[1].keys() and plain[1]
+    for name, grad in plain[1].items():
+        torch.testing.assert_close(checkpointed[1][name], grad, rtol=1e-5, atol=1e-7)
+    distinct_positions = int(torch.unique(batch.hidden_index_N).numel())
+    full_logits = distinct_positions * 49152 * 4
+    # The plain pass keeps a vocab-wide row per position (the log-softmax); the checkpointed one none.
+    assert plain[2] > full_logits
+    assert checkpointed[2] < full_logits / 2
