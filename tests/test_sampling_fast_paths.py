@@ -99,8 +99,9 @@ async def test_lean_decode_step_gives_what_the_model_forward_gives() -> None:
     got = await _mixed_batch(lean)
     reference.close()
     lean.close()
-    # Same kernels on the same tensors in the same order: equal to the last bit in practice.
-    _assert_same(expected, got, atol=1e-6)
+    # Same arithmetic on the same tensors; SDPA may pick a different kernel for the unmasked steps,
+    # which rounds differently in the last bits (measured: <= 3e-6 on logprobs near -10).
+    _assert_same(expected, got, atol=1e-5)
     # The lean engine decoded without calling the model's forward (only its prefills did).
     assert decode_calls[id(reference_model)] > 0 and decode_calls[id(lean_model)] == 0
 
