@@ -53,6 +53,8 @@ class BenchConfig:
     temperature: float = 0.7
     partner: str | None = None
     """An Inspect model name to use as partner/opponent (default: each env's built-in one)."""
+    base_url: str | None = None
+    """Sample the envsuite model through the Tinker API at this URL (e.g. an ``envsuite serve``)."""
     log_root: str = DEFAULT_LOG_ROOT
     db: str | None = None
     """Leaderboard store (path or URL); None: the default store."""
@@ -221,6 +223,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
                 display="none" if display == "lines" else display,  # type: ignore[arg-type]
                 max_samples=config.max_samples,
                 max_connections=config.max_samples,
+                model_base_url=config.base_url,
                 retry_attempts=1,
                 fail_on_error=False,
                 log_format="eval",
@@ -317,6 +320,17 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     return int(added.run_added), int(added.episodes_added)
 
 
+def _base_url(args: Any) -> str | None:
+    backend, base_url = getattr(args, "backend", "local"), getattr(args, "base_url", None)
+    if backend not in ("local", "tinker"):
+        raise ValueError(f"unknown backend {backend!r}; choose 'local' or 'tinker'")
+    if backend == "local" and base_url:
+        raise ValueError("--base-url is for --backend tinker (the Tinker API over HTTP)")
+    if backend == "tinker" and not base_url:
+        raise ValueError("--backend tinker needs --base-url (an envsuite serve, or the Tinker API's URL)")
+    return str(base_url) if base_url else None
+
+
 def bench_main(args: Any) -> int:
     """The ``envsuite bench`` handler."""
     from rich.console import Console
@@ -331,6 +345,7 @@ def bench_main(args: Any) -> int:
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         partner=args.partner,
+        base_url=_base_url(args),
         log_root=args.log_dir,
         db=args.db,
         label=args.label,

@@ -52,12 +52,16 @@ class _LocalModel:
 
 
 @functools.lru_cache(maxsize=8)
-def local_model(name: str) -> _LocalModel:
-    """One sampling client and renderer per model per process (shared by every task using it)."""
-    from envsuite import RendererConfig
-    from envsuite.backends import local_sampling_client
+def local_model(name: str, base_url: str | None = None) -> _LocalModel:
+    """One sampling client and renderer per model per process (shared by every task using it).
 
-    return _LocalModel(local_sampling_client(name), RendererConfig(model_name=name).build())
+    With ``base_url`` the sampling goes through the Tinker API there (e.g. an ``envsuite serve``).
+    """
+    from envsuite import RendererConfig
+    from envsuite.backends import sampling_client_for
+
+    sampler = sampling_client_for(name, "tinker" if base_url else "local", base_url)
+    return _LocalModel(sampler, RendererConfig(model_name=name).build())
 
 
 class EnvsuiteModelAPI(ModelAPI):
@@ -77,7 +81,7 @@ class EnvsuiteModelAPI(ModelAPI):
         path = model_args.get("path")
         self.envsuite_model: str = str(path) if path else model_name
         """What is loaded: the name, or ``model_args["path"]`` (a directory shown under a short name)."""
-        self._model = local_model(self.envsuite_model)
+        self._model = local_model(self.envsuite_model, base_url)
 
     def max_connections(self) -> int:
         # Many samples in flight let the engine batch them; it bounds its own batch size.

@@ -153,3 +153,18 @@ def test_wrong_kind_and_names(service: LocalServiceClient) -> None:
     assert client.save_weights_for_sampler("s", overwrite=True).result().path == sampler
     with pytest.raises(ValueError, match="no slashes"):
         client.save_state("../escape")
+
+
+def test_models_load_correctly_from_many_threads_at_once() -> None:
+    """transformers' loading uses process-global init contexts; concurrent loads must not corrupt weights."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envsuite.engine.weights import load_base_model
+
+    path = str(resolve_model(TEST_MODEL).path)
+    reference = {k: v.clone() for k, v in load_base_model(path).state_dict().items()}
+    with ThreadPoolExecutor(8) as pool:
+        models = list(pool.map(lambda _: load_base_model(path), range(8)))
+    for model in models:
+        for name, value in model.state_dict().items():
+            assert value.device.type == "cpu" and torch.equal(value, reference[name]), name

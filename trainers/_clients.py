@@ -39,7 +39,7 @@ def make_service(config: TrainConfig) -> Any:
 
     if config.backend == "local":
         return make_service_client("local", log_dir=str(Path(config.log_dir) / "checkpoints"))
-    return make_service_client(config.backend)
+    return make_service_client(config.backend, **({"base_url": config.base_url} if config.base_url else {}))
 
 
 class PolicyClients:

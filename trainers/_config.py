@@ -55,7 +55,9 @@ class TrainConfig:
     model: str = "smollm2-135m-instruct"
     """Base model: an envsuite model name, a local HF directory, or (hosted backend) a Tinker model."""
     backend: str = "local"
-    """``local`` (PyTorch in this process) or ``tinker`` (hosted; needs TINKER_API_KEY)."""
+    """``local`` (PyTorch in this process) or ``tinker`` (the Tinker API through the real SDK)."""
+    base_url: str | None = None
+    """``tinker`` backend: the service's URL, e.g. an ``envsuite serve`` (None: the hosted service)."""
     renderer_name: str | None = None
     """Chat format; None uses the model's own."""
     n_steps: int = 20
@@ -135,6 +137,10 @@ class TrainConfig:
             (
                 self.lora_rank >= 0,
                 f"lora_rank must be >= 1 (LoRA) or 0 (full fine-tune), got {self.lora_rank}",
+            ),
+            (
+                self.base_url is None or self.backend == "tinker",
+                f"base_url is for backend 'tinker' (the Tinker API over HTTP), not {self.backend!r}",
             ),
             (
                 self.lora_rank >= 1 or self.backend == "local",

@@ -51,3 +51,21 @@ def local_sampling_client(name: str) -> LocalSamplingClient:
     if is_checkpoint_dir(name):
         return service.create_sampling_client(model_path=str(name)).result()
     return service.create_sampling_client(base_model=name).result()
+
+
+def sampling_client_for(
+    name: str, backend: Backend | str = Backend.LOCAL, base_url: str | None = None
+) -> Any:
+    """A sampling client for ``name``: in this process (``local``), or through the Tinker API (``tinker``).
+
+    ``name`` is a model name, an HF model dir, a checkpoint dir (local), or a ``tinker://`` path.
+    ``base_url`` (``tinker`` only) names the service, e.g. an ``envsuite serve``; None: the hosted one.
+    """
+    if Backend(backend) is Backend.LOCAL:
+        if base_url is not None:
+            raise ValueError("base_url is for backend 'tinker' (the Tinker API over HTTP), not 'local'")
+        return local_sampling_client(name)
+    service: Any = make_service_client(backend, **({"base_url": base_url} if base_url else {}))
+    if name.startswith("tinker://"):
+        return service.create_sampling_client(model_path=name).result()
+    return service.create_sampling_client(base_model=name).result()

@@ -57,6 +57,8 @@ def _add_play(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--model", default=None, help="tokenizer/renderer model for random and human policies")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
     p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
+    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
+    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,6 +102,12 @@ def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_new_parser(sub)
 
 
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli._serve_cmd import add_serve_parser
+
+    add_serve_parser(sub)
+
+
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect runs -> leaderboard)")
     p.add_argument(
@@ -130,6 +138,8 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--workers", type=int, default=2, help="worker processes (process) or worker tasks (ray)")
     p.add_argument("--ray-address", default=None, help="a running Ray cluster (default: start a local Ray)")
+    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
+    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
 
 
 def _add_serve_env(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -163,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_leaderboard,
         _add_new,
         _add_serve_env,
+        _add_serve,
     ):
         add(sub)
     return parser
@@ -194,6 +205,10 @@ def _handler(command: str) -> Handler:
         from envsuite.cli._results_cmd import run_results
 
         return run_results
+    if command == "serve":
+        from envsuite.cli._serve_cmd import run_serve
+
+        return run_serve
     if command == "new":
         from envsuite.cli._new_cmd import run_new
 

@@ -67,6 +67,8 @@ class _View:
 
 async def _play(args: argparse.Namespace, console: Console) -> float:
     env_spec = spec(args.env_id)
+    if args.policy.startswith("tinker://") and not args.model:
+        raise ValueError("--policy tinker://...: pass --model BASE too (its tokenizer and chat format)")
     model = args.model or (args.policy if args.policy not in ("random", "human") else None)
     renderer = RendererConfig(model_name=model) if model else RendererConfig()
     env = make_env(env_spec.id, seed=args.seed, renderer=renderer, **parse_env_args(args.env_arg))
@@ -77,6 +79,8 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
         temperature=args.temperature,
         seed=args.seed,
         legal_moves=_legal_moves(env),
+        backend=args.backend,
+        base_url=args.base_url,
     )
     start = await env.initial_observation()
     if isinstance(start, InitialObservationOverflow):

@@ -69,9 +69,11 @@ def build_policy(
     temperature: float,
     seed: int,
     legal_moves: LegalMoves | None = None,
+    backend: str = "local",
+    base_url: str | None = None,
 ) -> TokenCompleter:
     """``random`` (legal moves when ``legal_moves`` knows them, else random tokens), ``human``, or a model
-    name / checkpoint directory sampled through the local backend."""
+    name / checkpoint sampled through ``backend`` (``tinker`` with ``base_url``: an ``envsuite serve``)."""
     if name == "human":
         return HumanTokenCompleter(renderer.build())
     from envsuite.completers import RandomTokenCompleter, SamplingTokenCompleter
@@ -82,6 +84,7 @@ def build_policy(
         if legal_moves is None:
             return tokens
         return RandomMoveCompleter(renderer.build(), legal_moves, tokens, seed)
-    from envsuite.backends import local_sampling_client
+    from envsuite.backends import sampling_client_for
 
-    return SamplingTokenCompleter(local_sampling_client(name), max_tokens=max_tokens, temperature=temperature)
+    sampler = sampling_client_for(name, backend, base_url)
+    return SamplingTokenCompleter(sampler, max_tokens=max_tokens, temperature=temperature)

@@ -16,7 +16,13 @@ from envsuite.cli._args import parse_env_args
 # (flag, TrainConfig field, type, help); defaults come from TrainConfig so they live in one place.
 _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--model", "model", str, "base model: envsuite name, local HF dir or (tinker) hosted model"),
-    ("--backend", "backend", str, "local (PyTorch here) or tinker (hosted; needs TINKER_API_KEY)"),
+    ("--backend", "backend", str, "local (PyTorch here) or tinker (the Tinker API through the real SDK)"),
+    (
+        "--base-url",
+        "base_url",
+        str,
+        "tinker backend: service URL, e.g. an `envsuite serve` (default: hosted)",
+    ),
     ("--renderer", "renderer_name", str, "chat format (default: the model's own)"),
     ("--steps", "n_steps", int, "optimizer steps (step i trains on batch i)"),
     ("--batch-size", "batch_size", int, "groups (problems) per step"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from envsuite.backends.local._futures import LocalFuture, completed_future, failed_future, submit
 from envsuite.backends.local._install import install, installed, is_installed, uninstall
 from envsuite.backends.local._rest import LocalRestClient
-from envsuite.backends.local._runs import UnknownRunError, resolve_checkpoint_path
+from envsuite.backends.local._runs import UnknownRunError, resolve_checkpoint_path, tinker_path_of
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
 from envsuite.backends.local._service import LocalServiceClient
 from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, NonFiniteError
@@ -61,6 +61,7 @@ __all__ = [
     "UnknownRunError",
     "load_sampling_model",
     "resolve_checkpoint_path",
+    "tinker_path_of",
     # losses
     "LossFn",
     "LossInputError",

@@ -96,11 +96,12 @@ class LocalSamplingClient:
         model_path: str | None = None,
         *,
         config: EngineConfig | None = None,
+        device: str | None = None,
     ) -> LocalSamplingClient:
         """Sample from ``base_model`` (a model name, local dir or hub id) or a checkpoint at ``model_path``."""
         from envsuite.engine.weights import load_sampling_model
 
-        loaded = load_sampling_model(base_model=base_model, model_path=model_path)
+        loaded = load_sampling_model(base_model=base_model, model_path=model_path, device=device)
         return cls(
             loaded.model,
             loaded.tokenizer,

@@ -67,6 +67,7 @@ class LocalServiceClient:
         user_metadata, project_id, display_name, base_url, api_key, default_headers_overrides: the
             SDK's session arguments, accepted so ``tinker.ServiceClient(...)`` calls work unchanged.
         log_dir: root of training runs and checkpoints (default ``<envsuite cache>/checkpoints``).
+        device: where models run: ``cpu`` (default) or ``cuda``.
     """
 
     def __init__(
@@ -79,11 +80,14 @@ class LocalServiceClient:
         api_key: str | None = None,
         default_headers_overrides: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
+        device: str | None = None,
         **kwargs: Any,
     ) -> None:
         from envsuite.models import cache_dir
 
         self.log_dir = Path(log_dir) if log_dir is not None else cache_dir() / "checkpoints"
+        self.device = device
+        """Where its models run (``cpu`` by default; ``cuda`` for a GPU)."""
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
         self._user_metadata = dict(user_metadata or {})
         self._clients: weakref.WeakSet[LocalTrainingClient | LocalSamplingClient] = weakref.WeakSet()
@@ -239,8 +243,8 @@ class LocalServiceClient:
                 )
             if model_path is not None:
                 directory = str(resolve_checkpoint_path(model_path, self.log_dir))
-                return self._track(LocalSamplingClient.load(model_path=directory))
-            return self._track(LocalSamplingClient.load(base_model=base_model))
+                return self._track(LocalSamplingClient.load(model_path=directory, device=self.device))
+            return self._track(LocalSamplingClient.load(base_model=base_model, device=self.device))
 
         return LocalSamplingClientFuture(_settle(build))
 
@@ -316,7 +320,7 @@ class LocalServiceClient:
         from envsuite.models import get_tokenizer, resolve_model
 
         self._check_open()
-        model = load_base_model(str(resolve_model(_canonical_base(base_model)).path))
+        model = load_base_model(str(resolve_model(_canonical_base(base_model)).path), self.device)
         trainable = model if lora is None else add_lora(model, lora)
         run = self._new_run(base_model, lora, user_metadata)
         return self._track(

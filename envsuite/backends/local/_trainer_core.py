@@ -120,7 +120,7 @@ class TrainerCore:
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         loss_sum = 0.0
         for members in passes:
-            batch = lay_out(checked.subset(members), self._pad_id())
+            batch = lay_out(checked.subset(members), self._pad_id()).to(self.lm.device)
             recompute = backward and batch.input_ids_RW.numel() > _RECOMPUTE_TOKENS
             with torch.set_grad_enabled(backward), recomputed_layers(self.lm, recompute):
                 logprobs_N = self._target_logprobs(batch)
@@ -142,8 +142,8 @@ class TrainerCore:
             )
             for index, (logprobs_T, loss_T) in zip(members, pieces, strict=True):
                 outputs[index] = {
-                    "logprobs": types.TensorData.from_torch(logprobs_T),
-                    "elementwise_loss": types.TensorData.from_torch(loss_T),
+                    "logprobs": types.TensorData.from_torch(logprobs_T.cpu()),
+                    "elementwise_loss": types.TensorData.from_torch(loss_T.cpu()),
                 }
         return types.ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": loss_sum}
@@ -167,9 +167,12 @@ class TrainerCore:
         reaches the weights directly (the same gradient, one pass fewer).
         """
         targets_only = [_targets_only(i, d) for i, d in enumerate(data)]
-        batch = build_batch(targets_only, LossFn.CROSS_ENTROPY, self.vocab_size, self._pad_id())
+        batch = build_batch(targets_only, LossFn.CROSS_ENTROPY, self.vocab_size, self._pad_id()).to(
+            self.lm.device
+        )
         logprobs_N = self._target_logprobs(batch)
-        logprobs_D = list(logprobs_N.split(batch.lengths_D))
+        # On the CPU (differentiably), as the SDK hands them to a custom loss, so it may mix in CPU tensors.
+        logprobs_D = list(logprobs_N.cpu().split(batch.lengths_D))
         total, metrics = loss(data, logprobs_D)
         if not isinstance(total, torch.Tensor) or total.numel() != 1:
             raise LossInputError(f"a custom loss must return a scalar tensor, got {type(total).__name__}")

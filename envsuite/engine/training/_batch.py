@@ -47,6 +47,20 @@ class TokenBatch:
     def num_tokens(self) -> int:
         return int(self.targets_N.numel())
 
+    def to(self, device: torch.device) -> TokenBatch:
+        """The same batch with every tensor on ``device`` (itself when already there)."""
+        if self.input_ids_RW.device == device:
+            return self
+        return TokenBatch(
+            input_ids_RW=self.input_ids_RW.to(device),
+            position_ids_RW=None if self.position_ids_RW is None else self.position_ids_RW.to(device),
+            attention_mask=self.attention_mask.to(device),
+            hidden_index_N=self.hidden_index_N.to(device),
+            lengths_D=self.lengths_D,
+            targets_N=self.targets_N.to(device),
+            loss_inputs_N={k: v.to(device) for k, v in self.loss_inputs_N.items()},
+        )
+
 
 def _datum_tokens(index: int, datum: types.Datum) -> list[int]:
     try:

@@ -213,13 +213,15 @@ def load_optimizer(directory: Path) -> dict[str, Any]:
     return state
 
 
-def load_trainable_weights(directory: Path, meta: CheckpointMeta) -> PreTrainedModel | PeftModel:
+def load_trainable_weights(
+    directory: Path, meta: CheckpointMeta, device: str | None = None
+) -> PreTrainedModel | PeftModel:
     """The checkpoint's model as training starts from it: peft-wrapped for LoRA, plain for full."""
     from envsuite.models import resolve_model
 
     if meta.lora is None:
         try:
-            model = load_base_model(str(directory))
+            model = load_base_model(str(directory), device)
         except (OSError, ValueError) as exc:
             raise CheckpointError(
                 f"checkpoint {str(directory)!r}: model weights are corrupt ({exc})"
@@ -227,7 +229,7 @@ def load_trainable_weights(directory: Path, meta: CheckpointMeta) -> PreTrainedM
         _check_finite(directory, model.named_parameters())
         return model
     adapter = load_adapter(directory)
-    peft_model = add_lora(load_base_model(str(resolve_model(meta.base_model).path)), meta.lora)
+    peft_model = add_lora(load_base_model(str(resolve_model(meta.base_model).path), device), meta.lora)
     try:
         load_adapter_state(peft_model, adapter)
     except ValueError as exc:
@@ -235,7 +237,9 @@ def load_trainable_weights(directory: Path, meta: CheckpointMeta) -> PreTrainedM
     return peft_model
 
 
-def load_sampling_model(base_model: str | None = None, model_path: str | None = None) -> SamplingModel:
+def load_sampling_model(
+    base_model: str | None = None, model_path: str | None = None, device: str | None = None
+) -> SamplingModel:
     """A model for sampling: ``base_model`` by name, or a checkpoint at ``model_path`` (LoRA merged in).
 
     Exactly one of the two is given. The tokenizer is the base model's.
@@ -245,14 +249,14 @@ def load_sampling_model(base_model: str | None = None, model_path: str | None = 
     if (base_model is None) == (model_path is None):
         raise ValueError("pass exactly one of base_model or model_path")
     if base_model is not None:
-        model = load_base_model(str(resolve_model(base_model).path))
+        model = load_base_model(str(resolve_model(base_model).path), device)
         model.requires_grad_(False)
         return SamplingModel(model, get_tokenizer(base_model), base_model, None)
     assert model_path is not None
     meta = read_meta(model_path)
     from peft import PeftModel
 
-    loaded = load_trainable_weights(Path(model_path), meta)
+    loaded = load_trainable_weights(Path(model_path), meta, device)
     model = merge_lora(loaded) if isinstance(loaded, PeftModel) else loaded
     model.requires_grad_(False)
     return SamplingModel(model, get_tokenizer(meta.base_model), meta.base_model, str(model_path))

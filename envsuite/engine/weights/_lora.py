@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import random
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,11 +80,22 @@ def fresh_seed() -> int:
     return random.SystemRandom().randrange(2**31)
 
 
-def load_base_model(path: str) -> PreTrainedModel:
-    """An HF causal LM from a local directory, in fp32, with dropout off."""
+_LOAD_LOCK = threading.Lock()
+"""transformers builds models under process-global init contexts (meta device, skipped inits), so two
+threads loading at once can corrupt each other's weights: loads take turns."""
+
+
+def load_base_model(path: str, device: str | None = None) -> PreTrainedModel:
+    """An HF causal LM from a local directory, in fp32, with dropout off, on ``device`` (default: CPU).
+
+    Safe to call from several threads at once (loads are serialized).
+    """
     from transformers import AutoModelForCausalLM
 
-    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with _LOAD_LOCK:
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if device is not None and device != "cpu":
+        torch.nn.Module.to(model, torch.device(device))  # in place (transformers types its .to oddly)
     model.eval()
     return model
 

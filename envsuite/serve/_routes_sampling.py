@@ -1,0 +1,73 @@
+"""Sampling endpoints (``tinker/resources/sampling.py`` and the sampling-session calls).
+
+Every sample request of every session goes to a local sampling client, whose engine batches all
+requests in flight on the same weights; the result comes back through ``retrieve_future`` as the
+SDK's protobuf ``SampleResponse``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from fastapi import APIRouter, Request
+from tinker import types
+
+from envsuite.serve._app import parse, state_of
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.post("/create_sampling_session")
+async def create_sampling_session(request: Request) -> dict[str, Any]:
+    body = await parse(request, types.CreateSamplingSessionRequest)
+    state = state_of(request)
+    state.session(body.session_id)
+    sampler_id = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
+    client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+    state.add_sampler(body.session_id, sampler_id, client)
+    return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump()
+
+
+@router.get("/samplers/{sampler_id}")
+async def get_sampler(sampler_id: str, request: Request) -> dict[str, Any]:
+    sampler = state_of(request).sampler(sampler_id)
+    response = types.GetSamplerResponse(
+        sampler_id=sampler_id, base_model=sampler.base_model, model_path=sampler.model_path
+    )
+    return response.model_dump(mode="json")
+
+
+@router.post("/asample")
+async def asample(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    body = types.SampleRequest.model_validate_json(raw)
+    state = state_of(request)
+    if body.sampling_session_id is not None:
+        client = state.sampler(body.sampling_session_id).client
+    else:
+        client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+    # A retried request (same session, seq id and body) gets the first one's id.
+    key = ("sample", body.sampling_session_id, body.seq_id, hashlib.sha256(raw).hexdigest())
+
+    def begin() -> Any:
+        if body.record_stability_info:
+            raise NotImplementedError("record_stability_info: not available on the local server")
+        return client.sample(
+            body.prompt,
+            body.num_samples,
+            body.sampling_params,
+            include_prompt_logprobs=bool(body.prompt_logprobs),
+            topk_prompt_logprobs=body.topk_prompt_logprobs,
+            topk_sample_logprobs=body.topk_sample_logprobs,
+            target_prompt_logprobs=body.target_prompt_logprobs,  # type: ignore[arg-type]  # refused as unsupported
+            prompt_alt_tokens_k=body.prompt_alt_tokens_k,
+            prompt_logprobs_last_n=body.prompt_logprobs_last_n,
+        ).future()
+
+    request_id = state.futures.start(begin, key=key if body.seq_id is not None else None)
+    sequence_ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
+    return types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sequence_ids).model_dump(
+        exclude_none=True
+    )
