@@ -13,9 +13,11 @@ after the other:
   (a separate process on 127.0.0.1), so every sample, ``forward_backward``, ``optim_step`` and weight
   snapshot goes through the SDK's HTTP API (protobuf bodies, long-polled futures).
 
-Both see the same problems and seeds. The table gives the median seconds per step (step 0, the
-warm-up, excluded), the trainer's phases, and the ratio; the goal is at most 10% more time per step
-through the server. ``--side`` runs one side in the current process (the parent uses it).
+Both see the same problems and seeds. With ``--repeats N`` the sides run N times each in ABBA order
+(in process, server, server, in process, ...), so a machine whose load drifts during the run weighs on
+both alike. The table gives, per side, the median over runs of each run's median seconds per step
+(step 0, the warm-up, excluded), the trainer's phases, and the ratio; the goal is at most 10% more time
+per step through the server. ``--side`` runs one side in the current process (the parent uses it).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +108,9 @@ def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 
 
 def run_child(side: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     result_file = out / f"{side}.json"
+    for stale in (out / side, out / "serve-state"):
+        if stale.exists():
+            shutil.rmtree(stale)
     command = [sys.executable, "-P", __file__, "--side", side, "--steps", str(args.steps), "--out", str(out)]
     server = None
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
@@ -128,26 +135,40 @@ def _median(values: list[float]) -> float:
     return statistics.median(values[1:]) if len(values) > 1 else float("nan")
 
 
-def print_table(results: dict[str, dict[str, Any]]) -> None:
+def _over_runs(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float]) -> float:
+    return statistics.median(pick(run) for run in runs)
+
+
+def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
     local, remote = results["inprocess"], results["server"]
-    rows = [("seconds per step (median, steps 1..)", _median(local["step_s"]), _median(remote["step_s"]))]
-    for phase in sorted(set(local["phases"]) & set(remote["phases"])):
-        rows.append(
-            (phase.removeprefix("time/"), _median(local["phases"][phase]), _median(remote["phases"][phase]))
-        )
-    rows.append(("whole run (s)", local["run_s"], remote["run_s"]))
+
+    def step(run: dict[str, Any]) -> float:
+        return _median(run["step_s"])
+
+    rows = [("seconds per step (median, steps 1..)", _over_runs(local, step), _over_runs(remote, step))]
+    for phase in sorted(set(local[0]["phases"]) & set(remote[0]["phases"])):
+
+        def of_phase(run: dict[str, Any], phase: str = phase) -> float:
+            return _median(run["phases"][phase])
+
+        rows.append((phase.removeprefix("time/"), _over_runs(local, of_phase), _over_runs(remote, of_phase)))
+    rows.append(
+        ("whole run (s)", _over_runs(local, lambda r: r["run_s"]), _over_runs(remote, lambda r: r["run_s"]))
+    )
     print(f"{'':40s} {'in process':>11s} {'server':>11s} {'server/in':>10s}")
     for name, a, b in rows:
         ratio = b / a if a > 0 else float("nan")
         print(f"{name:40s} {a:11.3f} {b:11.3f} {ratio:10.3f}")
-    print(
-        f"mean reward: in process {statistics.mean(local['reward']):.3f}, server {statistics.mean(remote['reward']):.3f}"
-    )
+    pairs = [f"{step(b) / step(a):.3f}" for a, b in zip(local, remote, strict=True)]
+    print(f"server / in process, s/step, per pair of runs: {', '.join(pairs)}")
+    rewards = [statistics.mean(run["reward"]) for run in local + remote]
+    print(f"mean reward per run: {', '.join(f'{r:.3f}' for r in rewards)}")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per side, in ABBA order")
     parser.add_argument("--out", default="runs/serve_vs_inprocess")
     parser.add_argument("--side", choices=["inprocess", "server"], help="run one side here (internal)")
     parser.add_argument("--base-url", default=None, help="server side: the envsuite serve to use (internal)")
@@ -162,15 +183,13 @@ def main() -> None:
         (out / f"{args.side}.json").write_text(json.dumps(result))
         return
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("inprocess", "server", "serve-state"):
-        path = out / stale
-        if path.exists():
-            import shutil
-
-            shutil.rmtree(path)
-    results = {side: run_child(side, args, out) for side in ("inprocess", "server")}
+    results: dict[str, list[dict[str, Any]]] = {"inprocess": [], "server": []}
+    for repeat in range(args.repeats):
+        order = ("inprocess", "server") if repeat % 2 == 0 else ("server", "inprocess")
+        for side in order:
+            results[side].append(run_child(side, args, out))
+            (out / "summary.json").write_text(json.dumps(results, indent=2))
     print_table(results)
-    (out / "summary.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import tinker
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -69,8 +71,6 @@ async def session_heartbeat(request: Request) -> JSONResponse:
 
 @router.post("/sessions/{session_id}/finish")
 async def finish_session(session_id: str, request: Request) -> Response:
-    import asyncio
-
     await asyncio.to_thread(state_of(request).finish_session, session_id)
     return Response(status_code=200)
 

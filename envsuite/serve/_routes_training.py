@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,8 +25,6 @@ from envsuite.serve._wire import decode_forward_backward
 router = APIRouter(prefix="/api/v1")
 T = TypeVar("T")
 U = TypeVar("U")
-_loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envsuite-serve-load")
-"""Loads models off the event loop (creating a model takes from milliseconds to seconds)."""
 
 
 def then(future: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
@@ -91,7 +88,7 @@ async def create_model(request: Request) -> dict[str, Any]:
         state.add_model(body.session_id, model_id, future.result())
         return types.CreateModelResponse(model_id=model_id)
 
-    request_id = state.futures.start(lambda: _loader.submit(build), key=("create_model", model_id))
+    request_id = state.futures.start(lambda: state.loader.submit(build), key=("create_model", model_id))
     return _accepted(request_id, model_id)
 
 
@@ -132,7 +129,7 @@ def _create_from_checkpoint(state: ServerState, body: types.LoadWeightsRequest) 
         state.add_model(session_id, model_id, future.result())
         return types.LoadWeightsResponse(path=body.path, model_id=model_id)
 
-    request_id = state.futures.start(lambda: _loader.submit(build), key=("create_model", model_id))
+    request_id = state.futures.start(lambda: state.loader.submit(build), key=("create_model", model_id))
     return _accepted(request_id, model_id)
 
 

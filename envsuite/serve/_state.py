@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ class ServerState:
         self._shared: OrderedDict[tuple[str, str], LocalSamplingClient] = OrderedDict()
         self.lock = threading.RLock()
         self._loading = threading.Lock()
+        self.loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envsuite-serve-load")
+        """Builds training models off the event loop (a model takes milliseconds to seconds to load)."""
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -206,6 +209,7 @@ class ServerState:
 
     def close(self) -> None:
         """Release everything (server shutdown)."""
+        self.loader.shutdown(wait=True, cancel_futures=True)
         with self.lock:
             sessions = list(self.sessions)
         for session_id in sessions:
