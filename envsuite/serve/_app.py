@@ -15,7 +15,7 @@ import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from typing import Any
 
 import pydantic
 from fastapi import FastAPI, Request
@@ -23,31 +23,21 @@ from fastapi.responses import JSONResponse
 
 from envsuite.backends.local import UnknownRunError
 from envsuite.serve._config import ServeConfig
+from envsuite.serve._http import Unsupported, error
+from envsuite.serve._routes_rest import router as rest_router
+from envsuite.serve._routes_sampling import router as sampling_router
+from envsuite.serve._routes_service import router as service_router
+from envsuite.serve._routes_training import router as training_router
 from envsuite.serve._state import NotFound, ServerState
 from envsuite.serve._wire import WireError
 
 logger = logging.getLogger("envsuite.serve")
-M = TypeVar("M", bound=pydantic.BaseModel)
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _REAP_EVERY_S = 30.0
-
-
-class Unsupported(ValueError):
-    """A call the local server does not serve (a 400 naming it, so the SDK does not retry)."""
-
-
-def error(status: int, message: str, category: str = "user") -> JSONResponse:
-    """The one error shape every endpoint uses."""
-    return JSONResponse({"error": message, "category": category}, status_code=status)
-
-
-async def parse(request: Request, model: type[M]) -> M:
-    """The request's JSON body validated as ``model`` (a ``tinker.types`` request)."""
-    return model.model_validate_json(await request.body())
 
 
 class _BodyLimit:
@@ -152,11 +142,6 @@ def create_app(config: ServeConfig, api_key: str | None = None) -> Any:
     ``api_key``: the key every request must carry in ``X-API-Key`` (required by :meth:`ServeConfig.check`
     for a non-loopback ``host``). Only its SHA-256 digest is kept.
     """
-    from envsuite.serve._routes_rest import router as rest_router
-    from envsuite.serve._routes_sampling import router as sampling_router
-    from envsuite.serve._routes_service import router as service_router
-    from envsuite.serve._routes_training import router as training_router
-
     config.check(api_key)
     state = ServerState(config)
 
@@ -185,9 +170,3 @@ async def _reap(state: ServerState) -> None:
         await asyncio.sleep(_REAP_EVERY_S)
         for session_id in await asyncio.to_thread(state.reap_idle_sessions):
             logger.info("session %s idle past %.0f s: ended", session_id, state.config.session_timeout_s)
-
-
-def state_of(request: Request) -> ServerState:
-    """The server state the app was built with."""
-    state: ServerState = request.app.state.serve
-    return state

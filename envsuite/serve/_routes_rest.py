@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
 
-from envsuite.serve._app import Unsupported, error, parse, state_of
+from envsuite.serve._http import Unsupported, error, parse, state_of
 
 router = APIRouter(prefix="/api/v1")
 _HOSTED_ONLY = "not available on the local server: {} belong to the hosted service's accounts"

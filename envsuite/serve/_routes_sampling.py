@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from tinker import types
 
-from envsuite.serve._app import parse, state_of
+from envsuite.serve._http import parse, state_of
 
 router = APIRouter(prefix="/api/v1")
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from tinker import types
 
-from envsuite.serve._app import Unsupported, error, parse, state_of
+from envsuite.serve._http import Unsupported, error, parse, state_of
 
 router = APIRouter(prefix="/api/v1")
 

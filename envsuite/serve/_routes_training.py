@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from envsuite.backends.local import LocalTrainingClient, tinker_path_of
-from envsuite.serve._app import Unsupported, error, parse, state_of
+from envsuite.serve._http import Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
 from envsuite.serve._wire import decode_forward_backward
 
