@@ -252,7 +252,12 @@ def test_a_key_is_required_off_loopback_and_checked_never_kept(
     with running(ServeConfig(state_dir=state), api_key=KEY) as base:
         api = f"{base}/api/v1"
         assert httpx.get(f"{api}/healthz").status_code == 401
-        assert httpx.get(f"{api}/healthz", headers={"X-API-Key": "tml-wrong"}).status_code == 401
+        wrong = httpx.get(f"{api}/healthz", headers={"X-API-Key": "tml-wrong"})
+        assert wrong.status_code == 401 and "wrong API key" in wrong.json()["error"]
+        with pytest.raises(tinker.AuthenticationError, match="wrong API key"):  # at once, no retrying
+            tinker.ServiceClient(base_url=base, api_key="tml-wrong").create_sampling_client(
+                base_model=TEST_MODEL
+            ).result(timeout=60)
         assert httpx.get(f"{api}/healthz", headers={"X-API-Key": KEY}).status_code == 200
         with sdk(base, api_key=KEY) as service:
             training = service.create_lora_training_client(TEST_MODEL, rank=2, seed=0).result()
