@@ -1,6 +1,6 @@
-"""Peak memory (RSS) of the three commands a laptop user runs: ``make demo``, ``envsuite bench``, ``envsuite train``.
+"""Peak memory (RSS) of the commands a laptop user runs: ``make demo``, ``envsuite bench``, ``envsuite train``.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -P bench/memory.py [--only demo,bench,train] [--interval 0.2]
+    HF_HUB_OFFLINE=1 .venv/bin/python -P bench/memory.py [--only demo,bench,train,train_multiturn] [--interval 0.2]
         [--json artifacts/memory.json]
 
 Each command runs as a child process in a scratch directory (its own runs, logs and leaderboard), on
@@ -8,12 +8,14 @@ SmolLM2-135M-Instruct with the settings the demo uses for that phase:
 
 * ``demo``: ``envsuite demo`` (what ``make demo`` runs: train, bench base and trained, rank);
 * ``bench``: ``envsuite bench`` of the base model on the demo's five envs, 12 episodes each;
-* ``train``: ``envsuite train arithmetic_easy`` with the demo's training settings (12 steps of 8 x 4).
+* ``train``: ``envsuite train arithmetic_easy`` with the demo's training settings (12 steps of 8 x 4);
+* ``train_multiturn``: ``envsuite train tictactoe_easy`` (a multi-turn game against the random
+  opponent, one datum per game) with its preset's settings, 4 steps of 8 x 4.
 
 The peak is the largest sum of the resident set sizes of the command and all its children (a
 math-verify worker, for instance), sampled every ``--interval`` seconds; the main process's own
 high-water mark (``VmHWM``, exact) is reported next to it. Goals (issue 18): demo <= 3 GB,
-bench <= 2 GB, train <= 3 GB.
+bench <= 2 GB, train <= 3 GB (both envs).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import psutil
 
 MODEL = "smollm2-135m-instruct"
 DEMO_ENVS = ["arithmetic_easy", "arithmetic", "math", "twenty_questions", "tictactoe"]
-GOALS_GB = {"demo": 3.0, "bench": 2.0, "train": 3.0}
+GOALS_GB = {"demo": 3.0, "bench": 2.0, "train": 3.0, "train_multiturn": 3.0}
 
 
 def commands(envsuite: str, scratch: Path) -> dict[str, list[str]]:
@@ -50,6 +52,12 @@ def commands(envsuite: str, scratch: Path) -> dict[str, list[str]]:
             "--group-size", "4", "--lr", "5e-4", "--lora-rank", "16", "--max-tokens", "16",
             "--save-every", "12", "--eval-every", "12", "--test-groups", "16", "--no-progress",
             "--log-dir", str(scratch / "train"),
+        ],
+        "train_multiturn": [
+            envsuite, "train", "tictactoe_easy", "--model", MODEL, "--steps", "4", "--batch-size", "8",
+            "--group-size", "4", "--lr", "5e-4", "--lora-rank", "16", "--max-tokens", "10",
+            "--save-every", "4", "--eval-every", "4", "--test-groups", "8", "--no-progress",
+            "--log-dir", str(scratch / "train-multiturn"),
         ],
     }  # fmt: skip
 
@@ -136,7 +144,7 @@ def measure(name: str, command: list[str], interval: float, cwd: Path) -> Memory
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="demo,bench,train", help="comma-separated subset")
+    parser.add_argument("--only", default="demo,bench,train,train_multiturn", help="comma-separated subset")
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between RSS samples")
     parser.add_argument("--json", type=Path, default=Path("artifacts/memory.json"))
     args = parser.parse_args()
