@@ -23,6 +23,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# Imported here, not in a coroutine (see envsuite.adapters.openenv._client).
+from openenv.core import GenericEnvClient
+
 REPLIES = ("[4]", "[0]", "[8]", "[2]", "[6]", "Is it an animal?", "[1]", "[3]", "[5]", "[7]")
 
 
@@ -78,8 +81,6 @@ def served(
 
 
 async def _session(url: str, index: int, episodes: int, latencies: list[float], errors: list[str]) -> int:
-    from openenv.core import GenericEnvClient
-
     steps = 0
     try:
         async with GenericEnvClient(base_url=url, message_timeout_s=120.0) as client:

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from openenv.core import GenericEnvClient  # at import, not in a coroutine (see the adapter's _client)
 
 from envsuite import StopReason, make_env, make_group_builder, spec
 from envsuite.testing import check_env
@@ -49,8 +50,6 @@ def tictactoe_url() -> Iterator[str]:
 
 
 async def _play(url: str, seed: int, replies: list[str]) -> list[Any]:
-    from openenv.core import GenericEnvClient
-
     async with GenericEnvClient(base_url=url) as client:
         result = await client.reset(seed=seed)
         trace: list[Any] = [result.observation["messages"]]

@@ -23,6 +23,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+# Imported with the module, never inside a coroutine: OpenEnv's import pulls in gradio, whose import
+# runs ast.parse, and under a nested event loop (inspect-ai applies nest_asyncio in the process)
+# Python 3.11's parser fails with "AST constructor recursion depth mismatch".
+from openenv.core import GenericEnvClient
+
 from envsuite.core import (
     ActionExtra,
     Env,
@@ -64,8 +69,6 @@ class OpenEnvEnv(Env):
     async def initial_observation(
         self,
     ) -> tuple[Observation, list[int] | list[str]] | InitialObservationOverflow:
-        from openenv.core import GenericEnvClient
-
         self._client = GenericEnvClient(
             base_url=self.url,
             connect_timeout_s=self.connect_timeout_s,
