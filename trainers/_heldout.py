@@ -25,6 +25,7 @@ import numpy as np
 
 from envsuite.core import TrajectoryGroup
 from envsuite.rollouts import episode_metrics
+from envsuite.trainers._metrics import read_rows
 
 EVAL_EPISODES_FILE = "eval_episodes.jsonl"
 DEFAULT_RESAMPLES = 10_000
@@ -123,16 +124,7 @@ def append_eval_rows(log_dir: Path, rows: Sequence[dict[str, object]]) -> None:
 
 def read_eval_rows(log_dir: Path) -> list[dict[str, object]]:
     """The episode rows of a run (a torn last line, from a kill mid-write, is skipped)."""
-    path = log_dir / EVAL_EPISODES_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_rows(log_dir / EVAL_EPISODES_FILE)
 
 
 def truncate_eval_rows(log_dir: Path, next_step: int) -> None:
