@@ -144,7 +144,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     )
     result = run_training(config, show_progress=False)
     rows = read_metrics(log_dir / "metrics.jsonl")
-    step_s = [sum(float(v) for k, v in row.items() if k.startswith("time/")) for row in rows]
+    step_s = [sum((_number(v) for k, v in row.items() if k.startswith("time/")), 0.0) for row in rows]
     clock = [sum(step_s[: i + 1]) for i in range(len(step_s))]
     saved = [json.loads(line) for line in (log_dir / "checkpoints.jsonl").read_text().splitlines() if line]
     checkpoints = [
@@ -157,9 +157,16 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
         lr,
         checkpoints,
         step_s,
-        [float(row["reward/mean"]) for row in rows],
+        [_number(row["reward/mean"]) for row in rows],
         load,
     )
+
+
+def _number(value: object) -> float:
+    """A metrics value as a float (metrics rows are parsed JSON, typed ``object``)."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"expected a number in the metrics, got {value!r}")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------- TRL
@@ -167,7 +174,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
 
 async def _problems(task: Task, shape: Shape) -> list[tuple[str, Any]]:
     """envsuite's train batches 0..steps-1 as (prompt text, group builder), in the trainer's order."""
-    from envsuite import make_dataset_builder
+    from envsuite import InitialObservationOverflow, make_dataset_builder
     from envsuite.models import get_tokenizer
 
     tokenizer = get_tokenizer(MODEL)
@@ -186,6 +193,8 @@ async def _problems(task: Task, shape: Shape) -> list[tuple[str, Any]]:
     for step in range(shape.steps):
         for group in train.get_batch(step):
             observation = await (await group.make_envs())[0].initial_observation()
+            if isinstance(observation, InitialObservationOverflow):
+                raise RuntimeError(f"a {task.env_id} prompt is longer than the context budget")
             ids = observation[0].to_ints()
             text = str(tokenizer.decode(ids))
             if tokenizer(text)["input_ids"] != ids:
@@ -440,13 +449,13 @@ def summarize(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         base = json.loads(Job("base", "envsuite", task_name, 0.0).result_path(out).read_text())["held_out"]
         per_trainer: dict[str, Any] = {}
         for trainer in args.trainers.split(","):
-            runs = []
+            runs: list[dict[str, Any]] = []
             for lr in (float(x) for x in args.lrs.split(",")):
                 run = _load_run(Job("eval", trainer, task_name, lr).result_path(out))
                 reached = 0.0 if base >= task.target else run.time_to(task.target)
                 runs.append({"lr": lr, "time_to_target_s": reached, "run": asdict(run)})
             timed = [r for r in runs if r["time_to_target_s"] is not None]
-            best = min(timed, key=lambda r: r["time_to_target_s"]) if timed else None
+            best = min(timed, key=lambda r: float(r["time_to_target_s"])) if timed else None
             per_trainer[trainer] = {"runs": runs, "best": best}
         ratio = None
         if {"envsuite", "trl"} <= per_trainer.keys():
