@@ -181,14 +181,15 @@ def run_envsuite(shape: Shape, out: Path) -> SideResult:
     run_s = time.perf_counter() - started
     rows = read_metrics(log_dir / "metrics.jsonl")
     names = sorted({k.removeprefix("time/") for row in rows for k in row if k.startswith("time/")})
-    phases = {name: [_number(row.get(f"time/{name}", 0.0)) for row in rows] for name in names}
+    phases = {name: [metric_number(row.get(f"time/{name}", 0.0)) for row in rows] for name in names}
     step_s = [sum(values[i] for values in phases.values()) for i in range(len(rows))]
-    reward = [_number(row["reward/mean"]) for row in rows]
-    rows_trained = [int(_number(row.get("datums", 0))) for row in rows]
+    reward = [metric_number(row["reward/mean"]) for row in rows]
+    rows_trained = [int(metric_number(row.get("datums", 0))) for row in rows]
     return SideResult("envsuite", step_s, phases, reward, run_s, rows_trained=rows_trained)
 
 
-def _number(value: object) -> float:
+def metric_number(value: object) -> float:
+    """A metrics.jsonl value (parsed JSON, typed ``object``) as a float."""
     if not isinstance(value, int | float):
         raise TypeError(f"expected a number in metrics.jsonl, got {value!r}")
     return float(value)

@@ -43,9 +43,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The TRL side uses grpo_vs_trl's GRPOConfig and LoRA settings: one definition of "TRL at the settings
+# that match envsuite's trainer" for both benchmarks.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_vs_trl import LORA_ALPHA, LORA_TARGETS, metric_number, trl_config
+from grpo_vs_trl import Shape as StepShape
+
 MODEL = "smollm2-135m-instruct"
-LORA_ALPHA = 32
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     )
     result = run_training(config, show_progress=False)
     rows = read_metrics(log_dir / "metrics.jsonl")
-    step_s = [sum((_number(v) for k, v in row.items() if k.startswith("time/")), 0.0) for row in rows]
+    step_s = [sum((metric_number(v) for k, v in row.items() if k.startswith("time/")), 0.0) for row in rows]
     clock = [sum(step_s[: i + 1]) for i in range(len(step_s))]
     saved = [json.loads(line) for line in (log_dir / "checkpoints.jsonl").read_text().splitlines() if line]
     checkpoints = [
@@ -157,16 +161,9 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
         lr,
         checkpoints,
         step_s,
-        [_number(row["reward/mean"]) for row in rows],
+        [metric_number(row["reward/mean"]) for row in rows],
         load,
     )
-
-
-def _number(value: object) -> float:
-    """A metrics value as a float (metrics rows are parsed JSON, typed ``object``)."""
-    if not isinstance(value, int | float):
-        raise TypeError(f"expected a number in the metrics, got {value!r}")
-    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------- TRL
@@ -218,45 +215,6 @@ def _reward_func(problems: list[tuple[str, Any]]) -> Callable[..., list[float | 
     return env_reward
 
 
-def _trl_args(lr: float, shape: Shape, out: Path) -> Any:
-    from trl import GRPOConfig
-
-    return GRPOConfig(
-        output_dir=str(out),
-        per_device_train_batch_size=shape.batch_size * shape.group_size,
-        gradient_accumulation_steps=1,
-        num_generations=shape.group_size,
-        max_completion_length=shape.max_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        learning_rate=lr,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        adam_beta1=0.9,
-        adam_beta2=0.95,
-        adam_epsilon=1e-8,
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        beta=0.0,
-        num_iterations=1,
-        scale_rewards="none",
-        loss_type="dr_grpo",
-        shuffle_dataset=False,
-        max_steps=shape.steps,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        report_to=[],
-        logging_steps=1,
-        save_strategy="no",
-        seed=shape.seed,
-        dataloader_num_workers=0,
-        use_vllm=False,
-        gradient_checkpointing=False,
-    )
-
-
 def train_trl(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     import torch
     from datasets import Dataset
@@ -279,7 +237,18 @@ def train_trl(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=_reward_func(problems),
-        args=_trl_args(lr, shape, run_dir),
+        args=trl_config(
+            StepShape(
+                steps=shape.steps,
+                batch_size=shape.batch_size,
+                group_size=shape.group_size,
+                max_tokens=shape.max_tokens,
+                learning_rate=lr,
+                lora_rank=shape.lora_rank,
+                seed=shape.seed,
+            ),
+            run_dir,
+        ),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora,
