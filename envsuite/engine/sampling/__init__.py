@@ -16,6 +16,8 @@ from envsuite.engine.sampling._engine import (
     PromptTooLongError,
     SamplingEngine,
 )
+from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, prefill
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
 from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._token_choice import StopMatcher
 
@@ -29,6 +31,12 @@ __all__ = [
     "FinishReason",
     "GeneratedSequence",
     "StopMatcher",
+    # the running batch over one KV cache (rows join and leave without copying the others)
+    "KVBatch",
+    "PrefillOutput",
+    "prefill",
+    "LlamaDecoder",
+    "llama_decoder",
     # the prefix cache (KV reused across the turns of an episode)
     "PrefixCache",
     "PrefixCacheStats",

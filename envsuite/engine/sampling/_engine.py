@@ -349,8 +349,7 @@ class SamplingEngine:
         batch = out.batch
         batch.take_rows(row_slots)
         keep = self._advance(new_rows, logits, batch)
-        batch.select(keep)
-        new_rows = [new_rows[i] for i in keep]
+        new_rows = [new_rows[i] for i in batch.select(keep)]
         if not new_rows:
             return
         if self._batch is None:
@@ -407,15 +406,13 @@ class SamplingEngine:
         assert self._batch is not None
         live = [i for i, row in enumerate(self._rows) if not row.job.future.done()]
         if len(live) < len(self._rows):
-            self._batch.select(live)
-            self._rows = [self._rows[i] for i in live]
+            self._rows = [self._rows[i] for i in self._batch.select(live)]
         if not self._rows:
             self._batch = None
             return
         logits = self._batch.step(self.model, self._decoder)
         keep = self._advance(self._rows, logits, self._batch)
-        self._batch.select(keep)
-        self._rows = [self._rows[i] for i in keep]
+        self._rows = [self._rows[i] for i in self._batch.select(keep)]
         if not self._rows:
             self._batch = None
 

@@ -2,9 +2,13 @@
 
 Layout: every row's tokens are right-aligned in a ``(B, L)`` attention mask (zeros on the left are
 padding), the KV cache holds ``L`` positions per row, and each row has its own position ids (the count
-of its real tokens), so padding changes neither attention nor rotary positions. Rows join by
-left-padding the shorter of two caches and concatenating them on the batch axis; rows leave by index
-selection, after which columns that are padding in every row are trimmed from the left.
+of its real tokens), so padding changes neither attention nor rotary positions.
+
+Rows come and go without copying the others (the cache layers keep spare rows and columns, see
+``_kv_cache_layer``): joining rows are written into spare rows, right-aligned with the batch; a
+leaving row's place is taken by one of the last rows (so :meth:`KVBatch.select` says which order the
+kept rows end up in); columns that are padding in every row are dropped from the left by moving a
+view's start.
 
 Each row's next input token is pending (sampled, not yet in the cache); one :meth:`KVBatch.step` feeds
 all pending tokens at once and returns the next-token logits of every row.
@@ -102,21 +106,36 @@ class KVBatch:
             ]
         )
 
-    def select(self, keep: Sequence[int]) -> None:
-        """Keep only rows ``keep`` (in that order), then drop left columns that hold no real token."""
-        if len(keep) == self.size:
-            return
-        index = torch.tensor(list(keep), dtype=torch.long, device=self.mask_B_L.device)
-        self._index_rows(index)
-        self.pending_B = [self.pending_B[i] for i in keep]
+    def select(self, keep: Sequence[int]) -> list[int]:
+        """Keep only rows ``keep`` (distinct); return them, as old indices, in their new order.
+
+        Kept rows stay where they are, except the last ones, which move into the places of the rows
+        that left (one row copy each, not a copy of the batch). Then columns that hold no real token
+        in any kept row are dropped from the left.
+        """
+        count = len(keep)
+        if count == self.size:
+            return list(range(count))
+        kept = set(keep)
+        holes = [i for i in range(count) if i not in kept]
+        movers = sorted(i for i in kept if i >= count)
+        order = list(range(count))
+        for hole, mover in zip(holes, movers, strict=True):
+            order[hole] = mover
+        for layer in _kv_layers(self.cache):
+            layer.move_rows(holes, movers, count)
+        index = torch.tensor(order, dtype=torch.long, device=self.mask_B_L.device)
+        self.mask_B_L = self.mask_B_L.index_select(0, index)
+        self.next_pos_B = self.next_pos_B.index_select(0, index)
+        self.pending_B = [self.pending_B[i] for i in order]
         self._trim_left()
+        return order
 
     def extend(self, other: KVBatch) -> None:
-        """Append ``other``'s rows after this batch's rows."""
+        """Append ``other``'s rows after this batch's rows (only ``other``'s keys and values are copied)."""
         length = max(self.length, other.length)
         for mine, theirs in zip(_kv_layers(self.cache), _kv_layers(other.cache), strict=True):
-            mine.keys = torch.cat([_pad_left(mine.keys, length), _pad_left(theirs.keys, length)], dim=0)
-            mine.values = torch.cat([_pad_left(mine.values, length), _pad_left(theirs.values, length)], dim=0)
+            mine.join(theirs.keys, theirs.values)
         self.mask_B_L = torch.cat(
             [_pad_mask_left(self.mask_B_L, length), _pad_mask_left(other.mask_B_L, length)], dim=0
         )
@@ -135,8 +154,7 @@ class KVBatch:
             return
         start = int(used.long().argmax())
         for layer in _kv_layers(self.cache):
-            layer.keys = layer.keys[:, :, start:, :].contiguous()
-            layer.values = layer.values[:, :, start:, :].contiguous()
+            layer.drop_left(start)
         self.mask_B_L = self.mask_B_L[:, start:].contiguous()
 
 
@@ -240,8 +258,7 @@ def _tree_prefill(
         mask[s, length - len(prompt) :] = 1
     source, mask = source.to(device), mask.to(device)
     for layer in _kv_layers(cache):
-        layer.keys = _gather_positions(layer.keys, source)
-        layer.values = _gather_positions(layer.values, source)
+        layer.assign(_gather_positions(layer.keys, source), _gather_positions(layer.values, source))
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     return PrefillOutput(
         batch=KVBatch(cache, mask, next_pos), last_logits_B_V=last_logits, prompt_logprobs_B=None
@@ -323,16 +340,17 @@ class _FullLayer(Protocol):
 
     def select_rows(self, index: torch.Tensor) -> None: ...
 
+    def move_rows(self, target: list[int], source: list[int], rows: int) -> None: ...
+
+    def drop_left(self, columns: int) -> None: ...
+
+    def join(self, keys: torch.Tensor, values: torch.Tensor) -> None: ...
+
+    def assign(self, keys: torch.Tensor, values: torch.Tensor) -> None: ...
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-def _pad_left(tensor_B_H_L_D: torch.Tensor, length: int) -> torch.Tensor:
-    missing = length - tensor_B_H_L_D.shape[2]
-    if missing == 0:
-        return tensor_B_H_L_D
-    return torch.nn.functional.pad(tensor_B_H_L_D, (0, 0, missing, 0))
 
 
 def _pad_mask_left(mask_B_L: torch.Tensor, length: int) -> torch.Tensor:

@@ -1,4 +1,25 @@
-"""The KV-cache layer of the sampling engine: keys and values that grow in place, one token at a time."""
+"""The KV-cache layer of the sampling engine: keys and values kept in buffers with spare rows and columns.
+
+``DynamicLayer`` appends a token by concatenating it to the whole cache, which copies every cached
+position at every decode step: O(length) per token, O(length^2) per sequence. And a running batch
+whose rows come and go (continuous batching, multi-turn episodes returning turn after turn) would
+copy every row's cache each time one row joins or leaves: O(batch x length) per join.
+
+:class:`GrowableLayer` keeps ``keys``/``values`` as the views ``buffer[:rows, :, start:end]`` of
+buffers with room on every side:
+
+* appending a position writes column ``end`` (room on the right);
+* a joining row (right-aligned like every row) is written into a spare row, ending at column ``end``
+  (room below, and on the left for a row longer than the batch);
+* a leaving row is overwritten by one of the last rows (:meth:`GrowableLayer.move_rows`), and
+  columns no row uses any more are dropped by moving ``start`` (no copy).
+
+Only when a buffer is out of the room a write needs is it reallocated, with half as much again as
+room, so copies of the whole cache are amortised. Every buffer position outside a row's real columns
+holds a finite number (zeros or an old row's keys), which the attention mask weights by exactly zero.
+When something replaces ``keys``/``values`` wholesale (transformers' own cache methods) the layer
+adopts them as its buffers at the next operation.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +29,7 @@ from transformers.cache_utils import DynamicLayer
 
 
 class GrowableLayer(DynamicLayer):
-    """A full-attention KV-cache layer that appends in place.
-
-    ``DynamicLayer`` appends a token by concatenating it to the whole cache, which copies every cached
-    position at every decode step: O(length) per token, O(length^2) per sequence. This layer keeps
-    ``keys``/``values`` as leading views of buffers with spare room along the sequence axis and writes
-    new positions into the room; a buffer is reallocated (with half its length again as room) only
-    when it is full. When the engine replaces ``keys``/``values`` wholesale (rows joining, trimming)
-    the next append notices that they are no longer views of the buffers and rebuffers once.
-    """
+    """A full-attention KV-cache layer over buffers with spare rows and columns (see module docstring)."""
 
     MIN_ROOM = 64
     """Spare positions at least, per (re)allocation."""
@@ -25,65 +38,151 @@ class GrowableLayer(DynamicLayer):
         super().__init__()
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
+        self._rows = 0
+        self._start = 0
+        self._end = 0
+
+    # ------------------------------------------------------------------ what transformers calls
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``key_states``/``value_states`` ``(rows, heads, new, head_dim)`` after every row's last position."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        start = self.get_seq_length()
-        end = start + key_states.shape[-2]
-        if not self._backed(end):
-            self._rebuffer(start, end, key_states, value_states)
-        assert self._key_buffer is not None and self._value_buffer is not None
-        self._key_buffer[:, :, start:end] = key_states
-        self._value_buffer[:, :, start:end] = value_states
-        self.keys = self._key_buffer[:, :, :end]
-        self.values = self._value_buffer[:, :, :end]
-        return self.keys, self.values
+        self._adopt()
+        added = key_states.shape[-2]
+        if self._key_buffer is None:
+            self._rows = key_states.shape[0]
+            self._relayout(key_states, value_states, rows=key_states.shape[0], left=0, right=added)
+        elif self._end + added > self._key_buffer.shape[2]:
+            self._relayout(key_states, value_states, rows=self._rows, left=0, right=added)
+        keys, values = self._buffers()
+        keys[: self._rows, :, self._end : self._end + added] = key_states
+        values[: self._rows, :, self._end : self._end + added] = value_states
+        self._end += added
+        return self._set_views()
+
+    # ------------------------------------------------------------------ what the running batch calls
+
+    def assign(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold exactly ``keys``/``values`` ``(rows, heads, length, head_dim)`` (no copy, no room yet)."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        self._key_buffer, self._value_buffer = keys, values
+        self._rows, self._start, self._end = keys.shape[0], 0, keys.shape[2]
+        self._set_views()
 
     def select_rows(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (repeats allowed), buffers and room included: one copy, no rebuffer."""
-        length = self.get_seq_length()
-        if self._key_buffer is None or self._value_buffer is None or not self._backed(length):
-            assert self.keys is not None and self.values is not None
-            self.keys = self.keys.index_select(0, index)
-            self.values = self.values.index_select(0, index)
-            return
-        self._key_buffer = self._key_buffer.index_select(0, index)
-        self._value_buffer = self._value_buffer.index_select(0, index)
-        self.keys = self._key_buffer[:, :, :length]
-        self.values = self._value_buffer[:, :, :length]
+        """Keep rows ``index`` (repeats allowed), buffers and room included: one copy of the kept rows."""
+        self._adopt()
+        keys, values = self._buffers()
+        self._key_buffer = keys.index_select(0, index)
+        self._value_buffer = values.index_select(0, index)
+        self._rows = int(index.shape[0])
+        self._set_views()
 
-    def _backed(self, end: int) -> bool:
-        """``keys``/``values`` are still leading views of the buffers, and the buffers hold ``end``."""
-        keys, buffer = self.keys, self._key_buffer
+    def move_rows(self, target: list[int], source: list[int], rows: int) -> None:
+        """Copy rows ``source`` over rows ``target`` (their live columns), then keep the first ``rows``."""
+        self._adopt()
+        if target:
+            keys, values = self._buffers()
+            t = torch.tensor(target, dtype=torch.long, device=keys.device)
+            s = torch.tensor(source, dtype=torch.long, device=keys.device)
+            live = slice(self._start, self._end)
+            keys[:, :, live].index_copy_(0, t, keys[:, :, live].index_select(0, s))
+            values[:, :, live].index_copy_(0, t, values[:, :, live].index_select(0, s))
+        self._rows = rows
+        self._set_views()
+
+    def drop_left(self, columns: int) -> None:
+        """Forget the first ``columns`` live positions of every row (padding in all of them): no copy."""
+        self._adopt()
+        self._start += columns
+        self._set_views()
+
+    def join(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Add rows ``keys``/``values`` ``(new_rows, heads, length, head_dim)``, right-aligned with the others.
+
+        Only the new rows are written, into spare rows of the buffers; the buffers are reallocated (the
+        whole cache copied once, with room to spare) only when there are too few spare rows or the new
+        rows are longer than the columns left of ``end``.
+        """
+        self._adopt()
+        length, new_rows = keys.shape[2], keys.shape[0]
+        buffer = self._key_buffer
+        assert buffer is not None, "join into an empty layer: assign instead"
+        live = self._end - self._start
+        rows_needed = self._rows + new_rows
+        if length > self._end:
+            grow = max(self.MIN_ROOM, live // 2)
+            rows = max(rows_needed, buffer.shape[0])
+            self._relayout(keys, values, rows=rows, left=length - live + grow, right=0)
+        elif rows_needed > buffer.shape[0]:
+            rows = max(rows_needed, buffer.shape[0] + buffer.shape[0] // 2)
+            self._relayout(keys, values, rows=rows, left=self._start, right=0)
+        mine_k, mine_v = self._buffers()
+        mine_k[self._rows : rows_needed, :, self._end - length : self._end] = keys
+        mine_v[self._rows : rows_needed, :, self._end - length : self._end] = values
+        self._rows = rows_needed
+        self._start = min(self._start, self._end - length)
+        self._set_views()
+
+    @property
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The key and value buffers behind ``keys``/``values`` (for tests of where writes land)."""
+        self._adopt()
+        return self._buffers()
+
+    # ------------------------------------------------------------------ internals
+
+    def _buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self._key_buffer is not None and self._value_buffer is not None
+        return self._key_buffer, self._value_buffer
+
+    def _set_views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self._buffers()
+        self.keys = keys[: self._rows, :, self._start : self._end]
+        self.values = values[: self._rows, :, self._start : self._end]
+        return self.keys, self.values
+
+    def _adopt(self) -> None:
+        """Take ``keys``/``values`` as the buffers when something other than this layer replaced them."""
+        keys, values = self.keys, self.values
+        if keys is None or values is None or keys.dim() != 4:
+            return
+        if self._key_buffer is not None and self._view_of_buffers(keys, values):
+            return
+        self.assign(keys, values)
+
+    def _view_of_buffers(self, keys: torch.Tensor, values: torch.Tensor) -> bool:
+        key_buffer, value_buffer = self._buffers()
         return (
-            buffer is not None
-            and self._value_buffer is not None
-            and keys is not None
-            and keys.dim() == 4
-            and end <= buffer.shape[2]
-            and keys.shape[0] == buffer.shape[0]
-            and keys.data_ptr() == buffer.data_ptr()
-            and self.values is not None
-            and self.values.data_ptr() == self._value_buffer.data_ptr()
+            keys.shape[0] == self._rows
+            and keys.shape[2] == self._end - self._start
+            and keys.data_ptr() == key_buffer[:, :, self._start :].data_ptr()
+            and values.data_ptr() == value_buffer[:, :, self._start :].data_ptr()
         )
 
-    def _rebuffer(self, start: int, end: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
-        capacity = end + max(self.MIN_ROOM, end // 2)
-        batch = key_like.shape[0]
-        keys = key_like.new_empty((batch, key_like.shape[1], capacity, key_like.shape[3]))
-        values = value_like.new_empty((batch, value_like.shape[1], capacity, value_like.shape[3]))
-        if start:
-            assert self.keys is not None and self.values is not None
-            keys[:, :, :start] = self.keys
-            values[:, :, :start] = self.values
+    def _relayout(
+        self, key_like: torch.Tensor, value_like: torch.Tensor, rows: int, left: int, right: int
+    ) -> None:
+        """New buffers of ``rows`` rows: ``left`` free columns, the live ones, then at least ``right`` free."""
+        live = self._end - self._start
+        capacity = left + live + right + max(self.MIN_ROOM, (left + live + right) // 2)
+        heads, dim = key_like.shape[1], key_like.shape[3]
+        keys = key_like.new_zeros((rows, heads, capacity, dim))
+        values = value_like.new_zeros((rows, value_like.shape[1], capacity, value_like.shape[3]))
+        if self._key_buffer is not None and live and self._rows:
+            old_keys, old_values = self._buffers()
+            keys[: self._rows, :, left : left + live] = old_keys[: self._rows, :, self._start : self._end]
+            values[: self._rows, :, left : left + live] = old_values[: self._rows, :, self._start : self._end]
         self._key_buffer, self._value_buffer = keys, values
+        self._start, self._end = left, left + live
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
-    """A cache for ``model`` whose full-attention layers append in place (:class:`GrowableLayer`)."""
+    """A cache for ``model`` whose full-attention layers use :class:`GrowableLayer`."""
     cache = DynamicCache(config=model.config)
     cache.layers = [GrowableLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
