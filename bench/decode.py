@@ -15,8 +15,11 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    (transformers' forward) and through the engine's lean decode step, alternating, each on its own
    prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step.
 3. **Where the time goes** at batch 32: the step's parts replayed alone on the live cache and the real
-   weights (the 210 layer matmuls, the LM head, attention, sampling); the remainder is norms, rotary
-   embeddings, activations, KV appends and Python.
+   weights (the 120 layer matmuls: fused query/key/value, output, fused gate/up and down projections
+   per layer; the LM head, attention, sampling); the remainder is norms, rotary embeddings,
+   activations, KV appends and Python. Next to it, the same layer products as 210 separate matmuls
+   (query, key, value, gate and up each on its own rows of the fused weights: the step before the
+   fusion), replayed alternately with the fused ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
    exactly what envsuite converts to fp32 safetensors): 32 sequences decoded together in one
@@ -68,6 +71,8 @@ class Breakdown:
     batch: int
     step_ms: float
     layer_matmuls_ms: float
+    separate_matmuls_ms: float
+    """The same layer products as 210 separate matmuls (not part of the step; for comparison)."""
     lm_head_ms: float
     attention_ms: float
     sampling_ms: float
@@ -161,9 +166,30 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
 
         def layer_matmuls() -> None:
             for w in decoder.layers:
-                for weight in (w.q, w.k, w.v, w.o, w.gate, w.up):
+                for weight in (w.qkv, w.o, w.gate_up):
                     F.linear(x, weight)
                 F.linear(wide, w.down)
+
+        q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
+        width = decoder.intermediate
+        separate = [
+            (
+                w.qkv[:q_end],
+                w.qkv[q_end:k_end],
+                w.qkv[k_end:],
+                w.o,
+                w.gate_up[:width],
+                w.gate_up[width:],
+                w.down,
+            )
+            for w in decoder.layers
+        ]
+
+        def separate_matmuls() -> None:
+            for *weights, down in separate:
+                for weight in weights:
+                    F.linear(x, weight)
+                F.linear(wide, down)
 
         mask = kv.mask_B_L.bool()[:, None, None, :]
         group = decoder.heads // decoder.kv_heads
@@ -175,8 +201,13 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
                 F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
 
         logits = torch.randn(batch, vocab)
+        fused_ms, separate_ms = [], []
+        for _ in range(args.repeats):
+            fused_ms.append(_median_ms(layer_matmuls, args.steps))
+            separate_ms.append(_median_ms(separate_matmuls, args.steps))
         parts = {
-            "layer_matmuls": _median_ms(layer_matmuls, args.steps),
+            "layer_matmuls": statistics.median(fused_ms),
+            "separate_matmuls": statistics.median(separate_ms),
             "lm_head": _median_ms(lambda: F.linear(x, decoder.lm_head), args.steps),
             "attention": _median_ms(attention, args.steps),
             "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
@@ -186,6 +217,7 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
         batch,
         parts["step"],
         parts["layer_matmuls"],
+        parts["separate_matmuls"],
         parts["lm_head"],
         parts["attention"],
         parts["sampling"],
@@ -258,6 +290,7 @@ def main() -> None:
         value = getattr(parts, f"{name}_ms")
         print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
+    print(f"  (the layer products as 210 separate matmuls: {parts.separate_matmuls_ms:.1f} ms)")
     llama = None
     if args.llama_cpp:
         from _llama_cpp import run_llama_cpp

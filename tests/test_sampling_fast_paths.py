@@ -1,6 +1,8 @@
 """The sampling engine's fast paths change speed, never results.
 
-* the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``;
+* the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``, on base
+  and on LoRA-merged weights, with its fused query/key/value and gate/up weights sharing the model's
+  memory;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
 * a new sampling client (new weights) never sees another client's cached keys and values.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +28,7 @@ from envsuite.backends.local import (
     LocalServiceClient,
     load_sampling_model,
 )
-from envsuite.engine.sampling import PrefixCache
+from envsuite.engine.sampling import PrefixCache, llama_decoder, prefill
 
 MODEL = "tiny-random"
 NO_CACHE = EngineConfig(prefix_cache_bytes=0)
@@ -104,6 +107,50 @@ async def test_lean_decode_step_gives_what_the_model_forward_gives() -> None:
     _assert_same(expected, got, atol=1e-5)
     # The lean engine decoded without calling the model's forward (only its prefills did).
     assert decode_calls[id(reference_model)] > 0 and decode_calls[id(lean_model)] == 0
+
+
+async def test_lean_decode_gives_the_forward_on_lora_merged_weights(tmp_path: Path) -> None:
+    service = LocalServiceClient(log_dir=tmp_path)
+    trainer = service.create_lora_training_client(MODEL, rank=4, seed=0).result()
+    tok = trainer.get_tokenizer()
+    tokens = tok.encode("System: learn this line well.\nUser: hello there\nA: general kenobi")
+    datum = tinker.Datum(
+        model_input=_prompt(tokens[:-1]), loss_fn_inputs={"target_tokens": np.array(tokens[1:])}
+    )
+    trainer.forward_backward([datum], "cross_entropy").result()
+    trainer.optim_step(tinker.AdamParams(learning_rate=5e-2)).result()
+    path = trainer.save_weights_for_sampler("lora").result().path
+    trainer.close()
+    clients = []
+    for config in (EngineConfig(lean_decode=False, prefix_cache_bytes=0), NO_CACHE):
+        loaded = load_sampling_model(model_path=path)
+        clients.append(
+            LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL, model_path=path, config=config)
+        )
+    expected = await _mixed_batch(clients[0])
+    got = await _mixed_batch(clients[1])
+    for client in clients:
+        client.close()
+    _assert_same(expected, got, atol=1e-5)
+
+
+def test_lean_decode_reads_the_models_own_projection_weights() -> None:
+    """The fused q/k/v and gate/up weights share the model's memory: a change to the model's weights
+    in place reaches the lean step too, so the two never disagree (and the model holds one copy)."""
+    model = load_sampling_model(base_model=MODEL).model
+    decoder = llama_decoder(model)
+    assert decoder is not None
+    first: Any = model.get_decoder().layers[0]
+    with torch.inference_mode():
+        first.self_attn.k_proj.weight.mul_(3.0)
+        first.mlp.up_proj.weight.add_(0.05)
+        prompts = [[5, 6, 7, 8, 9], [10, 11, 12]]
+        lean, plain = prefill(model, prompts, False).batch, prefill(model, prompts, False).batch
+        for batch in (lean, plain):
+            batch.pending_B = [3, 4]
+        lean_logits = lean.step(model, decoder)
+        plain_logits = plain.step(model, None)
+    torch.testing.assert_close(lean_logits, plain_logits, rtol=0, atol=1e-4)
 
 
 async def _conversation(
