@@ -140,6 +140,12 @@ def test_lean_decode_reads_the_models_own_projection_weights() -> None:
     model = load_sampling_model(base_model=MODEL).model
     decoder = llama_decoder(model)
     assert decoder is not None
+    # A second decoder on the same model fuses nothing again: same memory.
+    again = llama_decoder(model)
+    assert again is not None
+    for mine, theirs in zip(decoder.layers, again.layers, strict=True):
+        assert mine.qkv.data_ptr() == theirs.qkv.data_ptr()
+        assert mine.gate_up.data_ptr() == theirs.gate_up.data_ptr()
     first: Any = model.get_decoder().layers[0]
     with torch.inference_mode():
         first.self_attn.k_proj.weight.mul_(3.0)

@@ -200,12 +200,17 @@ def _fuse(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """
     weights = [_weight(linear) for linear in linears]
     biases = [_bias(linear) for linear in linears]
-    fused = torch.cat(weights)
+    fused = _stacked_view(weights)
+    if fused is None:
+        fused = torch.cat(weights)
     fused_bias = None
     if any(b is not None for b in biases):
-        fused_bias = torch.cat(
-            [w.new_zeros(w.shape[0]) if b is None else b for w, b in zip(weights, biases, strict=True)]
-        )
+        bias_parts = [
+            w.new_zeros(w.shape[0]) if b is None else b for w, b in zip(weights, biases, strict=True)
+        ]
+        fused_bias = _stacked_view(bias_parts)
+        if fused_bias is None:
+            fused_bias = torch.cat(bias_parts)
     start = 0
     for linear, weight, bias in zip(linears, weights, biases, strict=True):
         end = start + weight.shape[0]
@@ -215,3 +220,20 @@ def _fuse(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
             linear.bias = torch.nn.Parameter(fused_bias[start:end], requires_grad=linear.bias.requires_grad)
         start = end
     return fused, fused_bias
+
+
+def _stacked_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """``parts`` as one tensor without a copy when they already are consecutive rows of one tensor (a
+    second decoder on the same model), else None."""
+    first = parts[0]
+    offset = first.storage_offset()
+    for part in parts:
+        if (
+            not part.is_contiguous()
+            or part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or part.storage_offset() != offset
+        ):
+            return None
+        offset += part.numel()
+    rows = sum(part.shape[0] for part in parts)
+    return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
