@@ -15,11 +15,11 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    (transformers' forward) and through the engine's lean decode step, alternating, each on its own
    prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step.
 3. **Where the time goes** at batch 32: the step's parts replayed alone on the live cache and the real
-   weights (the 120 layer matmuls: fused query/key/value, output, fused gate/up and down projections
-   per layer; the LM head, attention, sampling); the remainder is norms, rotary embeddings,
-   activations, KV appends and Python. Next to it, the same layer products as 210 separate matmuls
-   (query, key, value, gate and up each on its own rows of the fused weights: the step before the
-   fusion), replayed alternately with the fused ones.
+   weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down projections per
+   layer; the LM head, attention, sampling); the remainder is norms, rotary embeddings, activations,
+   KV appends and Python. Next to it, the same layer products as 210 separate matmuls (query, key
+   and value each on its own rows of the fused weight: the step before the fusion), and with gate
+   and up fused too (120 matmuls), replayed alternately with the shipped ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
    exactly what envsuite converts to fp32 safetensors): 32 sequences decoded together in one
@@ -73,6 +73,8 @@ class Breakdown:
     layer_matmuls_ms: float
     separate_matmuls_ms: float
     """The same layer products as 210 separate matmuls (not part of the step; for comparison)."""
+    gate_up_fused_matmuls_ms: float
+    """The same layer products with gate and up fused too, 120 matmuls (not part of the step)."""
     lm_head_ms: float
     attention_ms: float
     sampling_ms: float
@@ -166,27 +168,25 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
 
         def layer_matmuls() -> None:
             for w in decoder.layers:
-                for weight in (w.qkv, w.o, w.gate_up):
+                for weight in (w.qkv, w.o, w.gate, w.up):
                     F.linear(x, weight)
                 F.linear(wide, w.down)
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
-        width = decoder.intermediate
         separate = [
-            (
-                w.qkv[:q_end],
-                w.qkv[q_end:k_end],
-                w.qkv[k_end:],
-                w.o,
-                w.gate_up[:width],
-                w.gate_up[width:],
-                w.down,
-            )
+            (w.qkv[:q_end], w.qkv[q_end:k_end], w.qkv[k_end:], w.o, w.gate, w.up, w.down)
             for w in decoder.layers
         ]
+        gate_up = [(w.qkv, w.o, torch.cat([w.gate, w.up]), w.down) for w in decoder.layers]
 
         def separate_matmuls() -> None:
             for *weights, down in separate:
+                for weight in weights:
+                    F.linear(x, weight)
+                F.linear(wide, down)
+
+        def gate_up_matmuls() -> None:
+            for *weights, down in gate_up:
                 for weight in weights:
                     F.linear(x, weight)
                 F.linear(wide, down)
@@ -201,13 +201,15 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
                 F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
 
         logits = torch.randn(batch, vocab)
-        fused_ms, separate_ms = [], []
+        fused_ms, separate_ms, gate_up_ms = [], [], []
         for _ in range(args.repeats):
             fused_ms.append(_median_ms(layer_matmuls, args.steps))
             separate_ms.append(_median_ms(separate_matmuls, args.steps))
+            gate_up_ms.append(_median_ms(gate_up_matmuls, args.steps))
         parts = {
             "layer_matmuls": statistics.median(fused_ms),
             "separate_matmuls": statistics.median(separate_ms),
+            "gate_up_fused_matmuls": statistics.median(gate_up_ms),
             "lm_head": _median_ms(lambda: F.linear(x, decoder.lm_head), args.steps),
             "attention": _median_ms(attention, args.steps),
             "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
@@ -218,6 +220,7 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
         parts["step"],
         parts["layer_matmuls"],
         parts["separate_matmuls"],
+        parts["gate_up_fused_matmuls"],
         parts["lm_head"],
         parts["attention"],
         parts["sampling"],
@@ -290,7 +293,10 @@ def main() -> None:
         value = getattr(parts, f"{name}_ms")
         print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
-    print(f"  (the layer products as 210 separate matmuls: {parts.separate_matmuls_ms:.1f} ms)")
+    print(
+        f"  (the layer products as 210 separate matmuls: {parts.separate_matmuls_ms:.1f} ms; "
+        f"with gate/up fused too, 120 matmuls: {parts.gate_up_fused_matmuls_ms:.1f} ms)"
+    )
     llama = None
     if args.llama_cpp:
         from _llama_cpp import run_llama_cpp
