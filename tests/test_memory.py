@@ -1,21 +1,28 @@
 """Memory: what the local backend keeps alive, and what a training pass holds for its backward pass.
 
-Exact checks, no RSS thresholds: a dropped sampling client frees its model without waiting for the
+Exact checks where there are any: a dropped sampling client frees its model without waiting for the
 cyclic garbage collector; the checkpointed unembedding keeps far fewer bytes for the backward pass than
-the plain one, with the same logprobs and gradients.
+the plain one, with the same logprobs and gradients. The heap check measures RSS in fresh processes, as
+a difference between two runs of the same allocation pattern (one with the backend's allocator setting,
+one without), never a wall-clock time.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 
 import numpy as np
+import pytest
 import tinker
 import torch
 from tinker import types
 
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+from envsuite.engine._memory import _libc
 from envsuite.engine.training import LossFn, build_batch, target_logprobs
 from envsuite.engine.weights import LoraSpec, add_lora, load_base_model
 from envsuite.models import resolve_model
@@ -99,3 +106,52 @@ def test_checkpointed_unembedding_keeps_less_for_backward_with_the_same_logprobs
     # The plain pass keeps a vocab-wide row per position (the log-softmax); the checkpointed one none.
     assert plain[2] > full_logits
     assert checkpointed[2] < full_logits / 2
+
+
+_FRAGMENTING_PASS = """
+import sys, psutil, torch
+from envsuite.backends import make_service_client
+service = make_service_client("local", log_dir=sys.argv[2])
+if sys.argv[1] == "training":
+    service.create_lora_training_client("tiny-random", rank=4, seed=0).result()
+elif sys.argv[1] == "sampling":
+    service.create_sampling_client(base_model="tiny-random").result()
+rss = psutil.Process().memory_info
+# One large block allocated and freed: glibc's dynamic mmap threshold rises to its size.
+del_me = torch.ones(24 << 18)
+del del_me
+before = rss().rss
+# Activation-sized tensors (4 MiB), every other one freed while its neighbours live on, as in a
+# training pass: from the heap they leave holes that the heap cannot give back.
+blocks = [torch.ones(1 << 20) for _ in range(64)]
+kept = blocks[1::2]
+del blocks
+print(rss().rss - before - sum(t.numel() * t.element_size() for t in kept))
+"""
+
+
+def _retained_after_fragmenting_pass(mode: str, tmp_path: object) -> int:
+    env = {**os.environ}
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _FRAGMENTING_PASS, mode, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("client", ["training", "sampling"])
+def test_the_local_backend_keeps_freed_activation_sized_tensors_out_of_the_heap(
+    client: str, tmp_path: object
+) -> None:
+    if _libc() is None:
+        pytest.skip("glibc only: other C libraries size their heaps differently")
+    held = 32 * (4 << 20)
+    # Without the setting the freed 4 MiB tensors stay resident (what the check detects) ...
+    assert _retained_after_fragmenting_pass("plain", tmp_path) > held // 2
+    # ... and once a local client exists (it fixes glibc's mmap threshold) they go back to the OS.
+    assert _retained_after_fragmenting_pass(client, tmp_path) < held // 8

@@ -9,6 +9,6 @@ Nothing here knows the Tinker client interface; the clients in ``envsuite.backen
 a subpackage loads torch (this package itself does not).
 """
 
-from envsuite.engine._memory import release_free_memory
+from envsuite.engine._memory import limit_heap_fragmentation, release_free_memory
 
-__all__ = ["release_free_memory"]
+__all__ = ["limit_heap_fragmentation", "release_free_memory"]

@@ -27,6 +27,7 @@ from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClie
 
 from envsuite.backends.local._futures import LocalFuture, failed_future
 from envsuite.backends.local._unsupported import not_local
+from envsuite.engine import limit_heap_fragmentation
 from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
@@ -70,6 +71,7 @@ class LocalSamplingClient:
         config: EngineConfig | None = None,
         base_weights: bool = False,
     ) -> None:
+        limit_heap_fragmentation()  # prefill and KV-cache tensors fragment glibc's heap otherwise
         self._tokenizer = tokenizer
         self._base_model = base_model
         self.model_path = model_path

@@ -34,7 +34,7 @@ from envsuite.backends.local._trainer_core import (
     check_adam,
 )
 from envsuite.backends.local._unsupported import not_local
-from envsuite.engine import release_free_memory
+from envsuite.engine import limit_heap_fragmentation, release_free_memory
 from envsuite.engine import weights as ckpt
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class LocalTrainingClient:
         run: TrainingRun,
         make_sampling_client: SamplingClientFactory,
     ) -> None:
+        limit_heap_fragmentation()  # training passes fragment glibc's heap otherwise (engine._memory)
         self._core = TrainerCore(model, tokenizer, run)
         self._run = run
         self._make_sampling_client = make_sampling_client
