@@ -350,3 +350,31 @@ def test_a_resumed_step_samples_what_the_uninterrupted_run_sampled(tmp_path: Pat
         return sorted(bodies)  # members of a group are exchangeable; compare the episodes as a set
 
     assert replies(log_dir) == replies(uninterrupted) and replies(log_dir)
+
+
+def test_the_previous_sampling_client_is_let_go_before_the_next_snapshot_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every sampling snapshot holds a copy of the model (540 MB for SmolLM2): two alive at once is a
+    # model's worth of peak memory per refresh.
+    import gc
+    import weakref
+
+    from envsuite.backends.local import LocalSamplingClient, LocalTrainingClient
+
+    made: list[weakref.ref[LocalSamplingClient]] = []
+    alive_at_snapshot: list[int] = []
+    snapshot = LocalTrainingClient.save_weights_and_get_sampling_client
+
+    def counted(self: LocalTrainingClient, *args: object, **kwargs: object) -> object:
+        gc.collect()  # only strong references count here, not cycles awaiting the collector
+        alive_at_snapshot.append(sum(ref() is not None for ref in made))
+        future = snapshot(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(weakref.ref(future.result()))
+        return future
+
+    monkeypatch.setattr(LocalTrainingClient, "save_weights_and_get_sampling_client", counted)
+    result = run_training(_config(tmp_path, n_steps=3, save_every=3, eval_every=0), show_progress=False)
+    assert result.cause is StopCause.COMPLETED
+    assert len(alive_at_snapshot) == 4  # the first client, then one per trained step
+    assert alive_at_snapshot == [0, 0, 0, 0]

@@ -68,11 +68,11 @@ class PolicyClients:
         return tok
 
     async def refresh_sampler(self) -> Any:
-        """A new sampling client on the current weights (the old one is closed)."""
-        sampler = await self._training.save_weights_and_get_sampling_client()
+        """A new sampling client on the current weights; the old one is closed and dropped first, so
+        the two snapshots (a model copy each, locally) never coexist. Callers drop theirs first too."""
         self._close_sampler()
-        self._sampler = sampler
-        return sampler
+        self._sampler = await self._training.save_weights_and_get_sampling_client()
+        return self._sampler
 
     async def forward_backward(
         self, data: list[tinker.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None

@@ -187,8 +187,10 @@ class Trainer:
             with timer.phase("eval"):
                 row.update(await self._evaluate(test_data, step))
         with timer.phase("rollout"):
-            policy = self._policy(step, "sampling")
-            rollouts = await rollout_batch(train_data.get_batch(step), policy, self._limits(), self._pool)
+            # No local name holds the completer: the refresh below must find the old sampler unreferenced.
+            rollouts = await rollout_batch(
+                train_data.get_batch(step), self._policy(step, "sampling"), self._limits(), self._pool
+            )
         with timer.phase("assemble"):
             assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
         row.update(episode_summary(rollouts.groups_P))
@@ -270,7 +272,10 @@ class Trainer:
         return row
 
     async def _refresh_sampler(self) -> None:
-        """A sampling client on the current weights (after a step that trained, and at the start)."""
+        """A sampling client on the current weights (after a step that trained, and at the start).
+
+        The old client is let go before the new one is built: each holds a copy of the model."""
+        self._sampler = None
         self._sampler = await self._require_clients().refresh_sampler()
 
     def _policy(self, step: int, stream: str) -> TokenCompleter:
