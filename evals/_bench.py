@@ -190,6 +190,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
 
     # Imported only now: registering the hooks makes Inspect print a banner on its next use.
     from envsuite.evals._bench_progress import BenchSession, bench_session, print_line
+    from envsuite.evals._provider import models_released_after
     from envsuite.evals._task import envsuite_env
 
     env_ids = config.resolved_env_ids()
@@ -214,7 +215,8 @@ def run_bench(config: BenchConfig) -> BenchReport:
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with bench_session(session), bench_workers(config.executor):
+        # A model this run loaded (and its caches) is not kept past it.
+        with bench_session(session), bench_workers(config.executor), models_released_after():
             success, logs = eval_set(
                 tasks,
                 log_dir=str(report.log_dir),

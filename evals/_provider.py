@@ -23,7 +23,8 @@ Generation settings are honoured or refused, never silently ignored:
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,17 +52,42 @@ class _LocalModel:
     renderer: Any
 
 
-@functools.lru_cache(maxsize=8)
+_loaded: dict[tuple[str, str | None], _LocalModel] = {}
+"""The models loaded in this process (a bench run drops the ones it loaded: :func:`models_released_after`)."""
+
+
 def local_model(name: str, base_url: str | None = None) -> _LocalModel:
     """One sampling client and renderer per model per process (shared by every task using it).
 
     With ``base_url`` the sampling goes through the Tinker API there (e.g. an ``envsuite serve``).
     """
-    from envsuite import RendererConfig
-    from envsuite.backends import sampling_client_for
+    loaded = _loaded.get((name, base_url))
+    if loaded is None:
+        from envsuite import RendererConfig
+        from envsuite.backends import sampling_client_for
 
-    sampler = sampling_client_for(name, "tinker" if base_url else "local", base_url)
-    return _LocalModel(sampler, RendererConfig(model_name=name).build())
+        sampler = sampling_client_for(name, "tinker" if base_url else "local", base_url)
+        loaded = _loaded[(name, base_url)] = _LocalModel(sampler, RendererConfig(model_name=name).build())
+    return loaded
+
+
+@contextlib.contextmanager
+def models_released_after() -> Iterator[None]:
+    """Models first loaded inside are closed and forgotten on the way out (ones loaded before stay):
+    their weights, KV and prefix caches go with the last reference.
+
+    Inspect keeps its model objects for the whole process; :class:`EnvsuiteModelAPI` holds only the
+    model's name, so a later bench (the demo benches the base model, then the trained one) does not
+    carry an earlier one's memory along.
+    """
+    before = set(_loaded)
+    try:
+        yield
+    finally:
+        for key in [key for key in _loaded if key not in before]:
+            close = getattr(_loaded.pop(key).sampling_client, "close", None)
+            if callable(close):
+                close()
 
 
 class EnvsuiteModelAPI(ModelAPI):
@@ -81,7 +107,13 @@ class EnvsuiteModelAPI(ModelAPI):
         path = model_args.get("path")
         self.envsuite_model: str = str(path) if path else model_name
         """What is loaded: the name, or ``model_args["path"]`` (a directory shown under a short name)."""
-        self._model = local_model(self.envsuite_model, base_url)
+        self._base_url = base_url
+        local_model(self.envsuite_model, base_url)  # load now: a bad model fails here, not mid-eval
+
+    @property
+    def _model(self) -> _LocalModel:
+        # Looked up, not held: Inspect keeps this object for the whole process (see models_released_after).
+        return local_model(self.envsuite_model, self._base_url)
 
     def max_connections(self) -> int:
         # Many samples in flight let the engine batch them; it bounds its own batch size.

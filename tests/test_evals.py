@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -371,3 +372,41 @@ def test_bench_progress_shows_control_characters_as_escapes(
     out = capsys.readouterr().out
     assert "on arithmetic-v0: 1/1 episodes" in out
     assert "\x1b" not in out and "\x07" not in out and "evil\\x1b[2J" in out
+
+
+def test_a_finished_bench_lets_its_model_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The demo benches the base model, then the trained one, in one process: the first model (and its
+    # KV and prefix caches) must not stay loaded through the second run, neither in envsuite's model
+    # cache nor through the model objects Inspect keeps for the whole process.
+    import gc
+    import weakref
+
+    import envsuite.backends
+    from envsuite.evals import _provider
+
+    monkeypatch.setattr(_provider, "_loaded", {})  # whatever earlier tests loaded is not this test's
+    loaded: list[weakref.ref[object]] = []
+    load = envsuite.backends.sampling_client_for
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        client = load(*args, **kwargs)  # type: ignore[arg-type]
+        loaded.append(weakref.ref(client))
+        return client
+
+    monkeypatch.setattr(envsuite.backends, "sampling_client_for", recorded)
+    config = BenchConfig(
+        model=TEST_MODEL,
+        env_ids=("arithmetic",),
+        episodes=1,
+        max_tokens=4,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        display="none",
+    )
+    assert run_bench(config).completed
+    gc.collect()
+    assert len(loaded) == 1 and loaded[0]() is None
+    # A model loaded before the run (a benchmark script warming up) is the caller's: it stays.
+    held = _provider.local_model(TEST_MODEL)
+    assert run_bench(replace(config, seed=1)).completed
+    assert len(loaded) == 2 and loaded[1]() is held.sampling_client
