@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envsuite.games import twenty_questions
 from envsuite.games.textarena._table import all_games
 from envsuite.games.tictactoe import EASY_LEGAL_MOVE_REWARD, EASY_SYSTEM_PROMPT
 from envsuite.registration import EnvKind, register, registry
@@ -54,6 +55,22 @@ def register_games() -> None:
         "twenty_questions_easy-v1",
         kwargs={"candidates": 4, "max_questions": 6, "guess_by_mention": True},
         description="Twenty questions, first rung: one of 4 listed words, naming one guesses it; 6 turns.",
+        **easy_twenty_questions,
+    )
+    register(
+        "twenty_questions_easy-v2",
+        kwargs={
+            "candidates": 4,
+            "max_questions": 6,
+            "guess_by_mention": True,
+            "system_prompt": twenty_questions.EASY_SYSTEM_PROMPT,
+            "rules": twenty_questions.EASY_RULES,
+            "listed_guess_reward": twenty_questions.EASY_LISTED_GUESS_REWARD,
+        },
+        description=(
+            "v1 with the reply forms in a system prompt, a short opening, and +0.1 per listed word guessed "
+            "in a lost game."
+        ),
         **easy_twenty_questions,
     )
     register(

@@ -18,6 +18,7 @@ from envsuite import (
     make_group_builder,
 )
 from envsuite.core import Observation, StepResult, StopCondition, TokenCompleter
+from envsuite.games import twenty_questions
 from envsuite.games.multiagent import listed_moves, play_match
 from envsuite.games.tictactoe import EASY_SYSTEM_PROMPT
 from envsuite.games.twenty_questions import TwentyQuestionsEnv
@@ -134,12 +135,12 @@ async def test_match_alternates_seats_and_scores_forfeits_for_the_legal_player()
 
 
 async def test_twenty_questions_candidates_are_listed_seeded_and_held_out() -> None:
-    env = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    env = make_env("twenty_questions_easy-v1", seed=3, model=MODEL)
     assert isinstance(env, TwentyQuestionsEnv)
     assert len(env.candidates) == 4 and env.secret in env.candidates and env.max_questions == 6
-    again = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    again = make_env("twenty_questions_easy-v1", seed=3, model=MODEL)
     assert isinstance(again, TwentyQuestionsEnv) and again.candidates == env.candidates
-    test_env = make_env("twenty_questions_easy", seed=3, split="test", model=MODEL)
+    test_env = make_env("twenty_questions_easy-v1", seed=3, split="test", model=MODEL)
     assert isinstance(test_env, TwentyQuestionsEnv)
     from envsuite.games.twenty_questions._kb import load_knowledge_base
 
@@ -149,7 +150,7 @@ async def test_twenty_questions_candidates_are_listed_seeded_and_held_out() -> N
     assert results[-1].reward == 1.0 and len(results) == 1
     wrong = [w for w in env.candidates if w != env.secret]
     guesses = iter(wrong)
-    other = make_env("twenty_questions_easy", seed=3, model=MODEL)
+    other = make_env("twenty_questions_easy-v1", seed=3, model=MODEL)
     _, results = await _play(other, lambda _: f"Guess: {next(guesses, wrong[0])}")
     assert sum(r.reward for r in results) == 0.0 and len(results) == 6
 
@@ -214,7 +215,7 @@ async def test_easy_twenty_questions_v1_reads_a_named_candidate_as_a_guess() -> 
     from envsuite.registration import DeprecatedEnvError
 
     def fresh() -> TwentyQuestionsEnv:
-        env = make_env("twenty_questions_easy", seed=7, model=MODEL)
+        env = make_env("twenty_questions_easy-v1", seed=7, model=MODEL)
         assert isinstance(env, TwentyQuestionsEnv) and env.guess_by_mention
         return env
 
@@ -243,6 +244,41 @@ async def test_easy_twenty_questions_v1_reads_a_named_candidate_as_a_guess() -> 
         assert "twenty_questions_easy-v1" in str(exc)
     else:
         raise AssertionError("v0 is deprecated")
+
+
+async def test_easy_twenty_questions_v2_states_the_reply_forms_and_pays_listed_guesses_in_a_loss() -> None:
+    def fresh() -> TwentyQuestionsEnv:
+        env = make_env("twenty_questions_easy", seed=11, model=MODEL)  # the newest version: v2
+        assert isinstance(env, TwentyQuestionsEnv) and env.listed_guess_reward == 0.1
+        return env
+
+    env = fresh()
+    others = [w for w in env.candidates if w != env.secret]
+    opening, results = await _play(env, lambda _: env.secret)
+    assert twenty_questions.EASY_SYSTEM_PROMPT in opening
+    assert f"one of these words: {', '.join(env.candidates)}. Which one is it? You have 6 tries." in opening
+    assert "Let's play twenty questions" not in opening and len(results) == 1 and results[-1].reward == 1.0
+    # A lost game is paid 0.1 per distinct listed word it guessed, however often, never near a win.
+    for guessed, expected in ((others[:1], 0.1), (others, 0.3), ([], 0.0)):
+        env = fresh()
+        replies = iter(guessed * 6)
+        _, results = await _play(env, lambda _, replies=replies: next(replies, "Is it alive?"))
+        assert len(results) == 6 and results[-1].episode_done and not results[-1].metrics["success"]
+        assert abs(sum(r.reward for r in results) - expected) < 1e-9, guessed
+        assert results[-1].metrics["listed_words_guessed"] == len(guessed)
+    # Guessed after wrong guesses, the win still pays exactly 1 (no bonus for wrong guesses first).
+    env = fresh()
+    replies = iter([*others, env.secret])
+    _, results = await _play(env, lambda _: f"Guess: {next(replies)}")
+    assert [r.reward for r in results] == [0.0, 0.0, 0.0, 1.0]
+    assert results[-1].metrics["listed_words_guessed"] == 4
+    for bad in ({"listed_guess_reward": 0.4}, {"listed_guess_reward": -0.1}):
+        try:
+            make_env("twenty_questions_easy", seed=1, model=MODEL, **bad)
+        except ValueError as exc:
+            assert "less than a win" in str(exc)
+        else:
+            raise AssertionError(f"{bad} must be refused: three wrong guesses would pay >= a win")
 
 
 async def test_guess_the_number_reports_solved_apart_from_partial_credit() -> None:

@@ -20,12 +20,21 @@ from envsuite.games.twenty_questions._kb import (
     word_split,
 )
 from envsuite.games.twenty_questions._rules import RuleAnswerer
-from envsuite.games.twenty_questions.env import TwentyQuestionsEnv, guess_in
+from envsuite.games.twenty_questions.env import (
+    EASY_LISTED_GUESS_REWARD,
+    EASY_RULES,
+    EASY_SYSTEM_PROMPT,
+    TwentyQuestionsEnv,
+    guess_in,
+)
 
 __all__ = [
     # env
     "TwentyQuestionsEnv",
     "guess_in",
+    "EASY_LISTED_GUESS_REWARD",
+    "EASY_RULES",
+    "EASY_SYSTEM_PROMPT",
     # answerers
     "Answer",
     "Answerer",

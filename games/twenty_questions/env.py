@@ -11,7 +11,10 @@ answerer. When the turns run out the game ends with reward 0
 ``candidates=k`` makes an easier game: the episode draws ``k`` words of its split, one of them the
 secret, and the first message lists them all ("The word is one of: ..."). With ``guess_by_mention``
 as well (``twenty_questions_easy-v1``), a reply that names exactly one candidate guesses it, even
-without a ``Guess:`` line and even when cut off at the token budget.
+without a ``Guess:`` line and even when cut off at the token budget. ``system_prompt`` puts a system
+message before the rules, and ``listed_guess_reward`` pays a lost game that much for every distinct
+listed word it guessed (``twenty_questions_easy-v2``): a reward the base model can reach from the first
+step, always below a win's 1.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envsuite.core import (
     Action,
@@ -49,6 +52,16 @@ RULES_PROMPT = (
     "A correct guess wins; a wrong guess uses up a turn."
 )
 
+EASY_SYSTEM_PROMPT = (
+    "You are playing a guessing game. Reply with one word from the user's list, or ask one short yes/no "
+    "question."
+)
+"""``twenty_questions_easy-v2``'s reply forms, said up front (v1's rules alone: 1 reply in 24 named a word)."""
+EASY_RULES = "I am thinking of one of these words: {words}. Which one is it? You have {n} tries."
+"""``twenty_questions_easy-v2``'s opening: ``{words}`` the listed candidates, ``{n}`` the turns."""
+EASY_LISTED_GUESS_REWARD = 0.1
+"""Per distinct listed word a lost ``twenty_questions_easy-v2`` game guessed (at most 0.3 with 4 words)."""
+
 
 @dataclass
 class _Tally:
@@ -56,6 +69,7 @@ class _Tally:
     unanswerable: int = 0
     malformed: int = 0
     wrong_guesses: int = 0
+    listed_guesses: set[str] = field(default_factory=set)
 
 
 def guess_in(text: str) -> str | None:
@@ -100,16 +114,35 @@ class TwentyQuestionsEnv(Env):
         answer_timeout_s: float = 60.0,
         candidates: int | None = None,
         guess_by_mention: bool = False,
+        system_prompt: str | None = None,
+        rules: str | None = None,
+        listed_guess_reward: float = 0.0,
     ) -> None:
         """``candidates``: list this many words of the split (the secret among them) in the first message;
-        ``guess_by_mention``: a reply naming exactly one candidate guesses it (needs ``candidates``)."""
+        ``guess_by_mention``: a reply naming exactly one candidate guesses it (needs ``candidates``);
+        ``system_prompt``: a system message before the rules; ``rules``: the opening message instead of
+        :data:`RULES_PROMPT`, a template of ``{n}`` (turns) and ``{words}`` (the listed candidates);
+        ``listed_guess_reward``: a lost game's reward
+        per distinct listed word guessed (needs ``candidates``; the sum must stay below a win's 1)."""
         if max_questions < 1:
             raise ValueError(f"max_questions must be >= 1, got {max_questions}")
         if candidates is not None and candidates < 1:
             raise ValueError(f"candidates must be >= 1 or None, got {candidates}")
         if guess_by_mention and candidates is None:
             raise ValueError("guess_by_mention needs candidates (the words a mention can name)")
+        if listed_guess_reward and candidates is None:
+            raise ValueError("listed_guess_reward needs candidates (the words a guess is paid for)")
+        if not 0.0 <= listed_guess_reward * max(0, (candidates or 1) - 1) < 1.0:
+            raise ValueError(
+                f"listed_guess_reward={listed_guess_reward} must be >= 0 and pay every wrong listed guess "
+                "less than a win (1)"
+            )
         self.guess_by_mention = guess_by_mention
+        if rules is not None and "{words}" in rules and candidates is None:
+            raise ValueError("rules that list {words} need candidates")
+        self.system_prompt = system_prompt
+        self.rules = rules
+        self.listed_guess_reward = listed_guess_reward
         if not 0.0 <= question_penalty <= 1.0:
             raise ValueError(f"question_penalty must be in [0, 1], got {question_penalty}")
         self.ctx = ctx
@@ -151,10 +184,16 @@ class TwentyQuestionsEnv(Env):
         return self.ctx.renderer.get_stop_sequences()
 
     async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
-        rules = RULES_PROMPT.format(n=self.max_questions)
-        if self.candidates:
-            rules += f" The word is one of: {', '.join(self.candidates)}."
-        self._conversation = [{"role": "user", "content": rules}]
+        words = ", ".join(self.candidates)
+        if self.rules is not None:
+            rules = self.rules.format(n=self.max_questions, words=words)
+        else:
+            rules = RULES_PROMPT.format(n=self.max_questions)
+            rules += f" The word is one of: {words}." if self.candidates else ""
+        system: list[Message] = (
+            [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        )
+        self._conversation = [*system, {"role": "user", "content": rules}]
         prompt = self.ctx.renderer.build_generation_prompt(self._conversation)
         if prompt.length > self.ctx.max_context_tokens:
             return InitialObservationOverflow.prompt_too_long(prompt.length, self.ctx.max_context_tokens)
@@ -205,6 +244,8 @@ class TwentyQuestionsEnv(Env):
         self._tally.unanswerable += answer is Answer.UNKNOWN
         self._tally.malformed += malformed
         self._tally.wrong_guesses += guess is not None
+        listed = [word for word, names in self._candidate_names.items() if guess in names]
+        self._tally.listed_guesses.update(listed)
 
     def conversation(self) -> list[Message]:
         return list(self._conversation)
@@ -241,7 +282,10 @@ class TwentyQuestionsEnv(Env):
         self, action: Action, message: Message, *, won: bool, reply: str, error: str = ""
     ) -> StepResult:
         observation = self._extend(action, message, reply)
-        reward = max(0.0, 1.0 - self.question_penalty * self._tally.questions) if won else 0.0
+        if won:
+            reward = max(0.0, 1.0 - self.question_penalty * self._tally.questions)
+        else:  # shaping for the easy rung: a well-formed guess of a listed word, paid once per word
+            reward = self.listed_guess_reward * len(self._tally.listed_guesses)
         reason = StopReason.COMPLETED if won else StopReason.MAX_TURNS
         logs: dict[str, str | int | float] = {"secret": self.secret, "answerer": self.answerer_identity}
         if error:
@@ -257,4 +301,5 @@ class TwentyQuestionsEnv(Env):
             "unanswerable_rate": t.unanswerable / t.questions if t.questions else 0.0,
             "malformed_turns": t.malformed,
             "wrong_guesses": t.wrong_guesses,
+            "listed_words_guessed": len(t.listed_guesses) + won,
         }
