@@ -5,6 +5,11 @@ episodes in flight) with the same local sampler; the bare loop calls ``make_env`
 directly, the bench path goes through the Inspect provider, solver, scorer, log writing and the
 leaderboard import. Goal: bench takes at most 1.2x the bare loop's time.
 
+With ``--inspect-floor`` it also times Inspect alone on the same number of samples: a task whose
+solver and scorer do nothing (no env, no model call), once flushing the log after every sample (what
+``envsuite bench`` does, so a killed run loses only the samples in flight) and once with Inspect's
+default buffer. That is the cost no harness built on Inspect's per-sample machinery can go below.
+
 With ``--first-episode`` it also times ``envsuite bench --model MODEL --envs ENV --episodes 1`` as a
 fresh child process, from launch to exit (imports, model load, one episode, log, leaderboard import):
 an upper bound on the time from command to first episode (goal <= 10 s for tiny-random).
@@ -85,6 +90,42 @@ def _bench(args: argparse.Namespace) -> Timing:
     return Timing("envsuite bench", seconds, args.episodes)
 
 
+def _inspect_floor(args: argparse.Namespace, log_buffer: int | None) -> Timing:
+    """Inspect alone: ``args.episodes`` samples through a do-nothing solver and scorer."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
+    from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+    @solver
+    def do_nothing() -> Solver:
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            return state
+
+        return solve
+
+    @scorer(metrics=[mean()])
+    def zero() -> Scorer:
+        async def score(state: TaskState, target: Target) -> Score:
+            return Score(value=0.0)
+
+        return score
+
+    task = Task(
+        dataset=[Sample(input=str(i)) for i in range(args.episodes)], solver=do_nothing(), scorer=zero()
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        inspect_eval(
+            task, model="mockllm/model", log_dir=scratch, display="none", max_samples=args.in_flight,
+            log_format="eval", log_buffer=log_buffer,
+        )  # fmt: skip
+        seconds = time.perf_counter() - started
+    label = f"inspect alone (log_buffer={log_buffer or 'default'})"
+    return Timing(label, seconds, args.episodes)
+
+
 def command_to_first_episode(args: argparse.Namespace) -> float:
     """Seconds from launching ``envsuite bench`` (one episode, fresh process) to its exit."""
     envsuite = str(Path(sys.executable).with_name("envsuite"))
@@ -111,6 +152,9 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first-episode", action="store_true", help="also time command to first episode")
+    parser.add_argument(
+        "--inspect-floor", action="store_true", help="also time Inspect with a do-nothing task"
+    )
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}")
     make_service_client("local")  # import cost outside the timings
@@ -118,12 +162,17 @@ def main() -> None:
     # Warm-ups: one-time costs (Inspect's lazy imports, first forward passes) stay out of the timings.
     asyncio.run(_bare_loop(argparse.Namespace(**{**vars(args), "episodes": 4})))
     _bench(argparse.Namespace(**{**vars(args), "episodes": 2}))
+    if args.inspect_floor:
+        _inspect_floor(argparse.Namespace(**{**vars(args), "episodes": 2}), 1)
     bare = asyncio.run(_bare_loop(args))
     bench = _bench(args)
+    floors = [_inspect_floor(args, buffer) for buffer in (1, None)] if args.inspect_floor else []
     print(f"{args.model} on {args.env}: {args.episodes} episodes, {args.in_flight} in flight")
-    for timing in (bare, bench):
-        print(f"  {timing.label:15s} {timing.seconds:8.2f} s  {timing.episodes_per_second:7.2f} episodes/s")
+    for timing in (bare, bench, *floors):
+        print(f"  {timing.label:34s} {timing.seconds:8.2f} s  {timing.episodes_per_second:8.2f} episodes/s")
     print(f"  bench / bare = {bench.seconds / bare.seconds:.2f}x (goal <= 1.2x)")
+    for floor in floors:
+        print(f"  bare + {floor.label} = {(bare.seconds + floor.seconds) / bare.seconds:.2f}x the bare loop")
     if args.first_episode:
         print(f"  command to first episode (fresh process, to exit): {command_to_first_episode(args):.2f} s")
     print(f"load average after: {os.getloadavg()}")

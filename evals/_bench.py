@@ -24,9 +24,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envsuite import RendererConfig, catalog_reward_ranges
 from envsuite.display import printable
@@ -34,6 +35,9 @@ from envsuite.evals._workers import bench_workers
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 from envsuite.registration import EnvKind, registry, spec
+
+if TYPE_CHECKING:
+    from inspect_ai.scorer import Score
 
 DEFAULT_LOG_ROOT = "runs/bench"
 DEFAULT_EPISODE_TIMEOUT_S = 600.0
@@ -259,27 +263,26 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     import envsuite
     from envsuite.leaderboard import EpisodeResult, MatchResult, ResultKey, ResultStore, RunRecord
 
-    log = read_eval_log(log_path)
+    log = read_eval_log(log_path, header_only=True)
     metadata: dict[str, Any] = dict(log.eval.metadata or {})
     env_id = str((log.eval.task_args or {}).get("env_id") or metadata.get("env_id"))
     env_spec = spec(env_id)
     episodes = []
     partners: set[str] = set()
-    for sample in log.samples or []:
-        if sample.scores is None or not sample.scores:
-            continue
-        score = next(iter(sample.scores.values()))
-        value = score.value if isinstance(score.value, dict) else {"reward": 0.0, "success": 0.0}
-        meta = dict(score.metadata or {})
+    for scored in _scored_samples(log_path):
+        value = (
+            scored.score.value if isinstance(scored.score.value, dict) else {"reward": 0.0, "success": 0.0}
+        )
+        meta = dict(scored.score.metadata or {})
         partners.add(str(meta.get("partner") or "builtin"))
         episodes.append(
             EpisodeResult(
-                seed=int((sample.metadata or {})["seed"]),
+                seed=int(scored.sample_metadata["seed"]),
                 reward=float(value.get("reward", 0.0)),
                 success=float(value.get("success", 0.0)) >= 0.5,
-                epoch=int(sample.epoch),
+                epoch=scored.epoch,
                 metrics={k: float(v) for k, v in dict(meta.get("metrics") or {}).items()},
-                transcript_ref=f"{log_path}#{sample.id}",
+                transcript_ref=f"{log_path}#{scored.sample_id}",
             )
         )
     key = ResultKey.create(
@@ -320,6 +323,36 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     finally:
         store.close()
     return int(added.run_added), int(added.episodes_added)
+
+
+@dataclass(frozen=True)
+class _ScoredSample:
+    sample_id: int | str
+    epoch: int
+    sample_metadata: dict[str, Any]
+    score: Score
+
+
+def _scored_samples(log_path: str) -> Iterator[_ScoredSample]:
+    """Each scored sample's score and metadata, from the log's sample summaries.
+
+    Summaries are what the leaderboard needs without the transcripts (reading the whole log parsed every
+    event of every episode: most of the import's time and memory). A summary replaces metadata fields of
+    1k or more with a note; a score whose ``metrics`` were replaced is read from its full sample instead.
+    """
+    from inspect_ai.log import read_eval_log_sample, read_eval_log_sample_summaries
+
+    for summary in read_eval_log_sample_summaries(log_path):
+        score = next(iter(summary.scores.values()), None) if summary.scores else None
+        if score is None:
+            continue
+        sample_metadata = dict(summary.metadata or {})
+        # A summary replaces a large field's value with a note ("Key removed from summary (> 1k)").
+        if not isinstance((score.metadata or {}).get("metrics"), dict) or "seed" not in sample_metadata:
+            sample = read_eval_log_sample(log_path, summary.id, summary.epoch)
+            score = next(iter((sample.scores or {}).values()), score)
+            sample_metadata = dict(sample.metadata or {})
+        yield _ScoredSample(summary.id, int(summary.epoch), sample_metadata, score)
 
 
 def _base_url(args: Any) -> str | None:

@@ -410,3 +410,51 @@ def test_a_finished_bench_lets_its_model_go(tmp_path: Path, monkeypatch: pytest.
     held = _provider.local_model(TEST_MODEL)
     assert run_bench(replace(config, seed=1)).completed
     assert len(loaded) == 2 and loaded[1]() is held.sampling_client
+
+
+def test_import_log_reads_metrics_a_sample_summary_dropped(tmp_path: Path) -> None:
+    """The store is filled from Inspect's sample summaries (not the whole log); a summary drops score
+    metadata fields of 1k or more (a note in their place), so a large ``metrics`` dict must come from the full sample instead."""
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.log import read_eval_log_sample_summaries
+    from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
+    from inspect_ai.solver import Generate, Solver, TaskState, solver
+
+    from envsuite.evals import BenchConfig, import_log
+    from envsuite.leaderboard import ResultStore
+
+    many = {f"metric_{i:03d}": float(i) for i in range(120)}  # > 1k of JSON: dropped from summaries
+
+    @solver
+    def do_nothing() -> Solver:
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            return state
+
+        return solve
+
+    @scorer(metrics=[mean()])
+    def scored() -> Scorer:
+        async def score(state: TaskState, target: Target) -> Score:
+            small = state.metadata["seed"] == 0
+            metrics = {"turns": 1.0} if small else many
+            return Score(
+                value={"reward": 1.0, "success": 1.0}, metadata={"metrics": metrics, "partner": None}
+            )
+
+        return score
+
+    dataset = [Sample(input=str(seed), id=f"s{seed}", metadata={"seed": seed}) for seed in (0, 1)]
+    task = Task(dataset=dataset, solver=do_nothing(), scorer=scored(), metadata={"env_id": "arithmetic"})
+    (log,) = inspect_eval(task, model="mockllm/model", log_dir=str(tmp_path / "logs"), display="none")
+    summaries = {s.id: s for s in read_eval_log_sample_summaries(log.location)}
+    dropped = (summaries["s1"].scores or {})["scored"].metadata or {}
+    assert not isinstance(dropped.get("metrics"), dict)  # the case under test: a note, not the metrics
+    config = BenchConfig(
+        model="tiny-random", env_ids=("arithmetic",), episodes=2, db=str(tmp_path / "b.sqlite")
+    )
+    assert import_log(log.location, config) == (1, 2)
+    with ResultStore(str(tmp_path / "b.sqlite")) as store:
+        metrics = {e.episode.seed: e.episode.metrics for e in store.episodes()}
+    assert metrics == {0: {"turns": 1.0}, 1: many}
