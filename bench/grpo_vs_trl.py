@@ -207,29 +207,36 @@ class Problem:
     builder: Any
 
 
-async def draw_problems(shape: Shape) -> list[Problem]:
-    """The problems of envsuite's train batches ``0 .. steps-1``, in the order the trainer uses them."""
-    from envsuite import make_dataset_builder
+async def draw_problems(
+    shape: Shape | Any, env_id: str = ENV_ID, env_kwargs: dict[str, Any] | None = None
+) -> list[Problem]:
+    """The problems of envsuite's train batches ``0 .. steps-1``, in the order the trainer uses them.
+
+    ``shape`` needs ``batch_size``, ``group_size``, ``seed`` and ``steps`` (this script's ``Shape`` or
+    ``bench/time_to_reward.py``'s); ``env_kwargs`` defaults to this script's :data:`ENV_KWARGS`.
+    """
+    from envsuite import InitialObservationOverflow, make_dataset_builder
     from envsuite.models import get_tokenizer
 
     tokenizer = get_tokenizer(MODEL)
     builder = make_dataset_builder(
-        ENV_ID,
+        env_id,
         batch_size=shape.batch_size,
         group_size=shape.group_size,
         seed=shape.seed,
         n_batches=shape.steps,
         n_test_groups=0,
         model=MODEL,
-        **ENV_KWARGS,
+        **(ENV_KWARGS if env_kwargs is None else env_kwargs),
     )
     train, _ = await builder()
     problems: list[Problem] = []
     for step in range(shape.steps):
         for group in train.get_batch(step):
-            env = (await group.make_envs())[0]
-            observation = await env.initial_observation()
-            ids = observation[0].to_ints()  # type: ignore[index]  # an overflow cannot happen at 4096 tokens
+            observation = await (await group.make_envs())[0].initial_observation()
+            if isinstance(observation, InitialObservationOverflow):
+                raise RuntimeError(f"a {env_id} prompt is longer than the context budget")
+            ids = observation[0].to_ints()
             text = str(tokenizer.decode(ids))
             if tokenizer(text)["input_ids"] != ids:
                 raise RuntimeError("prompt text does not re-tokenize to envsuite's prompt ids")

@@ -38,7 +38,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from typing import Any
 # The TRL side uses grpo_vs_trl's GRPOConfig and LoRA settings: one definition of "TRL at the settings
 # that match envsuite's trainer" for both benchmarks.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_vs_trl import LORA_ALPHA, LORA_TARGETS, metric_number, trl_config
+from grpo_vs_trl import LORA_ALPHA, LORA_TARGETS, draw_problems, make_reward_func, metric_number, trl_config
 from grpo_vs_trl import Shape as StepShape
 
 MODEL = "smollm2-135m-instruct"
@@ -169,52 +168,6 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
 # ---------------------------------------------------------------------------------------------- TRL
 
 
-async def _problems(task: Task, shape: Shape) -> list[tuple[str, Any]]:
-    """envsuite's train batches 0..steps-1 as (prompt text, group builder), in the trainer's order."""
-    from envsuite import InitialObservationOverflow, make_dataset_builder
-    from envsuite.models import get_tokenizer
-
-    tokenizer = get_tokenizer(MODEL)
-    builder = make_dataset_builder(
-        task.env_id,
-        batch_size=shape.batch_size,
-        group_size=shape.group_size,
-        seed=shape.seed,
-        n_batches=shape.steps,
-        n_test_groups=0,
-        model=MODEL,
-        **task.env_kwargs,
-    )
-    train, _ = await builder()
-    problems = []
-    for step in range(shape.steps):
-        for group in train.get_batch(step):
-            observation = await (await group.make_envs())[0].initial_observation()
-            if isinstance(observation, InitialObservationOverflow):
-                raise RuntimeError(f"a {task.env_id} prompt is longer than the context budget")
-            ids = observation[0].to_ints()
-            text = str(tokenizer.decode(ids))
-            if tokenizer(text)["input_ids"] != ids:
-                raise RuntimeError("prompt text does not re-tokenize to envsuite's prompt ids")
-            problems.append((text, group))
-    return problems
-
-
-def _reward_func(problems: list[tuple[str, Any]]) -> Callable[..., list[float | None]]:
-    async def score(index: int, completion: list[int]) -> float:
-        env = (await problems[index][1].make_envs())[0]
-        await env.initial_observation()
-        return float((await env.step([int(t) for t in completion])).reward)
-
-    def env_reward(completion_ids: list[list[int]], problem: list[int], **_: object) -> list[float | None]:
-        async def scores() -> list[float | None]:
-            return [await score(i, ids) for i, ids in zip(problem, completion_ids, strict=True)]
-
-        return asyncio.run(scores())
-
-    return env_reward
-
-
 def train_trl(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     import torch
     from datasets import Dataset
@@ -225,18 +178,18 @@ def train_trl(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     from envsuite.models import resolve_model
 
     run_dir = out / run_name("trl", task.name, lr)
-    problems = asyncio.run(_problems(task, shape))
+    problems = asyncio.run(draw_problems(shape, task.env_id, task.env_kwargs))
     path = resolve_model(MODEL).path
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    dataset = Dataset.from_dict({"prompt": [p[0] for p in problems], "problem": list(range(len(problems)))})
+    dataset = Dataset.from_dict({"prompt": [p.text for p in problems], "problem": list(range(len(problems)))})
     lora = LoraConfig(
         r=shape.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS,
         bias="none", task_type="CAUSAL_LM",
     )  # fmt: skip
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=_reward_func(problems),
+        reward_funcs=make_reward_func(problems),
         args=trl_config(
             StepShape(
                 steps=shape.steps,
