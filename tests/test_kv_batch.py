@@ -129,3 +129,34 @@ def test_joins_leaves_and_steps_in_any_mix_decode_like_a_fresh_prefill(
     running.join(_Tracked(model, _prompts([3, 90], seed=6)))
     expected = _fresh_logits(model, running.tokens)
     torch.testing.assert_close(running.step(lean), expected, rtol=0, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_a_batch_that_shrank_gives_its_buffers_back_and_decodes_the_same(model: PreTrainedModel) -> None:
+    running = _Tracked(model, _prompts([7, 120, 9, 11, 8, 10, 12, 6], seed=7))
+    running.batch.compact_min_bytes = 0  # the tiny model's KV is far under the default threshold
+    running.step(lean=True)
+    peak = running.batch.allocated_bytes
+    buffer = _key_buffer(running.batch)
+    # The long row and five others leave: the buffers would keep 8 rows x 120+ columns for 2 short rows.
+    running.leave([0, 2])
+    assert _key_buffer(running.batch).data_ptr() != buffer.data_ptr()
+    assert running.batch.allocated_bytes < peak // 3
+    expected = _fresh_logits(model, running.tokens)
+    torch.testing.assert_close(running.step(lean=True), expected, rtol=0, atol=1e-4)
+    # A later join grows the compacted buffers again, rows and columns, and still decodes the same.
+    running.join(_Tracked(model, _prompts([30, 5, 14], seed=8)))
+    for _ in range(3):
+        running.step(lean=True)
+    expected = _fresh_logits(model, running.tokens)
+    torch.testing.assert_close(running.step(lean=True), expected, rtol=0, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_a_batch_that_lost_one_row_of_many_keeps_its_buffers(model: PreTrainedModel) -> None:
+    running = _Tracked(model, _prompts([9, 14, 11, 12, 10], seed=9))
+    running.batch.compact_min_bytes = 0
+    running.step(lean=True)
+    buffer = _key_buffer(running.batch)
+    running.leave([0, 1, 2, 3])
+    assert _key_buffer(running.batch).data_ptr() == buffer.data_ptr()

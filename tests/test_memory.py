@@ -4,7 +4,8 @@ Exact checks where there are any: a dropped sampling client frees its model with
 cyclic garbage collector; the checkpointed unembedding keeps far fewer bytes for the backward pass than
 the plain one, with the same logprobs and gradients. The heap check measures RSS in fresh processes, as
 a difference between two runs of the same allocation pattern (one with the backend's allocator setting,
-one without), never a wall-clock time.
+one without), never a wall-clock time. The ``envsuite`` command's restart under jemalloc is checked
+in real child processes: which allocator the restarted process has mapped, with and without the opt-out.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from tinker import types
 
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+from envsuite.engine import JEMALLOC_CONF, jemalloc_path
 from envsuite.engine._memory import _libc
 from envsuite.engine.training import LossFn, build_batch, target_logprobs
 from envsuite.engine.weights import LoraSpec, add_lora, load_base_model
@@ -155,3 +157,25 @@ def test_the_local_backend_keeps_freed_activation_sized_tensors_out_of_the_heap(
     assert _retained_after_fragmenting_pass("plain", tmp_path) > held // 2
     # ... and once a local client exists (it fixes glibc's mmap threshold) they go back to the OS.
     assert _retained_after_fragmenting_pass(client, tmp_path) < held // 8
+
+
+_REPORT_ALLOCATOR = (
+    "import os, sys\n"
+    "from envsuite.engine import jemalloc_loaded, reexec_under_jemalloc\n"
+    "reexec_under_jemalloc(sys.orig_argv[1:])\n"
+    "print(jemalloc_loaded(), os.environ.get('MALLOC_CONF'), sys.argv[1:])\n"
+)
+
+
+@pytest.mark.skipif(jemalloc_path() is None, reason="Debian's libjemalloc2 is not installed (make install)")
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_the_command_restarts_once_under_jemalloc_unless_told_not_to(opt_out: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env.pop("ENVSUITE_JEMALLOC_TRIED", None)
+    if opt_out:
+        env["ENVSUITE_ALLOCATOR"] = "system"
+    command = [sys.executable, "-c", _REPORT_ALLOCATOR, "train", "--steps", "3"]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True)
+    # The restarted process got the same arguments, jemalloc mapped and envsuite's settings.
+    expected = "False None" if opt_out else f"True {JEMALLOC_CONF}"
+    assert out.stdout.strip() == f"{expected} ['train', '--steps', '3']"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -457,3 +459,27 @@ def test_requests_from_many_threads(client: LocalSamplingClient) -> None:
             pool.map(lambda p: client.sample(_prompt(p), 1, _greedy(4)).result(timeout=WAIT_S), prompts)
         )
     assert all(len(r.sequences[0].tokens) == 4 for r in results)
+
+
+_EXIT_MID_DECODE = """
+import time
+import tinker
+from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+own = load_sampling_model(base_model="tiny-random")
+client = LocalSamplingClient(own.model, own.tokenizer, "tiny-random")
+params = tinker.SamplingParams(max_tokens=400, temperature=1.0, stop=[])
+futures = [client.sample(tinker.ModelInput.from_ints(list(range(10, 300))), 16, params) for _ in range(4)]
+time.sleep(0.5)
+print("exiting while the engine decodes", flush=True)
+"""
+
+
+def test_a_process_that_exits_while_the_engine_decodes_exits_cleanly() -> None:
+    # The engine thread is a daemon; left inside a torch op at exit it aborted the interpreter
+    # ("terminate called without an active exception", exit 134). Engines are closed at exit now.
+    out = subprocess.run(
+        [sys.executable, "-c", _EXIT_MID_DECODE], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "exiting while the engine decodes" in out.stdout
+    assert "terminate called" not in out.stderr

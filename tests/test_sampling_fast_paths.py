@@ -4,7 +4,9 @@
   and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
-* a new sampling client (new weights) never sees another client's cached keys and values.
+* a new sampling client (new weights) never sees another client's cached keys and values;
+* the KV budget holds requests back while the running batch's padded KV would exceed it (a request
+  alone always runs), and changes no token or logprob.
 
 Everything runs the real tiny random Llama through the public client.
 """
@@ -27,7 +29,7 @@ from envsuite.backends.local import (
     LocalServiceClient,
     load_sampling_model,
 )
-from envsuite.engine.sampling import PrefixCache, llama_decoder, prefill
+from envsuite.engine.sampling import PrefixCache, kv_bytes_per_position, llama_decoder, prefill
 
 MODEL = "tiny-random"
 NO_CACHE = EngineConfig(prefix_cache_bytes=0)
@@ -265,3 +267,51 @@ async def test_prefix_cache_stays_within_its_budget(budget: int) -> None:
     assert stats.cached_bytes <= budget
     if budget == 0:
         assert stats.inserted_tokens == 0
+
+
+async def _uneven_requests(client: LocalSamplingClient) -> Outputs:
+    """Requests of very different prompt lengths, all sent at once (seeded and greedy rows)."""
+    generator = torch.Generator().manual_seed(11)
+    lengths = [12, 70, 9, 64, 20, 15, 80, 10]
+    futures = [
+        client.sample(
+            _prompt(torch.randint(5, 200, (n,), generator=generator).tolist()),
+            2,
+            tinker.SamplingParams(
+                max_tokens=6 + i % 4, temperature=0.0 if i % 3 == 0 else 1.0, stop=[], seed=i
+            ),
+        )
+        for i, n in enumerate(lengths)
+    ]
+    responses = [await f for f in futures]
+    return [[(list(s.tokens), list(s.logprobs or [])) for s in r.sequences] for r in responses]
+
+
+async def test_the_kv_budget_holds_requests_back_and_samples_the_same() -> None:
+    unbounded, model = _client(EngineConfig(prefix_cache_bytes=0, max_kv_bytes=None))
+    per_position = kv_bytes_per_position(model)
+    assert per_position is not None
+    budget = per_position * 4 * 90  # four rows of the longest prompt (and room for what they sample)
+    bounded, _ = _client(EngineConfig(prefix_cache_bytes=0, max_kv_bytes=budget))
+    expected = await _uneven_requests(unbounded)
+    got = await _uneven_requests(bounded)
+    free, held = unbounded.kv_stats(), bounded.kv_stats()
+    unbounded.close()
+    bounded.close()
+    _assert_same(expected, got, atol=1e-4)
+    # Without a budget all 16 rows ran together, padded to the longest prompt; with one, requests
+    # waited for rows to leave, and no admission took the batch over the budget.
+    assert free.peak_admitted_bytes > 3 * budget and free.budget_waits == 0
+    assert 0 < held.peak_admitted_bytes <= budget and held.budget_waits > 0
+
+
+async def test_a_request_alone_runs_even_over_the_kv_budget() -> None:
+    client, _ = _client(EngineConfig(prefix_cache_bytes=0, max_kv_bytes=1))
+    greedy = tinker.SamplingParams(max_tokens=5, temperature=0.0, stop=[])
+    first, second = (client.sample(_prompt(list(range(10, 60))), 3, greedy) for _ in range(2))
+    responses = [await first, await second]
+    stats = client.kv_stats()
+    client.close()
+    assert [len(s.tokens) for r in responses for s in r.sequences] == [5] * 6
+    # Each request ran alone (three rows over one prompt), the second once the first had left.
+    assert stats.budget_waits > 0

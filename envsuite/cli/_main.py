@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -233,6 +234,12 @@ def _handler(command: str) -> Handler:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and Path(sys.argv[0]).name == "envsuite":
+        # The envsuite command runs under jemalloc where it is installed: training steps ~25% faster
+        # at the same peak memory (envsuite.engine._memory). Only the command itself, never a caller.
+        from envsuite.engine import reexec_under_jemalloc
+
+        reexec_under_jemalloc(sys.orig_argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return _handler(args.command)(args)

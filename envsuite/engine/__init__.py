@@ -9,6 +9,22 @@ Nothing here knows the Tinker client interface; the clients in ``envsuite.backen
 a subpackage loads torch (this package itself does not).
 """
 
-from envsuite.engine._memory import limit_heap_fragmentation, release_free_memory
+from envsuite.engine._memory import (
+    JEMALLOC_CONF,
+    jemalloc_loaded,
+    jemalloc_path,
+    limit_heap_fragmentation,
+    reexec_under_jemalloc,
+    release_free_memory,
+)
 
-__all__ = ["limit_heap_fragmentation", "release_free_memory"]
+__all__ = [
+    # glibc's heap (any process that builds a local client)
+    "limit_heap_fragmentation",
+    "release_free_memory",
+    # jemalloc for the envsuite command
+    "JEMALLOC_CONF",
+    "jemalloc_loaded",
+    "jemalloc_path",
+    "reexec_under_jemalloc",
+]

@@ -32,6 +32,7 @@ from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
     EngineResult,
+    KVStats,
     PrefixCacheStats,
     SamplingEngine,
     StopMatcher,
@@ -186,6 +187,10 @@ class LocalSamplingClient:
     def prefix_cache_stats(self) -> PrefixCacheStats:
         """What the engine's prefix cache (KV reused across the turns of an episode) served and holds."""
         return self._engine.prefix_cache_stats()
+
+    def kv_stats(self) -> KVStats:
+        """What the engine's running batch took in KV cache (peaks, and admissions the budget held back)."""
+        return self._engine.kv_stats()
 
     def sample(
         self,

@@ -1,30 +1,33 @@
 """The sampling engine: one thread per model batching every request it is given (continuous batching).
 
-See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_kv_batch`` for the running
-batch over one KV cache (``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean
-decode step of Llama-family models, ``_prefix_cache`` for the KV kept across the turns of an episode,
-and ``_token_choice`` for per-row sampling and stop detection.
+See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_requests`` for its
+limits, requests and results, ``_kv_batch`` for the running batch over one KV cache
+(``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean decode step of
+Llama-family models, ``_prefix_cache`` for the KV kept across the turns of an episode, and
+``_token_choice`` for per-row sampling and stop detection.
 """
 
-from envsuite.engine.sampling._engine import (
+from envsuite.engine.sampling._engine import SamplingEngine
+from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, kv_bytes_per_position, prefill
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
+from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
+from envsuite.engine.sampling._requests import (
     EngineClosedError,
     EngineConfig,
     EngineRequest,
     EngineResult,
     FinishReason,
     GeneratedSequence,
+    KVStats,
     PromptTooLongError,
-    SamplingEngine,
 )
-from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, prefill
-from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
-from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._token_choice import StopMatcher
 
 __all__ = [
     # the engine
     "EngineConfig",
     "SamplingEngine",
+    "KVStats",
     # requests and results
     "EngineRequest",
     "EngineResult",
@@ -35,6 +38,7 @@ __all__ = [
     "KVBatch",
     "PrefillOutput",
     "prefill",
+    "kv_bytes_per_position",
     "LlamaDecoder",
     "llama_decoder",
     # the prefix cache (KV reused across the turns of an episode)

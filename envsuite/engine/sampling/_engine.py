@@ -10,20 +10,23 @@ through ``concurrent.futures.Future`` objects. The engine thread loops over thre
 3. **decode** one token for every running row in one forward pass over the shared KV cache.
 
 Rows leave the batch as soon as they stop, and new requests join between two decode steps
-(continuous batching). A request whose future was cancelled loses its rows at the next step. A request
+(continuous batching), first come first served, while the batch's rows, its padded KV cache
+(``EngineConfig.max_kv_bytes``) and the prefill budget allow. A request whose future was cancelled loses its rows at the next step. A request
 that cannot run (prompt over the context, bad token ids) fails alone; a forward pass that raises fails
 the requests in that pass, and the thread goes on serving the others. The thread exits after a short
-idle period and restarts on the next request, so an unused engine holds no thread.
+idle period and restarts on the next request, so an unused engine holds no thread; at interpreter exit
+every engine still running is closed (its requests fail) before the runtime is torn down.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
-import enum
 import logging
 import queue
 import random
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +36,27 @@ import torch
 from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
-from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, prefill, prefill_after_prefix
+from envsuite.engine.sampling._kv_batch import (
+    KVBatch,
+    PrefillOutput,
+    kv_bytes_per_position,
+    prefill,
+    prefill_after_prefix,
+)
 from envsuite.engine.sampling._llama_decode import llama_decoder
 from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats
+from envsuite.engine.sampling._requests import (
+    EngineClosedError,
+    EngineConfig,
+    EngineRequest,
+    EngineResult,
+    FinishReason,
+    GeneratedSequence,
+    KVStats,
+    PromptTooLongError,
+)
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
-    StopMatcher,
     choose_tokens,
     make_generator,
     row_seed,
@@ -47,74 +65,6 @@ from envsuite.engine.sampling._token_choice import (
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-
-class FinishReason(enum.StrEnum):
-    """Why a sampled sequence ended (the values are Tinker's ``stop_reason`` strings)."""
-
-    STOP = "stop"
-    """A stop token or stop string was sampled (it is the last token of the sequence)."""
-    LENGTH = "length"
-    """``max_tokens`` (or the model context) was reached."""
-
-
-class PromptTooLongError(ValueError):
-    """The prompt leaves no room for a new token within the model context."""
-
-
-class EngineClosedError(RuntimeError):
-    """The engine was closed before the request finished."""
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Limits of one sampling engine. Small and picklable; the engine is built from it."""
-
-    max_batch_size: int = 64
-    """Rows (samples) decoded together at most; further requests wait for free rows."""
-    max_prefill_tokens: int = 16384
-    """Padded prompt tokens per prefill pass at most (bounds activation memory)."""
-    max_context: int | None = None
-    """Prompt plus sampled tokens at most; None uses the model's ``max_position_embeddings``."""
-    default_max_tokens: int = 1024
-    """Token budget of requests whose ``SamplingParams.max_tokens`` is None."""
-    idle_shutdown_s: float = 2.0
-    """The engine thread exits after this long without work (it restarts on the next request)."""
-    lean_decode: bool = True
-    """Decode Llama-family models with the lean step (``_llama_decode``) instead of ``model(...)``."""
-    prefix_cache_bytes: int = 1 << 30
-    """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
-    this many bytes (least recently used first out); 0 turns the prefix cache off."""
-    min_prefix_reuse: int = 16
-    """A cached prefix shorter than this many tokens is prefilled again (not worth a separate pass)."""
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    """One sampling (or, with ``max_tokens == 0``, prompt-scoring) request, already validated."""
-
-    prompt_T: tuple[int, ...]
-    num_samples: int
-    max_tokens: int
-    temperature: float = 1.0
-    top_k: int = -1
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: StopMatcher = field(default_factory=lambda: StopMatcher.build(frozenset(), ()))
-    prompt_logprobs: bool = False
-
-
-@dataclass(frozen=True)
-class GeneratedSequence:
-    tokens: list[int]
-    logprobs: list[float]
-    finish: FinishReason
-
-
-@dataclass(frozen=True)
-class EngineResult:
-    sequences: list[GeneratedSequence]
-    prompt_logprobs: list[float | None] | None
 
 
 @dataclass
@@ -180,6 +130,9 @@ class SamplingEngine:
         self._batch: KVBatch | None = None
         self._rows: list[_Row] = []
         self._prefix = PrefixCache(self.config.prefix_cache_bytes)
+        self._kv_per_position = kv_bytes_per_position(model)
+        _LIVE_ENGINES.add(self)
+        self._kv_peaks = [0, 0, 0]  # admitted bytes, allocated bytes, budget waits (engine thread only)
 
     # ------------------------------------------------------------------ public, any thread
 
@@ -217,6 +170,10 @@ class SamplingEngine:
     def prefix_cache_stats(self) -> PrefixCacheStats:
         """What the prefix cache served and holds (read from any thread; the counters may lag a step)."""
         return self._prefix.stats()
+
+    def kv_stats(self) -> KVStats:
+        """What the running batch's KV took (read from any thread; the counters may lag a step)."""
+        return KVStats(*self._kv_peaks)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -290,6 +247,8 @@ class SamplingEngine:
         group: list[_Job[Any]] = []
         free_rows = self.config.max_batch_size - len(self._rows)
         longest = 0
+        rows_after = len(self._rows)
+        length_now = self._batch.length if self._batch is not None else 0
         while self._waiting:
             job = self._waiting[0]
             if job.future.done():
@@ -310,10 +269,19 @@ class SamplingEngine:
                 or group[0].request.prompt_logprobs
             ):
                 break
+            over = rows > 0 and self._over_kv_budget(rows_after + rows, max(length_now, longest_after))
+            if over and (group or self._rows):  # a request alone in an empty batch always runs
+                self._kv_peaks[2] += 1
+                break
             group.append(self._waiting.popleft())
             free_rows -= rows
+            rows_after += rows
             longest = longest_after
         return group
+
+    def _over_kv_budget(self, rows: int, length: int) -> bool:
+        budget, per_position = self.config.max_kv_bytes, self._kv_per_position
+        return budget is not None and per_position is not None and rows * length * per_position > budget
 
     def _admit(self) -> None:
         group = self._next_group()
@@ -353,10 +321,16 @@ class SamplingEngine:
         if not new_rows:
             return
         if self._batch is None:
+            # Buffers within the KV budget stay as room for later joins (compacting them would only
+            # be undone by the next join's growth); larger ones are compacted once the batch shrinks.
+            batch.compact_min_bytes = max(batch.compact_min_bytes, self.config.max_kv_bytes or 0)
             self._batch = batch
         else:
             self._batch.extend(batch)
         self._rows.extend(new_rows)
+        peaks = self._kv_peaks
+        peaks[0] = max(peaks[0], self._batch.live_bytes)
+        peaks[1] = max(peaks[1], self._batch.allocated_bytes)
 
     def _prefill(self, prompts: list[tuple[int, ...]], want_prompt_logprobs: bool) -> PrefillOutput:
         """Prefill ``prompts`` (one row each, in order), reusing cached prefixes where there are any."""
@@ -449,3 +423,14 @@ class SamplingEngine:
         if len(request.prompt_T) + len(row.tokens) >= self.max_context:
             return FinishReason.LENGTH
         return None
+
+
+_LIVE_ENGINES: weakref.WeakSet[SamplingEngine] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_engines() -> None:
+    """Stop every engine thread before the interpreter tears down: a daemon thread still inside a torch
+    op while the process exits aborts it ("terminate called without an active exception", exit 134)."""
+    for engine in list(_LIVE_ENGINES):
+        engine.close()

@@ -28,6 +28,26 @@ from envsuite.engine.sampling._kv_cache_layer import GrowableLayer, new_cache
 from envsuite.engine.sampling._llama_decode import LlamaDecoder
 from envsuite.engine.sampling._prefix_cache import PrefixMatch
 
+SPARSE_FACTOR = 2
+"""A running batch's buffers are compacted when they are more than this many times the size compacting
+would give them (the live rows, and the live columns plus the usual room)..."""
+COMPACT_MIN_BYTES = 32 << 20
+"""...and more than this many bytes (smaller buffers are not worth a copy)."""
+
+
+def kv_bytes_per_position(model: PreTrainedModel) -> int | None:
+    """KV-cache bytes one token position takes in one row (keys and values of every layer), from the
+    model's config; None when the config does not say (the engine then applies no KV budget)."""
+    config = model.config.get_text_config()
+    layers = getattr(config, "num_hidden_layers", None)
+    heads = getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    if not (isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int)):
+        return None
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    return int(layers * 2 * kv_heads * head_dim * model.dtype.itemsize)
+
 
 @dataclass
 class PrefillOutput:
@@ -48,6 +68,8 @@ class KVBatch:
         self.mask_B_L = mask_B_L
         self.next_pos_B = next_pos_B
         self.pending_B: list[int] = [0] * mask_B_L.shape[0]
+        self.compact_min_bytes = COMPACT_MIN_BYTES
+        """Buffers at most this large are never compacted (see :meth:`select`)."""
 
     @property
     def size(self) -> int:
@@ -56,6 +78,16 @@ class KVBatch:
     @property
     def length(self) -> int:
         return int(self.mask_B_L.shape[1])
+
+    @property
+    def live_bytes(self) -> int:
+        """KV bytes of the batch as laid out: every row holds as many positions as the longest row."""
+        return sum(_nbytes(layer.keys) + _nbytes(layer.values) for layer in _kv_layers(self.cache))
+
+    @property
+    def allocated_bytes(self) -> int:
+        """KV bytes the batch's buffers take (live positions plus room for joins and appends)."""
+        return sum(layer.allocated_bytes for layer in _kv_layers(self.cache))
 
     def step(self, model: PreTrainedModel, decoder: LlamaDecoder | None = None) -> torch.Tensor:
         """Feed every row's pending token; return the next-token logits ``(B, V)``.
@@ -111,7 +143,8 @@ class KVBatch:
 
         Kept rows stay where they are, except the last ones, which move into the places of the rows
         that left (one row copy each, not a copy of the batch). Then columns that hold no real token
-        in any kept row are dropped from the left.
+        in any kept row are dropped from the left, and buffers left over :data:`SPARSE_FACTOR` times
+        larger than they need be are compacted (one copy of the kept KV).
         """
         count = len(keep)
         if count == self.size:
@@ -129,6 +162,7 @@ class KVBatch:
         self.next_pos_B = self.next_pos_B.index_select(0, index)
         self.pending_B = [self.pending_B[i] for i in order]
         self._trim_left()
+        self._compact_if_sparse()
         return order
 
     def extend(self, other: KVBatch) -> None:
@@ -147,6 +181,19 @@ class KVBatch:
             layer.select_rows(index)
         self.mask_B_L = self.mask_B_L.index_select(0, index)
         self.next_pos_B = self.next_pos_B.index_select(0, index)
+
+    def _compact_if_sparse(self) -> None:
+        # After the batch's longest or most crowded moment its buffers keep that size; once they are
+        # over SPARSE_FACTOR times what compacting would leave (and large enough to matter), one copy
+        # of the live KV gives the rest back.
+        allocated = self.allocated_bytes
+        if allocated <= self.compact_min_bytes or not self.length:
+            return
+        room = max(GrowableLayer.MIN_ROOM, self.length // 2)
+        compacted = self.live_bytes * (self.length + room) // self.length
+        if allocated > SPARSE_FACTOR * compacted:
+            for layer in _kv_layers(self.cache):
+                layer.compact()
 
     def _trim_left(self) -> None:
         used = self.mask_B_L.any(dim=0)
@@ -338,6 +385,11 @@ class _FullLayer(Protocol):
     keys: torch.Tensor
     values: torch.Tensor
 
+    @property
+    def allocated_bytes(self) -> int: ...
+
+    def compact(self) -> None: ...
+
     def select_rows(self, index: torch.Tensor) -> None: ...
 
     def move_rows(self, target: list[int], source: list[int], rows: int) -> None: ...
@@ -351,6 +403,10 @@ class _FullLayer(Protocol):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _pad_mask_left(mask_B_L: torch.Tensor, length: int) -> torch.Tensor:

@@ -128,6 +128,21 @@ class GrowableLayer(DynamicLayer):
         self._start = min(self._start, self._end - length)
         self._set_views()
 
+    def compact(self) -> None:
+        """Reallocate the buffers to the live rows and columns plus the usual room (one copy of the live
+        cache), so that a batch which shrank gives back what its peak took."""
+        self._adopt()
+        keys, values = self._buffers()
+        self._relayout(keys, values, rows=self._rows, left=0, right=0)
+        self._set_views()
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of the key and value buffers (live positions, room and stale rows alike)."""
+        if self._key_buffer is None or self._value_buffer is None:
+            return 0
+        return _nbytes(self._key_buffer) + _nbytes(self._value_buffer)
+
     @property
     def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The key and value buffers behind ``keys``/``values`` (for tests of where writes land)."""
@@ -179,6 +194,10 @@ class GrowableLayer(DynamicLayer):
             values[: self._rows, :, left : left + live] = old_values[: self._rows, :, self._start : self._end]
         self._key_buffer, self._value_buffer = keys, values
         self._start, self._end = left, left + live
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:

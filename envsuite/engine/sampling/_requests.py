@@ -1,0 +1,96 @@
+"""What the sampling engine takes and gives: its limits, requests, results and errors (the contract of
+``_engine``). All small, frozen and picklable."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from envsuite.engine.sampling._token_choice import StopMatcher
+
+
+class FinishReason(enum.StrEnum):
+    """Why a sampled sequence ended (the values are Tinker's ``stop_reason`` strings)."""
+
+    STOP = "stop"
+    """A stop token or stop string was sampled (it is the last token of the sequence)."""
+    LENGTH = "length"
+    """``max_tokens`` (or the model context) was reached."""
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for a new token within the model context."""
+
+
+class EngineClosedError(RuntimeError):
+    """The engine was closed before the request finished."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Limits of one sampling engine. Small and picklable; the engine is built from it."""
+
+    max_batch_size: int = 64
+    """Rows (samples) decoded together at most; further requests wait for free rows."""
+    max_prefill_tokens: int = 16384
+    """Padded prompt tokens per prefill pass at most (bounds activation memory)."""
+    max_context: int | None = None
+    """Prompt plus sampled tokens at most; None uses the model's ``max_position_embeddings``."""
+    default_max_tokens: int = 1024
+    """Token budget of requests whose ``SamplingParams.max_tokens`` is None."""
+    idle_shutdown_s: float = 2.0
+    """The engine thread exits after this long without work (it restarts on the next request)."""
+    lean_decode: bool = True
+    """Decode Llama-family models with the lean step (``_llama_decode``) instead of ``model(...)``."""
+    prefix_cache_bytes: int = 1 << 30
+    """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
+    this many bytes (least recently used first out); 0 turns the prefix cache off."""
+    min_prefix_reuse: int = 16
+    """A cached prefix shorter than this many tokens is prefilled again (not worth a separate pass)."""
+    max_kv_bytes: int | None = 256 << 20
+    """KV cache of the running batch at most this many bytes when a request joins it: the batch is
+    left-padded, so its KV is its row count times its longest row (times the model's bytes per
+    position). A request that would take it over waits (and the requests behind it, first come first
+    served) until rows leave; a request alone in an empty batch always runs. Rows grow by their sampled
+    tokens after joining, so the batch can pass the budget by up to ``max_tokens`` positions per row.
+    None turns the budget off."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One sampling (or, with ``max_tokens == 0``, prompt-scoring) request, already validated."""
+
+    prompt_T: tuple[int, ...]
+    num_samples: int
+    max_tokens: int
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: StopMatcher = field(default_factory=lambda: StopMatcher.build(frozenset(), ()))
+    prompt_logprobs: bool = False
+
+
+@dataclass(frozen=True)
+class GeneratedSequence:
+    tokens: list[int]
+    logprobs: list[float]
+    finish: FinishReason
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    sequences: list[GeneratedSequence]
+    prompt_logprobs: list[float | None] | None
+
+
+@dataclass(frozen=True)
+class KVStats:
+    """What the running batch's KV cache took, since the engine was made."""
+
+    peak_admitted_bytes: int
+    """Largest KV of the batch right after an admission (rows times longest row)."""
+    peak_allocated_bytes: int
+    """Largest size of the batch's buffers (live positions plus room), sampled after each admission."""
+    budget_waits: int
+    """Admissions that stopped short because the next request would have taken the KV over budget."""
