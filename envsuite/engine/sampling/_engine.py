@@ -11,9 +11,10 @@ through ``concurrent.futures.Future`` objects. The engine thread loops over thre
 
 Rows leave the batch as soon as they stop, and new requests join between two decode steps
 (continuous batching), first come first served, while the batch's rows, its padded KV cache
-(``EngineConfig.max_kv_bytes``) and the prefill budget allow. A request whose future was cancelled loses its rows at the next step. A request
-that cannot run (prompt over the context, bad token ids) fails alone; a forward pass that raises fails
-the requests in that pass, and the thread goes on serving the others. The thread exits after a short
+(``EngineConfig.max_kv_bytes``) and the prefill budget allow. A request whose future was cancelled
+loses its rows at the next step. A request that cannot run (prompt over the context, bad token ids)
+fails alone; a forward pass that raises fails the requests in that pass, and the thread goes on
+serving the others. The thread exits after a short
 idle period and restarts on the next request, so an unused engine holds no thread; at interpreter exit
 every engine still running is closed (its requests fail) before the runtime is torn down.
 """
@@ -131,8 +132,9 @@ class SamplingEngine:
         self._rows: list[_Row] = []
         self._prefix = PrefixCache(self.config.prefix_cache_bytes)
         self._kv_per_position = kv_bytes_per_position(model)
+        # Peaks and counts behind kv_stats(); written by the engine thread only.
+        self._peak_admitted_bytes = self._peak_allocated_bytes = self._budget_waits = 0
         _LIVE_ENGINES.add(self)
-        self._kv_peaks = [0, 0, 0]  # admitted bytes, allocated bytes, budget waits (engine thread only)
 
     # ------------------------------------------------------------------ public, any thread
 
@@ -173,7 +175,7 @@ class SamplingEngine:
 
     def kv_stats(self) -> KVStats:
         """What the running batch's KV took (read from any thread; the counters may lag a step)."""
-        return KVStats(*self._kv_peaks)
+        return KVStats(self._peak_admitted_bytes, self._peak_allocated_bytes, self._budget_waits)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -271,7 +273,7 @@ class SamplingEngine:
                 break
             over = rows > 0 and self._over_kv_budget(rows_after + rows, max(length_now, longest_after))
             if over and (group or self._rows):  # a request alone in an empty batch always runs
-                self._kv_peaks[2] += 1
+                self._budget_waits += 1
                 break
             group.append(self._waiting.popleft())
             free_rows -= rows
@@ -328,9 +330,8 @@ class SamplingEngine:
         else:
             self._batch.extend(batch)
         self._rows.extend(new_rows)
-        peaks = self._kv_peaks
-        peaks[0] = max(peaks[0], self._batch.live_bytes)
-        peaks[1] = max(peaks[1], self._batch.allocated_bytes)
+        self._peak_admitted_bytes = max(self._peak_admitted_bytes, self._batch.live_bytes)
+        self._peak_allocated_bytes = max(self._peak_allocated_bytes, self._batch.allocated_bytes)
 
     def _prefill(self, prompts: list[tuple[int, ...]], want_prompt_logprobs: bool) -> PrefillOutput:
         """Prefill ``prompts`` (one row each, in order), reusing cached prefixes where there are any."""
