@@ -14,9 +14,9 @@ Rows leave the batch as soon as they stop, and new requests join between two dec
 (``EngineConfig.max_kv_bytes``) and the prefill budget allow. A request whose future was cancelled
 loses its rows at the next step. A request that cannot run (prompt over the context, bad token ids)
 fails alone; a forward pass that raises fails the requests in that pass, and the thread goes on
-serving the others. The thread exits after a short
-idle period and restarts on the next request, so an unused engine holds no thread; at interpreter exit
-every engine still running is closed (its requests fail) before the runtime is torn down.
+serving the others. The thread exits after a short idle period and restarts on the next request, so
+an unused engine holds no thread; at interpreter exit every engine still running is closed (its
+requests fail) before the runtime is torn down.
 """
 
 from __future__ import annotations
@@ -249,7 +249,6 @@ class SamplingEngine:
         group: list[_Job[Any]] = []
         free_rows = self.config.max_batch_size - len(self._rows)
         longest = 0
-        rows_after = len(self._rows)
         length_now = self._batch.length if self._batch is not None else 0
         while self._waiting:
             job = self._waiting[0]
@@ -271,13 +270,13 @@ class SamplingEngine:
                 or group[0].request.prompt_logprobs
             ):
                 break
-            over = rows > 0 and self._over_kv_budget(rows_after + rows, max(length_now, longest_after))
+            rows_after = self.config.max_batch_size - free_rows + rows  # running, admitted, this one
+            over = rows > 0 and self._over_kv_budget(rows_after, max(length_now, longest_after))
             if over and (group or self._rows):  # a request alone in an empty batch always runs
                 self._budget_waits += 1
                 break
             group.append(self._waiting.popleft())
             free_rows -= rows
-            rows_after += rows
             longest = longest_after
         return group
 

@@ -82,7 +82,7 @@ class KVBatch:
     @property
     def live_bytes(self) -> int:
         """KV bytes of the batch as laid out: every row holds as many positions as the longest row."""
-        return sum(_nbytes(layer.keys) + _nbytes(layer.values) for layer in _kv_layers(self.cache))
+        return sum(layer.keys.nbytes + layer.values.nbytes for layer in _kv_layers(self.cache))
 
     @property
     def allocated_bytes(self) -> int:
@@ -403,10 +403,6 @@ class _FullLayer(Protocol):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 def _pad_mask_left(mask_B_L: torch.Tensor, length: int) -> torch.Tensor:

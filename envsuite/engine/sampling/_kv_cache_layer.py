@@ -141,7 +141,7 @@ class GrowableLayer(DynamicLayer):
         """Bytes of the key and value buffers (live positions, room and stale rows alike)."""
         if self._key_buffer is None or self._value_buffer is None:
             return 0
-        return _nbytes(self._key_buffer) + _nbytes(self._value_buffer)
+        return self._key_buffer.nbytes + self._value_buffer.nbytes
 
     @property
     def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,10 +194,6 @@ class GrowableLayer(DynamicLayer):
             values[: self._rows, :, left : left + live] = old_values[: self._rows, :, self._start : self._end]
         self._key_buffer, self._value_buffer = keys, values
         self._start, self._end = left, left + live
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
