@@ -14,6 +14,8 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
 2. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through ``model(...)``
    (transformers' forward) and through the engine's lean decode step, alternating, each on its own
    prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step.
+   A third column runs the lean step on MKL-packed layer weights
+   (``EngineConfig(packed_decode_weights=True)``, off by default: one more copy of the layer weights).
 3. **Where the time goes** at batch 32: the step's parts replayed alone on the live cache and the real
    weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down projections per
    layer; the LM head, attention, sampling); the remainder is norms, rotary embeddings, activations,
@@ -31,6 +33,7 @@ Writes a JSON of every number and a PNG of ms per step against batch size with t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -62,6 +65,8 @@ class CurvePoint:
     batch: int
     hf_ms: float
     lean_ms: float
+    packed_ms: float
+    """The lean step on MKL-packed layer weights (``EngineConfig(packed_decode_weights=True)``)."""
     roofline_ms: float
     cache_positions: int
 
@@ -71,6 +76,9 @@ class Breakdown:
     batch: int
     step_ms: float
     layer_matmuls_ms: float
+    packed_step_ms: float
+    packed_layer_matmuls_ms: float
+    """The same layer products on MKL-packed weights (the packed step's share)."""
     separate_matmuls_ms: float
     """The same layer products as 210 separate matmuls (not part of the step; for comparison)."""
     gate_up_fused_matmuls_ms: float
@@ -130,30 +138,35 @@ def roofline_ms(model: Any, machine: Machine, batch: int, positions: int) -> flo
 
 
 def curve_point(
-    model: Any, decoder: LlamaDecoder, machine: Machine, batch: int, args: argparse.Namespace
+    model: Any,
+    decoders: tuple[LlamaDecoder, LlamaDecoder],
+    machine: Machine,
+    batch: int,
+    args: argparse.Namespace,
 ) -> CurvePoint:
+    """Transformers' forward, the lean step and the lean step on packed weights, each on its own batch."""
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
+    ways: list[LlamaDecoder | None] = [None, *decoders]
     with torch.inference_mode():
-        plain, lean = prefill(model, prompts, False).batch, prefill(model, prompts, False).batch
+        batches = [prefill(model, prompts, False).batch for _ in ways]
         rows = _rows(batch)
-        for kv in (plain, lean):
-            _step(model, kv, None if kv is plain else decoder, rows)
-        hf_ms, lean_ms = [], []
+        for kv, decoder in zip(batches, ways, strict=True):
+            _step(model, kv, decoder, rows)
+        times: list[list[float]] = [[] for _ in ways]
         for _ in range(args.repeats):
-            hf_ms.append(_median_ms(lambda: _step(model, plain, None, rows), args.steps))
-            lean_ms.append(_median_ms(lambda: _step(model, lean, decoder, rows), args.steps))
-        positions = lean.length
+            for kv, decoder, way_ms in zip(batches, ways, times, strict=True):
+                way_ms.append(_median_ms(functools.partial(_step, model, kv, decoder, rows), args.steps))
+        positions = batches[1].length
+    hf_ms, lean_ms, packed_ms = (statistics.median(way_ms) for way_ms in times)
     return CurvePoint(
-        batch,
-        statistics.median(hf_ms),
-        statistics.median(lean_ms),
-        roofline_ms(model, machine, batch, positions),
-        positions,
+        batch, hf_ms, lean_ms, packed_ms, roofline_ms(model, machine, batch, positions), positions
     )
 
 
-def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Namespace) -> Breakdown:
+def breakdown(
+    model: Any, decoder: LlamaDecoder, packed: LlamaDecoder, batch: int, args: argparse.Namespace
+) -> Breakdown:
     """The lean step's parts replayed alone on the live cache and the real weights (see module docstring)."""
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=1000 + batch)
@@ -168,16 +181,22 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
 
         def layer_matmuls() -> None:
             for w in decoder.layers:
-                for weight in (w.qkv, w.o, w.gate, w.up):
-                    F.linear(x, weight)
-                F.linear(wide, w.down)
+                for product in (w.qkv, w.o, w.gate, w.up):
+                    product(x)
+                w.down(wide)
+
+        def packed_matmuls() -> None:
+            for w in packed.layers:
+                for product in (w.qkv, w.o, w.gate, w.up):
+                    product(x)
+                w.down(wide)
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
-        separate = [
-            (w.qkv[:q_end], w.qkv[q_end:k_end], w.qkv[k_end:], w.o, w.gate, w.up, w.down)
-            for w in decoder.layers
+        weights = [
+            (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight) for w in decoder.layers
         ]
-        gate_up = [(w.qkv, w.o, torch.cat([w.gate, w.up]), w.down) for w in decoder.layers]
+        separate = [(qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d) for qkv, o, g, u, d in weights]
+        gate_up = [(qkv, o, torch.cat([g, u]), d) for qkv, o, g, u, d in weights]
 
         def separate_matmuls() -> None:
             for *weights, down in separate:
@@ -201,24 +220,28 @@ def breakdown(model: Any, decoder: LlamaDecoder, batch: int, args: argparse.Name
                 F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
 
         logits = torch.randn(batch, vocab)
-        fused_ms, separate_ms, gate_up_ms = [], [], []
+        fused_ms, packed_ms, separate_ms, gate_up_ms = [], [], [], []
         for _ in range(args.repeats):
             fused_ms.append(_median_ms(layer_matmuls, args.steps))
+            packed_ms.append(_median_ms(packed_matmuls, args.steps))
             separate_ms.append(_median_ms(separate_matmuls, args.steps))
             gate_up_ms.append(_median_ms(gate_up_matmuls, args.steps))
         parts = {
             "layer_matmuls": statistics.median(fused_ms),
             "separate_matmuls": statistics.median(separate_ms),
             "gate_up_fused_matmuls": statistics.median(gate_up_ms),
-            "lm_head": _median_ms(lambda: F.linear(x, decoder.lm_head), args.steps),
+            "lm_head": _median_ms(lambda: decoder.lm_head(x), args.steps),
             "attention": _median_ms(attention, args.steps),
             "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
             "step": _median_ms(lambda: _step(model, kv, decoder, rows), args.steps),
+            "packed_step": _median_ms(lambda: _step(model, kv, packed, rows), args.steps),
         }
     return Breakdown(
         batch,
         parts["step"],
         parts["layer_matmuls"],
+        parts["packed_step"],
+        statistics.median(packed_ms),
         parts["separate_matmuls"],
         parts["gate_up_fused_matmuls"],
         parts["lm_head"],
@@ -236,7 +259,8 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     fig, ax = plt.subplots(figsize=(7, 4.5))
     batches = [p.batch for p in points]
     ax.plot(batches, [p.hf_ms for p in points], "o-", label="envsuite, transformers forward")
-    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean decode step (shipped)")
+    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean decode step (default)")
+    ax.plot(batches, [p.packed_ms for p in points], "o-", label="envsuite, lean step, packed weights")
     ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
     if llama and "batched_ms_per_step" in llama:
         ax.plot([llama["batch"]], [llama["batched_ms_per_step"]], "s", label="llama.cpp F32, batched")
@@ -271,7 +295,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model = load_sampling_model(base_model=MODEL).model
     decoder = llama_decoder(model)
-    assert decoder is not None
+    packed = llama_decoder(model, packed_weights=True)
+    assert decoder is not None and packed is not None and packed.packed_weights
     machine = measure_machine()
     print(
         f"machine: {machine.matmul_gflops:.0f} GFLOP/s fp32 matmul, {machine.read_gbps:.1f} GB/s read, "
@@ -280,19 +305,23 @@ def main() -> None:
     )
     points = []
     for batch in (int(b) for b in args.batches.split(",")):
-        point = curve_point(model, decoder, machine, batch, args)
+        point = curve_point(model, (decoder, packed), machine, batch, args)
         points.append(point)
         print(
             f"batch {batch:3d}: transformers {point.hf_ms:7.1f} ms  lean {point.lean_ms:7.1f} ms  "
-            f"roofline {point.roofline_ms:6.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} of roofline)",
+            f"packed {point.packed_ms:7.1f} ms  roofline {point.roofline_ms:6.1f} ms  "
+            f"({point.roofline_ms / point.lean_ms:.0%} / {point.roofline_ms / point.packed_ms:.0%} of roofline)",
             flush=True,
         )
-    parts = breakdown(model, decoder, 32, args)
+    parts = breakdown(model, decoder, packed, 32, args)
     print(f"where the time goes at batch 32 (lean step {parts.step_ms:.1f} ms):")
     for name in ("layer_matmuls", "lm_head", "attention", "sampling"):
         value = getattr(parts, f"{name}_ms")
         print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
+    print(
+        f"  packed weights: step {parts.packed_step_ms:.1f} ms, layer products {parts.packed_layer_matmuls_ms:.1f} ms"
+    )
     print(
         f"  (the layer products as 210 separate matmuls: {parts.separate_matmuls_ms:.1f} ms; "
         f"with gate/up fused too, 120 matmuls: {parts.gate_up_fused_matmuls_ms:.1f} ms)"

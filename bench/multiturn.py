@@ -1,7 +1,8 @@
 """Multi-turn rollouts with and without the prefix cache: 20-turn twenty questions on SmolLM2.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/multiturn.py [--episodes 16] [--turns 20]
-        [--max-tokens 48] [--rounds 1] [--model smollm2-135m-instruct] [--json artifacts/multiturn.json]
+        [--max-tokens 48] [--rounds 1] [--max-kv-mib 256] [--model smollm2-135m-instruct]
+        [--json artifacts/multiturn.json]
 
 Every turn of a twenty questions episode sends the whole conversation so far (the previous prompt,
 the reply, the answer): without reuse the sampler prefills it all again, so an episode of ``T`` turns
@@ -123,10 +124,21 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=1, help="alternating off/on rounds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-kv-mib",
+        type=float,
+        default=EngineConfig.max_kv_bytes / 2**20 if EngineConfig.max_kv_bytes else 0,
+        help="both engines' KV budget for the running batch (EngineConfig.max_kv_bytes); 0: no budget",
+    )
     parser.add_argument("--json", type=Path, default=Path("artifacts/multiturn.json"))
     args = parser.parse_args()
+    budget = int(args.max_kv_mib * 2**20) or None
     clients, counters = {}, {}
-    for mode, config in (("no cache", EngineConfig(prefix_cache_bytes=0)), ("prefix cache", EngineConfig())):
+    configs = {
+        "no cache": EngineConfig(prefix_cache_bytes=0, max_kv_bytes=budget),
+        "prefix cache": EngineConfig(max_kv_bytes=budget),
+    }
+    for mode, config in configs.items():
         loaded = load_sampling_model(base_model=args.model)
         clients[mode] = LocalSamplingClient(loaded.model, loaded.tokenizer, args.model, config=config)
         counters[mode] = _PrefillCounter(loaded.model)
@@ -148,12 +160,15 @@ def main() -> None:
                 flush=True,
             )
     stats = clients["prefix cache"].prefix_cache_stats()
+    kv = {mode: asdict(client.kv_stats()) for mode, client in clients.items()}
     for client in clients.values():
         client.close()
     speed = {mode: statistics.median(r.tokens_per_s for r in mode_runs) for mode, mode_runs in runs.items()}
     same = compare(outputs["no cache"], outputs["prefix cache"])
     speedup = speed["prefix cache"] / speed["no cache"]
-    print(f"prefix cache / no cache: {speedup:.2f}x sampled tokens/s (goal >= 3x); {same}; cache {stats}")
+    print(
+        f"prefix cache / no cache: {speedup:.2f}x sampled tokens/s (goal >= 3x); {same}; cache {stats}; kv {kv}"
+    )
     result = {
         "args": vars(args) | {"json": str(args.json)},
         "runs": {
@@ -162,6 +177,7 @@ def main() -> None:
         "speedup": speedup,
         "same": same,
         "prefix_cache": asdict(stats),
+        "kv": kv,
         "load_after": load_average(),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """The sampling engine's fast paths change speed, never results.
 
 * the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``, on base
-  and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory;
+  and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory, and
+  so does the step on MKL-packed weights (``packed_decode_weights``) for any number of rows;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
 * a new sampling client (new weights) never sees another client's cached keys and values;
@@ -89,9 +90,13 @@ def _assert_same(reference: Outputs, other: Outputs, atol: float) -> None:
             np.testing.assert_allclose(logprobs, ref_logprobs, atol=atol, rtol=0)
 
 
-async def test_lean_decode_step_gives_what_the_model_forward_gives() -> None:
+PACKED = EngineConfig(prefix_cache_bytes=0, packed_decode_weights=True)
+
+
+@pytest.mark.parametrize("lean_config", [NO_CACHE, PACKED], ids=["weights", "packed-weights"])
+async def test_lean_decode_step_gives_what_the_model_forward_gives(lean_config: EngineConfig) -> None:
     reference, reference_model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
-    lean, lean_model = _client(NO_CACHE)
+    lean, lean_model = _client(lean_config)
     decode_calls = {id(reference_model): 0, id(lean_model): 0}
 
     def count(module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, torch.Tensor]) -> None:
@@ -110,7 +115,10 @@ async def test_lean_decode_step_gives_what_the_model_forward_gives() -> None:
     assert decode_calls[id(reference_model)] > 0 and decode_calls[id(lean_model)] == 0
 
 
-async def test_lean_decode_gives_the_forward_on_lora_merged_weights(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lean_config", [NO_CACHE, PACKED], ids=["weights", "packed-weights"])
+async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
+    tmp_path: Path, lean_config: EngineConfig
+) -> None:
     service = LocalServiceClient(log_dir=tmp_path)
     trainer = service.create_lora_training_client(MODEL, rank=4, seed=0).result()
     tok = trainer.get_tokenizer()
@@ -123,7 +131,7 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(tmp_path: Pa
     path = trainer.save_weights_for_sampler("lora").result().path
     trainer.close()
     clients = []
-    for config in (EngineConfig(lean_decode=False, prefix_cache_bytes=0), NO_CACHE):
+    for config in (EngineConfig(lean_decode=False, prefix_cache_bytes=0), lean_config):
         loaded = load_sampling_model(model_path=path)
         clients.append(
             LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL, model_path=path, config=config)
@@ -133,6 +141,22 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(tmp_path: Pa
     for client in clients:
         client.close()
     _assert_same(expected, got, atol=1e-5)
+
+
+def test_packed_products_equal_plain_products_for_any_row_count() -> None:
+    """The packed decoder's products are MKL's packed GEMM with the input's own row count: a weight packed
+    once must give ``F.linear``'s values for every batch the engine decodes (and prefill-sized inputs)."""
+    decoder = llama_decoder(load_sampling_model(base_model=MODEL).model, packed_weights=True)
+    assert decoder is not None and decoder.packed_weights  # x86 torch wheels ship MKL
+    generator = torch.Generator().manual_seed(0)
+    layer = decoder.layers[0]
+    for product in (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head):
+        assert product.packed is not None
+        for rows in (1, 2, 7, 16, 17, 32, 33, 64, 300):
+            x = torch.randn(rows, 1, product.weight.shape[1], generator=generator)
+            torch.testing.assert_close(
+                product(x), torch.nn.functional.linear(x, product.weight, product.bias)
+            )
 
 
 def test_lean_decode_reads_the_models_own_projection_weights() -> None:
@@ -145,7 +169,7 @@ def test_lean_decode_reads_the_models_own_projection_weights() -> None:
     again = llama_decoder(model)
     assert again is not None
     for mine, theirs in zip(decoder.layers, again.layers, strict=True):
-        assert mine.qkv.data_ptr() == theirs.qkv.data_ptr()
+        assert mine.qkv.weight.data_ptr() == theirs.qkv.weight.data_ptr()
     first: Any = model.get_decoder().layers[0]
     with torch.inference_mode():
         first.self_attn.k_proj.weight.mul_(3.0)

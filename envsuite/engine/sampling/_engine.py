@@ -113,7 +113,11 @@ class SamplingEngine:
         self.model = model.eval()
         self.config = config or EngineConfig()
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
-        self._decoder = llama_decoder(model) if self.config.lean_decode else None
+        self._decoder = (
+            llama_decoder(model, packed_weights=self.config.packed_decode_weights)
+            if self.config.lean_decode
+            else None
+        )
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )

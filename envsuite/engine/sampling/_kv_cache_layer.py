@@ -14,8 +14,9 @@ buffers with room on every side:
 * a leaving row is overwritten by one of the last rows (:meth:`GrowableLayer.move_rows`), and
   columns no row uses any more are dropped by moving ``start`` (no copy).
 
-Only when a buffer is out of the room a write needs is it reallocated, with half as much again as
-room, so copies of the whole cache are amortised. Every buffer position outside a row's real columns
+Only when a buffer is out of the room a write needs is it reallocated, with a quarter as much again
+as room, so copies of the whole cache are amortised (a quarter rather than a half: the buffers of a
+running batch are most of a sampling process's memory at its peak, docs/benchmarks.md). Every buffer position outside a row's real columns
 holds a finite number (zeros or an old row's keys), which the attention mask weights by exactly zero.
 When something replaces ``keys``/``values`` wholesale (transformers' own cache methods) the layer
 adopts them as its buffers at the next operation.
@@ -33,6 +34,8 @@ class GrowableLayer(DynamicLayer):
 
     MIN_ROOM = 64
     """Spare positions at least, per (re)allocation."""
+    ROOM_DIVISOR = 4
+    """A (re)allocation adds ``1 / ROOM_DIVISOR`` of what it holds as spare rows or columns."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,11 +118,11 @@ class GrowableLayer(DynamicLayer):
         live = self._end - self._start
         rows_needed = self._rows + new_rows
         if length > self._end:
-            grow = max(self.MIN_ROOM, live // 2)
+            grow = max(self.MIN_ROOM, live // self.ROOM_DIVISOR)
             rows = max(rows_needed, buffer.shape[0])
             self._relayout(keys, values, rows=rows, left=length - live + grow, right=0)
         elif rows_needed > buffer.shape[0]:
-            rows = max(rows_needed, buffer.shape[0] + buffer.shape[0] // 2)
+            rows = max(rows_needed, buffer.shape[0] + buffer.shape[0] // self.ROOM_DIVISOR)
             self._relayout(keys, values, rows=rows, left=self._start, right=0)
         mine_k, mine_v = self._buffers()
         mine_k[self._rows : rows_needed, :, self._end - length : self._end] = keys
@@ -184,7 +187,7 @@ class GrowableLayer(DynamicLayer):
     ) -> None:
         """New buffers of ``rows`` rows: ``left`` free columns, the live ones, then at least ``right`` free."""
         live = self._end - self._start
-        capacity = left + live + right + max(self.MIN_ROOM, (left + live + right) // 2)
+        capacity = left + live + right + max(self.MIN_ROOM, (left + live + right) // self.ROOM_DIVISOR)
         heads, dim = key_like.shape[1], key_like.shape[3]
         keys = key_like.new_zeros((rows, heads, capacity, dim))
         values = value_like.new_zeros((rows, value_like.shape[1], capacity, value_like.shape[3]))
