@@ -54,6 +54,7 @@ from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
 from envsuite.engine.sampling._token_choice import RowSampling, choose_tokens, make_generator
 
 MODEL = "smollm2-135m-instruct"
+Product = Callable[[torch.Tensor], torch.Tensor]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
@@ -179,36 +180,35 @@ def breakdown(
         x = torch.randn(batch, 1, hidden)
         wide = torch.randn(batch, 1, model.config.intermediate_size)
 
-        def layer_matmuls() -> None:
-            for w in decoder.layers:
-                for product in (w.qkv, w.o, w.gate, w.up):
-                    product(x)
-                w.down(wide)
+        def matmuls(layers: list[tuple[Product, ...]]) -> Callable[[], None]:
+            """Every layer's products in order: all on the hidden state but the last (down, on the wide one)."""
 
-        def packed_matmuls() -> None:
-            for w in packed.layers:
-                for product in (w.qkv, w.o, w.gate, w.up):
-                    product(x)
-                w.down(wide)
+            def run() -> None:
+                for *narrow, down in layers:
+                    for product in narrow:
+                        product(x)
+                    down(wide)
+
+            return run
+
+        def linear(weight: torch.Tensor) -> Product:
+            return functools.partial(F.linear, weight=weight)
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
         weights = [
             (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight) for w in decoder.layers
         ]
-        separate = [(qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d) for qkv, o, g, u, d in weights]
-        gate_up = [(qkv, o, torch.cat([g, u]), d) for qkv, o, g, u, d in weights]
-
-        def separate_matmuls() -> None:
-            for *weights, down in separate:
-                for weight in weights:
-                    F.linear(x, weight)
-                F.linear(wide, down)
-
-        def gate_up_matmuls() -> None:
-            for *weights, down in gate_up:
-                for weight in weights:
-                    F.linear(x, weight)
-                F.linear(wide, down)
+        layer_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoder.layers])
+        packed_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in packed.layers])
+        separate_matmuls = matmuls(
+            [
+                tuple(map(linear, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
+                for qkv, o, g, u, d in weights
+            ]
+        )
+        gate_up_matmuls = matmuls(
+            [tuple(map(linear, (qkv, o, torch.cat([g, u]), d))) for qkv, o, g, u, d in weights]
+        )
 
         mask = kv.mask_B_L.bool()[:, None, None, :]
         group = decoder.heads // decoder.kv_heads

@@ -189,7 +189,7 @@ class KVBatch:
         allocated = self.allocated_bytes
         if allocated <= self.compact_min_bytes or not self.length:
             return
-        room = max(GrowableLayer.MIN_ROOM, self.length // GrowableLayer.ROOM_DIVISOR)
+        room = GrowableLayer.room(self.length)
         compacted = self.live_bytes * (self.length + room) // self.length
         if allocated > SPARSE_FACTOR * compacted:
             for layer in _kv_layers(self.cache):

@@ -15,9 +15,10 @@ buffers with room on every side:
   columns no row uses any more are dropped by moving ``start`` (no copy).
 
 Only when a buffer is out of the room a write needs is it reallocated, with a quarter as much again
-as room, so copies of the whole cache are amortised (a quarter rather than a half: the buffers of a
-running batch are most of a sampling process's memory at its peak, docs/benchmarks.md). Every buffer position outside a row's real columns
-holds a finite number (zeros or an old row's keys), which the attention mask weights by exactly zero.
+as room (:meth:`GrowableLayer.room`), so copies of the whole cache are amortised (a quarter rather
+than a half: the buffers of a running batch are most of a sampling process's memory at its peak,
+docs/benchmarks.md). Every buffer position outside a row's real columns holds a finite number (zeros
+or an old row's keys), which the attention mask weights by exactly zero.
 When something replaces ``keys``/``values`` wholesale (transformers' own cache methods) the layer
 adopts them as its buffers at the next operation.
 """
@@ -36,6 +37,11 @@ class GrowableLayer(DynamicLayer):
     """Spare positions at least, per (re)allocation."""
     ROOM_DIVISOR = 4
     """A (re)allocation adds ``1 / ROOM_DIVISOR`` of what it holds as spare rows or columns."""
+
+    @classmethod
+    def room(cls, positions: int) -> int:
+        """Spare columns a (re)allocation holding ``positions`` columns adds."""
+        return max(cls.MIN_ROOM, positions // cls.ROOM_DIVISOR)
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,7 +124,7 @@ class GrowableLayer(DynamicLayer):
         live = self._end - self._start
         rows_needed = self._rows + new_rows
         if length > self._end:
-            grow = max(self.MIN_ROOM, live // self.ROOM_DIVISOR)
+            grow = self.room(live)
             rows = max(rows_needed, buffer.shape[0])
             self._relayout(keys, values, rows=rows, left=length - live + grow, right=0)
         elif rows_needed > buffer.shape[0]:
@@ -187,7 +193,7 @@ class GrowableLayer(DynamicLayer):
     ) -> None:
         """New buffers of ``rows`` rows: ``left`` free columns, the live ones, then at least ``right`` free."""
         live = self._end - self._start
-        capacity = left + live + right + max(self.MIN_ROOM, (left + live + right) // self.ROOM_DIVISOR)
+        capacity = left + live + right + self.room(left + live + right)
         heads, dim = key_like.shape[1], key_like.shape[3]
         keys = key_like.new_zeros((rows, heads, capacity, dim))
         values = value_like.new_zeros((rows, value_like.shape[1], capacity, value_like.shape[3]))

@@ -209,8 +209,9 @@ class LlamaDecoder:
         return hidden_B1D + w.down(mlp)
 
     def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # torch's fused kernel: the same arithmetic as transformers' LlamaRMSNorm (mean of squares,
-        # rsqrt, scale; equal to it bit for bit in fp32) in one operation instead of six.
+        # torch's fused kernel: the arithmetic of transformers' LlamaRMSNorm (mean of squares, rsqrt,
+        # scale) in one operation instead of six (no difference on the inputs checked; the tests hold
+        # the lean step to the forward pass's logprobs).
         return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.eps)
 
 
