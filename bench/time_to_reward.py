@@ -3,7 +3,8 @@
     .venv/bin/pip install -e '.[bench]'          # trl, datasets (only the bench scripts use them)
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/time_to_reward.py [--tasks easy,two_digit]
         [--trainers envsuite,trl] [--lrs 1e-4,3e-4,1e-3] [--steps 40] [--eval-every 4]
-        [--eval-problems 64] [--out runs/time_to_reward]
+        [--eval-problems 64] [--seed 0] [--unembed-lora] [--out runs/time_to_reward]
+    .venv/bin/python -P bench/time_to_reward.py --across runs/ttr_s0,runs/ttr_s1,runs/ttr_s2 --out runs/ttr_seeds
 
 For each task, each trainer trains once per learning rate of the sweep (same budget of ``--steps``
 GRPO steps), saving its LoRA adapter every ``--eval-every`` steps together with the training
@@ -13,8 +14,8 @@ the training clock of its first adapter whose held-out reward reaches the task's
 trainer's result is its best learning rate. Goal (issue 18): envsuite <= 1/3 of TRL's time.
 
 Shared settings: SmolLM2-135M-Instruct in fp32 on CPU, 8 problems x 4 rollouts per step, <= 16 new
-tokens at temperature 1, LoRA rank 16 (alpha 32) on ``q/k/v/o/gate/up/down_proj`` (envsuite also adapts
-``lm_head``, which TRL refuses), Adam (betas 0.9/0.95, constant rate, no clipping, no weight decay), no
+tokens at temperature 1, LoRA rank 16 (alpha 32) on ``q/k/v/o/gate/up/down_proj`` (``--unembed-lora``:
+envsuite also adapts ``lm_head``, Tinker's default, which TRL refuses), Adam (betas 0.9/0.95, constant rate, no clipping, no weight decay), no
 KL term, reward - group mean as advantage. Both see the same prompts in the same order (TRL's dataset
 is envsuite's train batches as text) and the same reward (TRL's reward function replays each
 completion's token ids through the env), as in ``bench/grpo_vs_trl.py``.
@@ -23,6 +24,10 @@ Clocks: envsuite, the sum of its per-step phase times (rollout, assemble, train,
 its metrics.jsonl); TRL, the time from each step's begin to its end (callbacks). Checkpoint saves are
 outside both clocks; model loading and imports are outside both. Held-out reward: greedy replies on
 ``--eval-problems`` test-split problems, mean env reward (1 correct, 0 wrong, -0.1 unless a bare number).
+
+``--across`` reads the ``summary.json`` of finished sweeps (one per seed, say) instead of running
+anything: each trainer's median time to target over them (a run that never got there counts as
+infinitely slow), the ratio of the medians, and all the sweeps' curves in one picture.
 
 Every run and every evaluation is a child process; their JSON lands in ``--out``, and a rerun skips
 what is already there (a sweep killed half-way resumes). The parent shows a progress bar and writes
@@ -82,6 +87,8 @@ class Shape:
     lora_rank: int = 16
     seed: int = 0
     eval_problems: int = 64
+    train_unembed: bool = False
+    """envsuite only: LoRA on ``lm_head`` too (TRL's peft cannot wrap it)."""
 
 
 @dataclass
@@ -136,6 +143,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
         group_size=shape.group_size,
         learning_rate=lr,
         lora_rank=shape.lora_rank,
+        train_unembed=shape.train_unembed,
         max_tokens=shape.max_tokens,
         save_every=shape.eval_every,
         eval_every=0,
@@ -353,7 +361,7 @@ def run_child(job: Job, args: argparse.Namespace, out: Path) -> None:
     command = [sys.executable, "-P", __file__, "--job", json.dumps(asdict(job)), "--out", str(out)]
     command += ["--steps", str(args.steps), "--eval-every", str(args.eval_every)]
     command += ["--eval-problems", str(args.eval_problems), "--lora-rank", str(args.lora_rank)]
-    command += ["--seed", str(args.seed)]
+    command += ["--seed", str(args.seed)] + (["--unembed-lora"] if args.unembed_lora else [])
     log = out / f"{job.name}.log"
     with log.open("w") as handle:
         code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
@@ -427,6 +435,33 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def across(outs: list[Path], out: Path) -> dict[str, Any]:
+    """Medians of each trainer's time to target over finished sweeps, and one figure of all of them."""
+    import math
+    import statistics
+
+    summaries = {path.name: json.loads((path / "summary.json").read_text()) for path in outs}
+    report: dict[str, Any] = {"sweeps": [str(p) for p in outs], "tasks": {}}
+    for task_name in next(iter(summaries.values()))["tasks"]:
+        times: dict[str, list[float]] = {}
+        for summary in summaries.values():
+            for trainer, info in summary["tasks"][task_name]["trainers"].items():
+                best = info["best"]
+                times.setdefault(trainer, []).append(math.inf if best is None else best["time_to_target_s"])
+        medians = {trainer: statistics.median(values) for trainer, values in times.items()}
+        ratio = None
+        if {"envsuite", "trl"} <= medians.keys() and math.isfinite(medians["trl"]):
+            ratio = medians["envsuite"] / medians["trl"]
+        report["tasks"][task_name] = {"times_s": times, "median_s": medians, "envsuite_over_trl": ratio}
+    merged = {
+        "load_now": list(os.getloadavg()),
+        "tasks": {f"{name} {task}": info for name, s in summaries.items() for task, info in s["tasks"].items()},
+    }
+    plot(merged, out / "time_to_reward_across.png")
+    (out / "across.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
 # ---------------------------------------------------------------------------------------------- driver
 
 
@@ -444,7 +479,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-problems", type=int, default=Shape.eval_problems)
     parser.add_argument("--lora-rank", type=int, default=Shape.lora_rank)
     parser.add_argument("--seed", type=int, default=Shape.seed)
+    parser.add_argument(
+        "--unembed-lora", action="store_true", help="envsuite's LoRA adapts lm_head too (TRL's cannot)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_reward"))
+    parser.add_argument("--across", help="comma-separated --out folders of finished sweeps: report only")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -459,11 +498,21 @@ def main() -> None:
         lora_rank=args.lora_rank,
         seed=args.seed,
         eval_problems=args.eval_problems,
+        train_unembed=args.unembed_lora,
     )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.job:
         run_job(Job(**json.loads(args.job)), shape, out)
+        return
+    if args.across:
+        report = across([Path(p) for p in args.across.split(",")], out)
+        for name, task in report["tasks"].items():
+            times = {k: [f"{t:.0f}" for t in v] for k, v in task["times_s"].items()}
+            print(f"{name}: times to target (s) {times}; medians {task['median_s']}")
+            if task["envsuite_over_trl"] is not None:
+                print(f"  envsuite / TRL (medians) = {task['envsuite_over_trl']:.2f} (goal <= 0.33)")
+        print(f"wrote {out / 'across.json'} and {out / 'time_to_reward_across.png'}")
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

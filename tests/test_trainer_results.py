@@ -90,6 +90,7 @@ def test_cli_flags_override_a_preset_and_the_env_must_match(tmp_path: Path) -> N
     # Without a preset, flags and TrainConfig defaults work as before.
     plain = _config_of("arithmetic", "--lr", "0.001")
     assert plain == TrainConfig(env_id="arithmetic", log_dir="runs/arithmetic", learning_rate=0.001)
+    assert plain.train_unembed and not _config_of("arithmetic", "--no-unembed-lora").train_unembed
 
 
 def test_config_files_load_from_toml_and_json_and_say_what_is_wrong(tmp_path: Path) -> None:

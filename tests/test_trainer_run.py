@@ -194,6 +194,22 @@ def test_full_fine_tune_trains_every_weight_and_resumes(tmp_path: Path) -> None:
     assert result.steps_completed == 3 and [r["step"] for r in _rows(longer)] == [0, 1, 2]
 
 
+def test_train_unembed_false_leaves_the_lm_head_without_an_adapter(tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    def adapted(config: TrainConfig) -> set[str]:
+        run_training(config, show_progress=False)
+        record = (Path(config.log_dir) / "checkpoints.jsonl").read_text().splitlines()[-1]
+        path = Path(json.loads(record)["sampler_path"]) / "adapter.safetensors"
+        with safe_open(str(path), "pt") as saved:
+            return {key.split(".lora_")[0].rsplit(".", 1)[-1] for key in saved.keys()}  # noqa: SIM118
+
+    common = {"n_steps": 1, "save_every": 1, "eval_every": 0}
+    assert "lm_head" in adapted(_config(tmp_path / "with", **common))
+    modules = adapted(_config(tmp_path / "without", train_unembed=False, **common))
+    assert "lm_head" not in modules and {"q_proj", "down_proj"} <= modules
+
+
 def test_failed_groups_say_why_in_metrics_log_and_console(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -59,7 +59,10 @@ class PolicyClients:
             )
         else:
             training = await service.create_lora_training_client(
-                config.model, rank=config.lora_rank, seed=config.seed
+                config.model,
+                rank=config.lora_rank,
+                seed=config.seed,
+                train_unembed=config.train_unembed,
             )
         return cls(training)
 

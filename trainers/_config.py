@@ -73,6 +73,10 @@ class TrainConfig:
     """Steps of linear warmup from 0 to ``learning_rate``."""
     lora_rank: int = 32
     """LoRA rank; 0 trains every weight instead (full fine-tune, local backend only)."""
+    train_unembed: bool = True
+    """LoRA also adapts the LM head (Tinker's default); False adapts only the attention and MLP
+    projections, as peft/TRL do. Under Adam every vocabulary row of the head's adapter moves by about the
+    learning rate each step, sampled tokens or not: the first setting to try when a run is unstable."""
     loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
     ppo_clip: float = 0.2
     """Clip range epsilon of the ``ppo`` loss."""

@@ -83,6 +83,13 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=argparse.SUPPRESS,
         help="divide centred rewards by the group std (GRPO; default off, Dr. GRPO)",
     )
+    p.add_argument(
+        "--no-unembed-lora",
+        dest="train_unembed",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="LoRA on the attention and MLP projections only, not the LM head (as peft/TRL)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -93,6 +100,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     given = {name: getattr(args, name) for _, name, _, _ in _OPTIONS if hasattr(args, name)}
     if hasattr(args, "scale_advantages_by_std"):
         given["scale_advantages_by_std"] = True
+    if hasattr(args, "train_unembed"):
+        given["train_unembed"] = False
     env_kwargs = parse_env_args(args.env_arg)
     preset = None
     if args.preset is not None:
