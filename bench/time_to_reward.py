@@ -455,7 +455,9 @@ def across(outs: list[Path], out: Path) -> dict[str, Any]:
         report["tasks"][task_name] = {"times_s": times, "median_s": medians, "envsuite_over_trl": ratio}
     merged = {
         "load_now": list(os.getloadavg()),
-        "tasks": {f"{name} {task}": info for name, s in summaries.items() for task, info in s["tasks"].items()},
+        "tasks": {
+            f"{name} {task}": info for name, s in summaries.items() for task, info in s["tasks"].items()
+        },
     }
     plot(merged, out / "time_to_reward_across.png")
     (out / "across.json").write_text(json.dumps(report, indent=1) + "\n")
