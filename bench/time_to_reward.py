@@ -15,8 +15,8 @@ trainer's result is its best learning rate. Goal (issue 18): envsuite <= 1/3 of 
 
 Shared settings: SmolLM2-135M-Instruct in fp32 on CPU, 8 problems x 4 rollouts per step, <= 16 new
 tokens at temperature 1, LoRA rank 16 (alpha 32) on ``q/k/v/o/gate/up/down_proj`` (``--unembed-lora``:
-envsuite also adapts ``lm_head``, Tinker's default, which TRL refuses), Adam (betas 0.9/0.95, constant rate, no clipping, no weight decay), no
-KL term, reward - group mean as advantage. Both see the same prompts in the same order (TRL's dataset
+envsuite also adapts ``lm_head``, Tinker's default, which TRL refuses), Adam (betas 0.9/0.95, constant
+rate, no clipping, no weight decay), no KL term, reward - group mean as advantage. Both see the same prompts in the same order (TRL's dataset
 is envsuite's train batches as text) and the same reward (TRL's reward function replays each
 completion's token ids through the env), as in ``bench/grpo_vs_trl.py``.
 

@@ -91,6 +91,8 @@ def test_cli_flags_override_a_preset_and_the_env_must_match(tmp_path: Path) -> N
     plain = _config_of("arithmetic", "--lr", "0.001")
     assert plain == TrainConfig(env_id="arithmetic", log_dir="runs/arithmetic", learning_rate=0.001)
     assert plain.train_unembed and not _config_of("arithmetic", "--no-unembed-lora").train_unembed
+    assert not plain.scale_advantages_by_std
+    assert _config_of("arithmetic", "--std-advantages").scale_advantages_by_std
 
 
 def test_config_files_load_from_toml_and_json_and_say_what_is_wrong(tmp_path: Path) -> None:

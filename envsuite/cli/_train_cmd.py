@@ -51,6 +51,22 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
 ]
 
+# (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
+_SWITCHES: list[tuple[str, str, bool, str]] = [
+    (
+        "--std-advantages",
+        "scale_advantages_by_std",
+        True,
+        "divide centred rewards by the group std (GRPO; default off, Dr. GRPO)",
+    ),
+    (
+        "--no-unembed-lora",
+        "train_unembed",
+        False,
+        "LoRA on the attention and MLP projections only, not the LM head (as peft/TRL)",
+    ),
+]
+
 
 def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
@@ -76,20 +92,10 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         p.add_argument(
             flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"{text} (default {shown})"
         )
-    p.add_argument(
-        "--std-advantages",
-        dest="scale_advantages_by_std",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="divide centred rewards by the group std (GRPO; default off, Dr. GRPO)",
-    )
-    p.add_argument(
-        "--no-unembed-lora",
-        dest="train_unembed",
-        action="store_false",
-        default=argparse.SUPPRESS,
-        help="LoRA on the attention and MLP projections only, not the LM head (as peft/TRL)",
-    )
+    for flag, name, value, text in _SWITCHES:
+        p.add_argument(
+            flag, dest=name, action="store_const", const=value, default=argparse.SUPPRESS, help=text
+        )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -97,11 +103,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     """The ``TrainConfig`` the parsed arguments describe: preset or file values, then the flags given."""
     from envsuite.trainers import ConfigError, TrainConfig, load_config_file, load_preset
 
-    given = {name: getattr(args, name) for _, name, _, _ in _OPTIONS if hasattr(args, name)}
-    if hasattr(args, "scale_advantages_by_std"):
-        given["scale_advantages_by_std"] = True
-    if hasattr(args, "train_unembed"):
-        given["train_unembed"] = False
+    named = [name for _, name, _, _ in _OPTIONS] + [name for _, name, _, _ in _SWITCHES]
+    given = {name: getattr(args, name) for name in named if hasattr(args, name)}
     env_kwargs = parse_env_args(args.env_arg)
     preset = None
     if args.preset is not None:
