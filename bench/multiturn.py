@@ -12,7 +12,7 @@ new tail (docs/backend_sampling.md).
 Two sampling clients over the same weights, one with the prefix cache off (``prefix_cache_bytes=0``)
 and one with the default cache, play the same ``--episodes`` test-split episodes (same seeds), all in
 flight at once, each episode with its own seeded completer (so its sampling seeds do not depend on
-scheduling). ``--rounds`` alternates the two. Reports sampled tokens per second, prompt tokens run
+scheduling). ``--rounds`` alternates the two; every round runs in a fresh process of its own. Reports sampled tokens per second, prompt tokens run
 through prefill passes, the cache's counters, and whether the two runs sampled the same tokens with the
 same logprobs (goal: >= 3x tokens/s, same tokens, logprobs within 1e-3).
 """
@@ -23,7 +23,9 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,6 +117,43 @@ def compare(reference: list[Episode], other: list[Episode]) -> dict[str, Any]:
     }
 
 
+MODES = {"no cache": {"prefix_cache_bytes": 0}, "prefix cache": {}}
+
+
+def run_mode(args: argparse.Namespace) -> None:
+    """One round of one mode in this (fresh) process; writes the run, episodes and counters as JSON."""
+    budget = int(args.max_kv_mib * 2**20) or None
+    config = EngineConfig(max_kv_bytes=budget, **MODES[args.mode])
+    loaded = load_sampling_model(base_model=args.model)
+    client = LocalSamplingClient(loaded.model, loaded.tokenizer, args.model, config=config)
+    counter = _PrefillCounter(loaded.model)
+    # Warm-up (first forward passes, lazy imports) outside the timing.
+    warm = argparse.Namespace(**{**vars(args), "episodes": 2, "turns": 2, "seed": args.seed + 1})
+    asyncio.run(play(client, warm, counter, args.mode))
+    run, episodes = asyncio.run(play(client, args, counter, args.mode))
+    out = {
+        "run": asdict(run),
+        "episodes": episodes,
+        "prefix_cache": asdict(client.prefix_cache_stats()),
+        "kv": asdict(client.kv_stats()),
+    }
+    client.close()
+    args.json.write_text(json.dumps(out) + "\n")
+
+
+def _round(args: argparse.Namespace, mode: str, scratch: Path) -> dict[str, Any]:
+    # Each round in a fresh process: no round inherits the heap, threads or caches of another (a round
+    # run after a long one in the same process measured up to ~25% slower, docs/benchmarks.md).
+    out = scratch / "round.json"
+    argv = [sys.executable, "-P", __file__, "--mode", mode, "--json", str(out)]
+    for name in ("model", "episodes", "turns", "max_tokens", "temperature", "seed", "max_kv_mib"):
+        argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    subprocess.run(argv, check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["run"]["load_before"] = tuple(result["run"]["load_before"])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -130,39 +169,30 @@ def main() -> None:
         default=EngineConfig.max_kv_bytes / 2**20 if EngineConfig.max_kv_bytes else 0,
         help="both engines' KV budget for the running batch (EngineConfig.max_kv_bytes); 0: no budget",
     )
+    parser.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=Path("artifacts/multiturn.json"))
     args = parser.parse_args()
-    budget = int(args.max_kv_mib * 2**20) or None
-    clients, counters = {}, {}
-    configs = {
-        "no cache": EngineConfig(prefix_cache_bytes=0, max_kv_bytes=budget),
-        "prefix cache": EngineConfig(max_kv_bytes=budget),
-    }
-    for mode, config in configs.items():
-        loaded = load_sampling_model(base_model=args.model)
-        clients[mode] = LocalSamplingClient(loaded.model, loaded.tokenizer, args.model, config=config)
-        counters[mode] = _PrefillCounter(loaded.model)
-    # Warm-up (first forward passes, lazy imports) outside the timings.
-    warm = argparse.Namespace(**{**vars(args), "episodes": 2, "turns": 2, "seed": args.seed + 1})
-    for mode, client in clients.items():
-        asyncio.run(play(client, warm, counters[mode], mode))
-    runs: dict[str, list[ModeRun]] = {mode: [] for mode in clients}
+    if args.mode is not None:
+        run_mode(args)
+        return
+    runs: dict[str, list[ModeRun]] = {mode: [] for mode in MODES}
     outputs: dict[str, list[Episode]] = {}
-    for round_index in range(args.rounds):
-        for mode, client in clients.items():
-            run, episodes = asyncio.run(play(client, args, counters[mode], mode))
-            runs[mode].append(run)
-            outputs[mode] = episodes
-            print(
-                f"round {round_index} {mode:12s} {run.seconds:8.1f} s  {run.tokens_per_s:7.1f} sampled tok/s  "
-                f"{run.sampled_tokens} sampled, {run.prefilled_tokens} prefilled, {run.turns} turns, "
-                f"load {run.load_before}",
-                flush=True,
-            )
-    stats = clients["prefix cache"].prefix_cache_stats()
-    kv = {mode: asdict(client.kv_stats()) for mode, client in clients.items()}
-    for client in clients.values():
-        client.close()
+    last: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_index in range(args.rounds):
+            for mode in MODES:
+                last[mode] = _round(args, mode, Path(scratch))
+                run = ModeRun(**last[mode]["run"])
+                runs[mode].append(run)
+                outputs[mode] = [[(t, lp) for t, lp in episode] for episode in last[mode]["episodes"]]
+                print(
+                    f"round {round_index} {mode:12s} {run.seconds:8.1f} s  {run.tokens_per_s:7.1f} sampled tok/s  "
+                    f"{run.sampled_tokens} sampled, {run.prefilled_tokens} prefilled, {run.turns} turns, "
+                    f"load {run.load_before}",
+                    flush=True,
+                )
+    stats = last["prefix cache"]["prefix_cache"]
+    kv = {mode: last[mode]["kv"] for mode in MODES}
     speed = {mode: statistics.median(r.tokens_per_s for r in mode_runs) for mode, mode_runs in runs.items()}
     same = compare(outputs["no cache"], outputs["prefix cache"])
     speedup = speed["prefix cache"] / speed["no cache"]
@@ -176,7 +206,7 @@ def main() -> None:
         },
         "speedup": speedup,
         "same": same,
-        "prefix_cache": asdict(stats),
+        "prefix_cache": stats,
         "kv": kv,
         "load_after": load_average(),
     }

@@ -5,6 +5,8 @@
   so does the step on MKL-packed weights (``packed_decode_weights``) for any number of rows;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
+  a returning turn that joins a running batch feeds its short tail through the decode steps (no
+  prefill pass at all) and samples the same;
 * a new sampling client (new weights) never sees another client's cached keys and values;
 * the KV budget holds requests back while the running batch's padded KV would exceed it (a request
   alone always runs), and changes no token or logprob.
@@ -15,6 +17,7 @@ Everything runs the real tiny random Llama through the public client.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -184,9 +187,17 @@ def test_lean_decode_reads_the_models_own_projection_weights() -> None:
 
 
 async def _conversation(
-    client: LocalSamplingClient, turns: int, players: int, max_tokens: int = 10
+    client: LocalSamplingClient,
+    turns: int,
+    players: int,
+    max_tokens: int = 10,
+    samples: int = 1,
+    after_turn: Callable[[int], None] = lambda _turn: None,
 ) -> tuple[Outputs, list[list[int]]]:
-    """Multi-turn chats: each turn's prompt is the previous prompt + the reply + a new user line."""
+    """Multi-turn chats: each turn's prompt is the previous prompt + the (first) reply + a new user line.
+
+    Later turns ask for ``samples`` replies (every one is recorded); ``after_turn`` runs after each turn.
+    """
     tok = client.get_tokenizer()
     prompts = [
         tok.encode(f"System: you are player {i} of a guessing game; ask short questions.\nUser: start\nA:")
@@ -198,13 +209,15 @@ async def _conversation(
             tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, stop=[], seed=100 * turn + i)
             for i in range(players)
         ]
+        count = samples if turn else 1
         responses = await asyncio.gather(
-            *(client.sample(_prompt(p), 1, sp) for p, sp in zip(prompts, params, strict=True))
+            *(client.sample(_prompt(p), count, sp) for p, sp in zip(prompts, params, strict=True))
         )
         for i, response in enumerate(responses):
-            seq = response.sequences[0]
-            outputs[i].append((list(seq.tokens), list(seq.logprobs or [])))
-            prompts[i] = prompts[i] + list(seq.tokens) + tok.encode(f"\nUser: turn {turn}, no.\nA:")
+            outputs[i].extend((list(seq.tokens), list(seq.logprobs or [])) for seq in response.sequences)
+            reply = list(response.sequences[0].tokens)
+            prompts[i] = prompts[i] + reply + tok.encode(f"\nUser: turn {turn}, no.\nA:")
+        after_turn(turn)
     return outputs, prompts
 
 
@@ -222,6 +235,50 @@ async def test_multi_turn_prompts_prefill_only_new_tokens_and_sample_the_same() 
     assert stats.hit_tokens > 0
     # ...so the tokens prefilled over the whole game grow like the conversation, not like its square.
     assert cached_prefilled[0] < sum(len(p) for p in final_prompts) < plain_prefilled[0]
+
+
+async def _conversation_beside_a_long_request(
+    client: LocalSamplingClient, after_turn: Callable[[int], None]
+) -> Outputs:
+    """The multi-turn chats of :func:`_conversation` while one long greedy request keeps a batch
+    decoding, so every returning turn joins a running batch; its output comes last."""
+    tok = client.get_tokenizer()
+    long_request = client.sample(
+        _prompt(tok.encode("Background: a request that outlasts the whole conversation")),
+        1,
+        tinker.SamplingParams(max_tokens=400, temperature=0.0, stop=[]),
+    )
+    await asyncio.sleep(0.05)
+    outputs, _ = await _conversation(client, turns=4, players=3, samples=2, after_turn=after_turn)
+    sequence = (await long_request).sequences[0]
+    return [*outputs, [(list(sequence.tokens), list(sequence.logprobs or []))]]
+
+
+async def test_turns_joining_a_running_batch_feed_their_tails_through_decode_steps() -> None:
+    plain, _ = _client(NO_CACHE)
+    expected = await _conversation_beside_a_long_request(plain, lambda _turn: None)
+    plain.close()
+    prefilled_after_turn: dict[str, list[int]] = {}
+    for name, config in {"fed": EngineConfig(), "prefilled": EngineConfig(max_fed_tail_tokens=0)}.items():
+        client, model = _client(config)
+        prefilled = _count_prefilled(model)
+        seen: list[int] = []
+        prefilled_after_turn[name] = seen
+
+        def note(_turn: int, seen: list[int] = seen, prefilled: list[int] = prefilled) -> None:
+            seen.append(prefilled[0])
+
+        got = await _conversation_beside_a_long_request(client, note)
+        client.close()
+        # Fed or prefilled, every reply (two samples per later turn) and the long request's tokens are
+        # those of full prefills without the cache.
+        _assert_same(expected, got, atol=1e-4)
+    # With feeding, no turn after the first ran a prefill pass: each tail went through decode steps...
+    fed = prefilled_after_turn["fed"]
+    assert fed[0] > 0 and fed[1:] == [fed[0]] * 3
+    # ...while with max_fed_tail_tokens=0 every later turn prefilled its tails.
+    tails = prefilled_after_turn["prefilled"]
+    assert all(later > earlier for earlier, later in itertools.pairwise(tails))
 
 
 def test_prefix_cache_stores_shared_prefixes_once_and_evicts_least_recently_used() -> None:

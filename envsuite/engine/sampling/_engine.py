@@ -7,6 +7,8 @@ through ``concurrent.futures.Future`` objects. The engine thread loops over thre
 2. **admit** waiting requests into the running batch: their prompts are prefilled together in one
    left-padded forward pass, each distinct prompt once however many samples and requests ask for it
    (its KV-cache row is copied per sample), and the first tokens are sampled from the prefill logits;
+   a prompt that extends a cached conversation by a short tail joins a running batch without a pass
+   of its own (the next decode step feeds its tail, ``EngineConfig.max_fed_tail_tokens``);
 3. **decode** one token for every running row in one forward pass over the shared KV cache.
 
 Rows leave the batch as soon as they stop, and new requests join between two decode steps
@@ -30,22 +32,23 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
+from envsuite.engine.sampling._jobs import Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
     PrefillOutput,
+    batch_from_prefixes,
     kv_bytes_per_position,
     prefill,
     prefill_after_prefix,
 )
 from envsuite.engine.sampling._llama_decode import llama_decoder
-from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats
+from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._requests import (
     EngineClosedError,
     EngineConfig,
@@ -66,39 +69,6 @@ from envsuite.engine.sampling._token_choice import (
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-
-@dataclass
-class _Job(Generic[R]):
-    request: EngineRequest
-    future: concurrent.futures.Future[R]
-    convert: Callable[[EngineResult], R]
-    open_rows: int = 0
-    sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
-    prompt_logprobs: list[float | None] | None = None
-
-    def finish(self) -> None:
-        result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
-        try:
-            value = self.convert(result)
-        except Exception as exc:
-            self.fail(exc)
-            return
-        if self.future.set_running_or_notify_cancel():
-            self.future.set_result(value)
-
-    def fail(self, error: BaseException) -> None:
-        if not self.future.done() and self.future.set_running_or_notify_cancel():
-            self.future.set_exception(error)
-
-
-@dataclass
-class _Row:
-    job: _Job[Any]
-    index: int
-    sampling: RowSampling
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
 
 
 class SamplingEngine:
@@ -125,15 +95,15 @@ class SamplingEngine:
         assert isinstance(weight, torch.Tensor)
         self.vocab_size = int(weight.shape[0])
         self._decode = decode
-        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
         # Seeds for unseeded requests come from this engine's own RNG, never the global one.
         self._seed_rng = random.Random()
-        self._waiting: deque[_Job[Any]] = deque()
+        self._waiting: deque[Job[Any]] = deque()
         self._batch: KVBatch | None = None
-        self._rows: list[_Row] = []
+        self._rows: list[Row] = []
         self._prefix = PrefixCache(self.config.prefix_cache_bytes)
         self._kv_per_position = kv_bytes_per_position(model)
         # Peaks and counts behind kv_stats(); written by the engine thread only.
@@ -155,7 +125,7 @@ class SamplingEngine:
             if self._closed:
                 future.set_exception(EngineClosedError("the sampling engine is closed"))
                 return future
-            self._queue.put(_Job(request, future, convert))
+            self._queue.put(Job(request, future, convert))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="envsuite-sampling-engine", daemon=True
@@ -249,8 +219,8 @@ class SamplingEngine:
             row.job.fail(error)
         self._rows, self._batch = [], None
 
-    def _next_group(self) -> list[_Job[Any]]:
-        group: list[_Job[Any]] = []
+    def _next_group(self) -> list[Job[Any]]:
+        group: list[Job[Any]] = []
         free_rows = self.config.max_batch_size - len(self._rows)
         longest = 0
         length_now = self._batch.length if self._batch is not None else 0
@@ -292,20 +262,83 @@ class SamplingEngine:
         group = self._next_group()
         if not group:
             return
-        try:
-            self._admit_group(group)
-        except Exception as exc:
-            logger.exception("admitting %d requests failed", len(group))
-            for job in group:
-                job.fail(exc)
+        matches = self._prefix_matches(group)
+        fed = [job for job in group if self._feeds(job, matches)]
+        prefilled = [job for job in group if not self._feeds(job, matches)]
+        for jobs, admit in ((fed, self._join_fed), (prefilled, self._admit_group)):
+            if not jobs:
+                continue
+            try:
+                admit(jobs, matches)
+            except Exception as exc:
+                logger.exception("admitting %d requests failed", len(jobs))
+                for job in jobs:
+                    job.fail(exc)
 
-    def _admit_group(self, group: list[_Job[Any]]) -> None:
+    def _prefix_matches(self, group: list[Job[Any]]) -> dict[tuple[int, ...], PrefixMatch]:
+        """Each distinct prompt's longest cached prefix (none when the cache is off or a prompt wants
+        prompt logprobs, which need the whole prompt prefilled)."""
+        if self._prefix.max_bytes <= 0 or group[0].request.prompt_logprobs:
+            return {}
+        matches: dict[tuple[int, ...], PrefixMatch] = {}
+        for job in group:
+            prompt = job.request.prompt_T
+            if prompt not in matches:
+                # At least one prompt token is fed, so its next-token logits come out of the model.
+                matches[prompt] = self._prefix.match(prompt, len(prompt) - 1)
+        return matches
+
+    def _feeds(self, job: Job[Any], matches: dict[tuple[int, ...], PrefixMatch]) -> bool:
+        """Whether ``job`` joins the running batch with its cached prefix and feeds its prompt's short
+        tail in the next decode step (``EngineConfig.max_fed_tail_tokens``) instead of a prefill."""
+        request = job.request
+        match = matches.get(request.prompt_T)
+        return (
+            self._batch is not None
+            and self._decoder is not None
+            and match is not None
+            and request.max_tokens > 0
+            and match.length >= self.config.min_prefix_reuse
+            and len(request.prompt_T) - match.length <= self.config.max_fed_tail_tokens
+        )
+
+    def _join_fed(self, jobs: list[Job[Any]], matches: dict[tuple[int, ...], PrefixMatch]) -> None:
+        """Join ``jobs``' rows to the running batch holding only their prompts' cached prefixes.
+
+        The next decode step feeds each row's tail (the prompt past its prefix) in the same pass as
+        the other rows' tokens: the tail's rows of the layer products ride along with the batch's, and
+        the row samples its first token from that step's logits. A short tail so costs a few more rows
+        in one step rather than a forward pass of its own while the batch waits (docs/benchmarks.md,
+        multi-turn rollouts).
+        """
+        assert self._batch is not None
+        rows: list[Row] = []
+        row_matches: list[PrefixMatch] = []
+        tails: list[tuple[int, ...]] = []
+        for job in jobs:
+            prompt = job.request.prompt_T
+            match = matches[prompt]
+            job.open_rows = job.request.num_samples
+            for index in range(job.request.num_samples):
+                rows.append(self._make_row(job, index))
+                row_matches.append(match)
+                tails.append(prompt[match.length :])
+        self._batch.extend(batch_from_prefixes(self.model, row_matches, tails))
+        self._rows.extend(rows)
+        self._note_kv_peaks()
+
+    def _note_kv_peaks(self) -> None:
+        assert self._batch is not None
+        self._peak_admitted_bytes = max(self._peak_admitted_bytes, self._batch.live_bytes)
+        self._peak_allocated_bytes = max(self._peak_allocated_bytes, self._batch.allocated_bytes)
+
+    def _admit_group(self, group: list[Job[Any]], matches: dict[tuple[int, ...], PrefixMatch]) -> None:
         # Identical prompts (the members of a GRPO group) are prefilled once and share that KV row.
         unique: dict[tuple[int, ...], int] = {}
         slot_of_job = [unique.setdefault(job.request.prompt_T, len(unique)) for job in group]
-        out = self._prefill(list(unique), group[0].request.prompt_logprobs)
+        out = self._prefill(list(unique), group[0].request.prompt_logprobs, matches)
         counts = [job.request.num_samples if job.request.max_tokens > 0 else 0 for job in group]
-        new_rows: list[_Row] = []
+        new_rows: list[Row] = []
         row_slots: list[int] = []
         for job, slot, count in zip(group, slot_of_job, counts, strict=True):
             if out.prompt_logprobs_B is not None:
@@ -333,15 +366,18 @@ class SamplingEngine:
         else:
             self._batch.extend(batch)
         self._rows.extend(new_rows)
-        self._peak_admitted_bytes = max(self._peak_admitted_bytes, self._batch.live_bytes)
-        self._peak_allocated_bytes = max(self._peak_allocated_bytes, self._batch.allocated_bytes)
+        self._note_kv_peaks()
 
-    def _prefill(self, prompts: list[tuple[int, ...]], want_prompt_logprobs: bool) -> PrefillOutput:
-        """Prefill ``prompts`` (one row each, in order), reusing cached prefixes where there are any."""
-        if want_prompt_logprobs or self._prefix.max_bytes <= 0:
+    def _prefill(
+        self,
+        prompts: list[tuple[int, ...]],
+        want_prompt_logprobs: bool,
+        known: dict[tuple[int, ...], PrefixMatch],
+    ) -> PrefillOutput:
+        """Prefill ``prompts`` (one row each, in order), reusing their cached prefixes (``known``)."""
+        if want_prompt_logprobs or not known:
             return prefill(self.model, prompts, want_prompt_logprobs)
-        # At least one token of each prompt is fed, so its next-token logits come out of the pass.
-        matches = [self._prefix.match(prompt, len(prompt) - 1) for prompt in prompts]
+        matches = [known[prompt] for prompt in prompts]
         hits = [i for i, match in enumerate(matches) if match.length >= self.config.min_prefix_reuse]
         if not hits:
             return prefill(self.model, prompts, False)
@@ -361,7 +397,7 @@ class SamplingEngine:
         index = torch.tensor(where, dtype=torch.long, device=logits.device)
         return PrefillOutput(batch, logits.index_select(0, index), None)
 
-    def _remember(self, batch: KVBatch, index: int, row: _Row) -> None:
+    def _remember(self, batch: KVBatch, index: int, row: Row) -> None:
         """Keep a finished row's KV (prompt + every token fed) for prompts that extend it."""
         if self._prefix.max_bytes <= 0:
             return
@@ -371,14 +407,14 @@ class SamplingEngine:
             return
         self._prefix.insert(tokens, lambda start, end: batch.row_kv(index, start, end))
 
-    def _make_row(self, job: _Job[Any], index: int) -> _Row:
+    def _make_row(self, job: Job[Any], index: int) -> Row:
         request = job.request
         generator = None
         if request.temperature > 0:
             base = request.seed if request.seed is not None else self._seed_rng.getrandbits(63)
             generator = make_generator(row_seed(base, index))
         sampling = RowSampling(request.temperature, request.top_k, request.top_p, generator)
-        return _Row(job, index, sampling)
+        return Row(job, index, sampling)
 
     def _decode_step(self) -> None:
         assert self._batch is not None
@@ -394,7 +430,7 @@ class SamplingEngine:
         if not self._rows:
             self._batch = None
 
-    def _advance(self, rows: Sequence[_Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
+    def _advance(self, rows: Sequence[Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
         """Append one sampled token to each row; finish rows that stopped; return the rows to keep."""
         choice = choose_tokens(logits_B_V, [row.sampling for row in rows])
         keep: list[int] = []
@@ -418,7 +454,7 @@ class SamplingEngine:
                 row.job.finish()
         return keep
 
-    def _finish_reason(self, row: _Row) -> FinishReason | None:
+    def _finish_reason(self, row: Row) -> FinishReason | None:
         request = row.job.request
         if request.stop.is_stop(row.tokens, self._decode):
             return FinishReason.STOP

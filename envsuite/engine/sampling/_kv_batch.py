@@ -25,7 +25,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from envsuite.engine._token_tree import TreeLayout, tree_layout
 from envsuite.engine.sampling._kv_cache_layer import GrowableLayer, new_cache
-from envsuite.engine.sampling._llama_decode import LlamaDecoder
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, TailTokens
 from envsuite.engine.sampling._prefix_cache import PrefixMatch
 
 SPARSE_FACTOR = 2
@@ -68,6 +68,9 @@ class KVBatch:
         self.mask_B_L = mask_B_L
         self.next_pos_B = next_pos_B
         self.pending_B: list[int] = [0] * mask_B_L.shape[0]
+        self.tail_B: list[tuple[int, ...]] = [()] * mask_B_L.shape[0]
+        """Prompt tokens a row feeds before its pending token at the next step (a joined prompt's tail,
+        whose columns its row left empty: :func:`batch_from_prefixes`); empty for every other row."""
         self.compact_min_bytes = COMPACT_MIN_BYTES
         """Buffers at most this large are never compacted (see :meth:`select`)."""
 
@@ -98,8 +101,20 @@ class KVBatch:
         input_ids = torch.tensor(self.pending_B, dtype=torch.long, device=device)
         ones = torch.ones((self.size, 1), dtype=self.mask_B_L.dtype, device=device)
         mask = torch.cat([self.mask_B_L, ones], dim=1)
+        tails = [
+            TailTokens(row, tail, int(self.next_pos_B[row])) for row, tail in enumerate(self.tail_B) if tail
+        ]
+        if tails:
+            if decoder is None:
+                raise ValueError("feeding prompt tails in a decode step needs the lean decoder")
+            for tail in tails:
+                count = len(tail.token_ids)
+                mask[tail.row, -1 - count : -1] = 1
+            lengths = torch.tensor([len(tail) for tail in self.tail_B], dtype=torch.long, device=device)
+            self.next_pos_B = self.next_pos_B + lengths
+            self.tail_B = [()] * self.size
         if decoder is not None:
-            logits = decoder.step(input_ids, self.next_pos_B, mask, _kv_layers(self.cache))
+            logits = decoder.step(input_ids, self.next_pos_B, mask, _kv_layers(self.cache), tails)
         else:
             out = model(
                 input_ids=input_ids[:, None],
@@ -120,6 +135,7 @@ class KVBatch:
         rows = torch.tensor(list(index), dtype=torch.long, device=self.mask_B_L.device)
         self._index_rows(rows)
         self.pending_B = [self.pending_B[i] for i in index]
+        self.tail_B = [self.tail_B[i] for i in index]
 
     def row_length(self, row: int) -> int:
         """Positions held for ``row`` (its prompt and every fed token)."""
@@ -161,6 +177,7 @@ class KVBatch:
         self.mask_B_L = self.mask_B_L.index_select(0, index)
         self.next_pos_B = self.next_pos_B.index_select(0, index)
         self.pending_B = [self.pending_B[i] for i in order]
+        self.tail_B = [self.tail_B[i] for i in order]
         self._trim_left()
         self._compact_if_sparse()
         return order
@@ -175,6 +192,7 @@ class KVBatch:
         )
         self.next_pos_B = torch.cat([self.next_pos_B, other.next_pos_B])
         self.pending_B = self.pending_B + other.pending_B
+        self.tail_B = self.tail_B + other.tail_B
 
     def _index_rows(self, index: torch.Tensor) -> None:
         for layer in _kv_layers(self.cache):
@@ -220,32 +238,56 @@ def prefill(
     return _padded_prefill(model, prompts, want_prompt_logprobs)
 
 
+def batch_from_prefixes(
+    model: PreTrainedModel, matches: Sequence[PrefixMatch], tails: Sequence[Sequence[int]] | None = None
+) -> KVBatch:
+    """A batch holding exactly the cached KV of ``matches`` (one row each, left-padded), no forward pass.
+
+    Row ``s`` holds ``matches[s].length`` positions and its next position is that length. With
+    ``tails``, row ``s`` feeds ``tails[s]`` (at least one token) at its first step: its last token is
+    pending, the others wait in ``tail_B``, and the row's prefix ends that many columns early (masked
+    gap columns, which the step fills), so every row still ends at the batch's last column.
+    """
+    cached = [match.length for match in matches]
+    gaps = [len(tail) - 1 for tail in tails] if tails is not None else [0] * len(matches)
+    width = max(length + gap for length, gap in zip(cached, gaps, strict=True))
+    first = matches[0].blocks[0]
+    layers, _, kv_heads, _, head_dim = first.shape
+    kv = first.new_zeros((layers, 2, len(matches), kv_heads, width, head_dim))
+    mask = torch.zeros((len(matches), width), dtype=torch.long)
+    for s, (match, gap) in enumerate(zip(matches, gaps, strict=True)):
+        start = width - gap - match.length
+        mask[s, start : width - gap] = 1
+        for block in match.blocks:
+            end = start + block.shape[3]
+            kv[:, :, s, :, start:end] = block
+            start = end
+    cache = new_cache(model)
+    for index, layer in enumerate(cache.layers):
+        assert isinstance(layer, GrowableLayer)
+        layer.assign(kv[index, 0], kv[index, 1])
+    next_pos = torch.tensor(cached, dtype=torch.long, device=model.device)
+    batch = KVBatch(cache, mask.to(model.device), next_pos)
+    if tails is not None:
+        batch.pending_B = [tail[-1] for tail in tails]
+        batch.tail_B = [tuple(tail[:-1]) for tail in tails]
+    return batch
+
+
 def prefill_after_prefix(
     model: PreTrainedModel, prompts: Sequence[Sequence[int]], matches: Sequence[PrefixMatch]
 ) -> PrefillOutput:
     """Prefill only what follows each prompt's cached prefix (``matches``, from the prefix cache).
 
-    The cached keys and values are left-padded into a fresh cache (row ``s`` holds ``matches[s].length``
-    positions), then the prompts' tails run as one left-padded batch on top of it, each token with its
-    own position in its prompt. A row's real columns are its cached prefix, possibly a gap of padding
-    (when its tail is shorter than the longest tail), then its tail: the mask covers the gap, so
-    attention and positions are those of the whole prompt prefilled at once.
+    The cached keys and values are left-padded into a fresh cache (:func:`batch_from_prefixes`), then
+    the prompts' tails run as one left-padded batch on top of it, each token with its own position in
+    its prompt. A row's real columns are its cached prefix, possibly a gap of padding (when its tail is
+    shorter than the longest tail), then its tail: the mask covers the gap, so attention and positions
+    are those of the whole prompt prefilled at once.
     """
     device = model.device
     cached = [match.length for match in matches]
-    width = max(cached)
-    first = matches[0].blocks[0]
-    layers, _, kv_heads, _, head_dim = first.shape
-    kv = first.new_zeros((layers, 2, len(prompts), kv_heads, width, head_dim))
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for s, match in enumerate(matches):
-        kv[:, :, s, :, width - match.length :] = torch.cat(match.blocks, dim=3)
-        mask[s, width - match.length :] = 1
-    cache = new_cache(model)
-    for index, layer in enumerate(cache.layers):
-        assert isinstance(layer, GrowableLayer)
-        layer.update(kv[index, 0], kv[index, 1])
-    del kv
+    prefixes = batch_from_prefixes(model, matches)
     tails = [prompt[length:] for prompt, length in zip(prompts, cached, strict=True)]
     tail_width = max(len(tail) for tail in tails)
     input_ids = torch.zeros((len(prompts), tail_width), dtype=torch.long)
@@ -255,18 +297,18 @@ def prefill_after_prefix(
         input_ids[s, tail_width - len(tail) :] = torch.tensor(list(tail), dtype=torch.long)
         tail_mask[s, tail_width - len(tail) :] = 1
         positions[s, tail_width - len(tail) :] = torch.arange(length, length + len(tail))
-    full_mask = torch.cat([mask, tail_mask], dim=1).to(device)
+    full_mask = torch.cat([prefixes.mask_B_L, tail_mask.to(device)], dim=1)
     out = model(
         input_ids=input_ids.to(device),
         attention_mask=full_mask,
         position_ids=positions.to(device),
-        past_key_values=cache,
+        past_key_values=prefixes.cache,
         use_cache=True,
         logits_to_keep=1,
     )
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
     return PrefillOutput(
-        batch=KVBatch(cache, full_mask, next_pos),
+        batch=KVBatch(prefixes.cache, full_mask, next_pos),
         last_logits_B_V=out.logits[:, -1, :],
         prompt_logprobs_B=None,
     )

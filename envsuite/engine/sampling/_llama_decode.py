@@ -16,7 +16,7 @@ cover (other architectures, sliding windows, biases it does not know) keep using
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -33,6 +33,18 @@ class AppendingLayer(Protocol):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass(frozen=True)
+class TailTokens:
+    """Prompt tokens a row feeds in a decode step before its pending token (a prompt's tail, joined
+    to a running batch with only its cached prefix): ``len(token_ids)`` consecutive positions starting
+    at ``first_position``, whose keys and values go in the cache columns right before the step's new
+    column (left empty for them when the row joined)."""
+
+    row: int
+    token_ids: tuple[int, ...]
+    first_position: int
 
 
 @dataclass(frozen=True)
@@ -160,22 +172,31 @@ class LlamaDecoder:
         position_ids_B: torch.Tensor,
         mask_B_L: torch.Tensor,
         cache_layers: Sequence[AppendingLayer],
+        tails: Sequence[TailTokens] = (),
     ) -> torch.Tensor:
         """Next-token logits ``(B, V)`` for one new token per row.
 
         ``mask_B_L`` covers the cached positions and the new one (its last column); the new keys and
-        values are appended to ``cache_layers``.
+        values are appended to ``cache_layers``. Rows with ``tails`` first feed those tokens in the
+        same pass (their rows of the layer products ride along with the batch's); the mask must
+        already cover their columns.
         """
         batch = input_ids_B.shape[0]
-        hidden = self.embed(input_ids_B[:, None])
-        cos, sin = self.rotary(hidden, position_ids_B[:, None])
+        ids = input_ids_B
+        positions = position_ids_B
+        if tails:
+            ids = torch.cat([ids, _tail_tensor(tails, lambda t: t.token_ids, ids.device)])
+            positions = torch.cat([positions, _tail_tensor(tails, _tail_positions, ids.device)])
+        hidden = self.embed(ids[:, None])
+        cos, sin = self.rotary(hidden, positions[:, None])
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         # One mask for every layer; with no padding at all SDPA needs none (a one-token query
         # attends to every cached position).
         mask = None if bool(mask_B_L.all()) else mask_B_L.bool()[:, None, None, :]
+        tail_masks = [_tail_mask(tail, mask_B_L, self.heads // self.kv_heads) for tail in tails]
         for weights, layer in zip(self.layers, cache_layers, strict=True):
-            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch)
-        hidden = self._rms_norm(hidden, self.final_norm)
+            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, tails, tail_masks)
+        hidden = self._rms_norm(hidden[:batch], self.final_norm)
         return self.lm_head(hidden)[:, -1, :]
 
     def _layer(
@@ -187,32 +208,100 @@ class LlamaDecoder:
         mask: torch.Tensor | None,
         cache: AppendingLayer,
         batch: int,
+        tails: Sequence[TailTokens],
+        tail_masks: Sequence[torch.Tensor],
     ) -> torch.Tensor:
+        # hidden_B1D: the batch's rows (one token each), then every tail token (one row each).
+        rows = hidden_B1D.shape[0]
         x = self._rms_norm(hidden_B1D, w.input_norm)
         qkv = w.qkv(x)
         k_end = self.q_size + self.kv_size
         # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
         # rotating each on its own, in half the operations.
-        qk = qkv[..., :k_end].view(batch, 1, -1, self.head_dim).transpose(1, 2)
+        qk = qkv[..., :k_end].view(rows, 1, -1, self.head_dim).transpose(1, 2)
         qk = qk * cos + _rotate_half(qk) * sin
         query, key = qk[:, : self.heads], qk[:, self.heads :]
-        value = qkv[..., k_end:].reshape(batch, 1, -1, self.head_dim).transpose(1, 2)
-        keys, values = cache.update(key, value)
+        value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
+        keys, values = cache.update(key[:batch], value[:batch])
+        spans = _tail_spans(tails, batch)
+        for tail, span in zip(tails, spans, strict=True):
+            # Into the row's columns right before the new one (the pending token's attention below
+            # sees them): (N, kv_heads, 1, head_dim) -> (kv_heads, N, head_dim), the cache's layout.
+            columns = slice(keys.shape[2] - 1 - len(tail.token_ids), keys.shape[2] - 1)
+            keys[tail.row, :, columns] = key[span, :, 0].transpose(0, 1)
+            values[tail.row, :, columns] = value[span, :, 0].transpose(0, 1)
         # Each key/value head's query heads become that head's queries (transformers' pack_gqa), so
         # the cache is never repeated per query head.
-        grouped = query.reshape(batch, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        group = self.heads // self.kv_heads
+        grouped = query[:batch].reshape(batch, self.kv_heads, group, self.head_dim)
         attn = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
         attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
+        if tails:
+            tail_attn = [
+                self._tail_attention(tail, tail_mask, query[span], keys, values)
+                for tail, tail_mask, span in zip(tails, tail_masks, spans, strict=True)
+            ]
+            attn = torch.cat([attn, *tail_attn])
         hidden_B1D = hidden_B1D + w.o(attn)
         x = self._rms_norm(hidden_B1D, w.post_norm)
         mlp = self.act(w.gate(x)) * w.up(x)
         return hidden_B1D + w.down(mlp)
+
+    def _tail_attention(
+        self,
+        tail: TailTokens,
+        mask_QL: torch.Tensor,
+        query_N: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
+        """A tail's ``N`` queries attending causally over its row (``mask_QL``: :func:`_tail_mask`),
+        its own keys and values already in the cache; returns ``(N, 1, q_size)``."""
+        count, group = len(tail.token_ids), self.heads // self.kv_heads
+        # Queries ordered (kv head, token, query head of the group), as the mask's rows are.
+        grouped = query_N[:, :, 0].reshape(count, self.kv_heads, group, self.head_dim).transpose(0, 1)
+        grouped = grouped.reshape(1, self.kv_heads, count * group, self.head_dim)
+        row = slice(tail.row, tail.row + 1)
+        attn = F.scaled_dot_product_attention(
+            grouped, keys[row], values[row], attn_mask=mask_QL, scale=self.scaling
+        )
+        attn = attn.reshape(self.kv_heads, count, group, self.head_dim).transpose(0, 1)
+        return attn.reshape(count, 1, self.q_size)
 
     def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # torch's fused kernel: the arithmetic of transformers' LlamaRMSNorm (mean of squares, rsqrt,
         # scale) in one operation instead of six (no difference on the inputs checked; the tests hold
         # the lean step to the forward pass's logprobs).
         return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.eps)
+
+
+def _tail_spans(tails: Sequence[TailTokens], batch: int) -> list[slice]:
+    """Where each tail's tokens sit in the step's rows (after the batch's ``batch`` rows, in order)."""
+    spans, start = [], batch
+    for tail in tails:
+        spans.append(slice(start, start + len(tail.token_ids)))
+        start += len(tail.token_ids)
+    return spans
+
+
+def _tail_positions(tail: TailTokens) -> Sequence[int]:
+    return range(tail.first_position, tail.first_position + len(tail.token_ids))
+
+
+def _tail_tensor(
+    tails: Sequence[TailTokens], values: Callable[[TailTokens], Sequence[int]], device: torch.device
+) -> torch.Tensor:
+    return torch.tensor([v for tail in tails for v in values(tail)], dtype=torch.long, device=device)
+
+
+def _tail_mask(tail: TailTokens, mask_B_L: torch.Tensor, group: int) -> torch.Tensor:
+    """``(group * N, L)``: tail token ``j`` (``N`` of them, in the columns right before the last) sees
+    its row's real columns up to its own; each token's row repeated for its query heads."""
+    count, width = len(tail.token_ids), mask_B_L.shape[1]
+    own_column = torch.arange(width - 1 - count, width - 1, device=mask_B_L.device)
+    causal = torch.arange(width, device=mask_B_L.device)[None, :] <= own_column[:, None]
+    allowed = causal & mask_B_L[tail.row].bool()[None, :]
+    return allowed.repeat_interleave(group, dim=0)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -51,6 +51,13 @@ class EngineConfig:
     this many bytes (least recently used first out); 0 turns the prefix cache off."""
     min_prefix_reuse: int = 16
     """A cached prefix shorter than this many tokens is prefilled again (not worth a separate pass)."""
+    max_fed_tail_tokens: int = 64
+    """A request whose prompt extends a cached prefix by at most this many tokens, arriving while a batch
+    is decoding, joins that batch holding only the cached prefix, and the next decode step feeds its
+    tail in the same pass as the other rows' tokens (lean decode step only); longer tails, requests
+    arriving at an idle engine and models without the lean step get a prefill pass of their own. A
+    returning multi-turn episode so adds a few rows to one decode step instead of stalling the batch
+    for a forward pass (docs/benchmarks.md). 0 prefills every tail."""
     max_kv_bytes: int | None = 256 << 20
     """KV cache of the running batch at most this many bytes when a request joins it: the batch is
     left-padded, so its KV is its row count times its longest row (times the model's bytes per

@@ -1,0 +1,51 @@
+"""A sampling request in flight in the engine (:class:`Job`) and each of its samples' rows (:class:`Row`):
+what the engine thread keeps per request between decode steps."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence
+from envsuite.engine.sampling._token_choice import RowSampling
+
+R = TypeVar("R")
+
+
+@dataclass
+class Job(Generic[R]):
+    """One request: its future (resolved with ``convert(result)``) and the samples finished so far."""
+
+    request: EngineRequest
+    future: concurrent.futures.Future[R]
+    convert: Callable[[EngineResult], R]
+    open_rows: int = 0
+    sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
+    prompt_logprobs: list[float | None] | None = None
+
+    def finish(self) -> None:
+        result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
+        try:
+            value = self.convert(result)
+        except Exception as exc:
+            self.fail(exc)
+            return
+        if self.future.set_running_or_notify_cancel():
+            self.future.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done() and self.future.set_running_or_notify_cancel():
+            self.future.set_exception(error)
+
+
+@dataclass
+class Row:
+    """Sample ``index`` of ``job``: its sampling settings and the tokens it has sampled so far."""
+
+    job: Job[Any]
+    index: int
+    sampling: RowSampling
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
