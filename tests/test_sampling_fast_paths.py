@@ -246,7 +246,7 @@ async def _conversation_beside_a_long_request(
     long_request = client.sample(
         _prompt(tok.encode("Background: a request that outlasts the whole conversation")),
         1,
-        tinker.SamplingParams(max_tokens=400, temperature=0.0, stop=[]),
+        tinker.SamplingParams(max_tokens=1200, temperature=0.0, stop=[]),
     )
     await asyncio.sleep(0.05)
     outputs, _ = await _conversation(client, turns=4, players=3, samples=2, after_turn=after_turn)
@@ -259,7 +259,12 @@ async def test_turns_joining_a_running_batch_feed_their_tails_through_decode_ste
     expected = await _conversation_beside_a_long_request(plain, lambda _turn: None)
     plain.close()
     prefilled_after_turn: dict[str, list[int]] = {}
-    for name, config in {"fed": EngineConfig(), "prefilled": EngineConfig(max_fed_tail_tokens=0)}.items():
+    configs = {
+        "fed": EngineConfig(),
+        "prefilled": EngineConfig(max_fed_tail_tokens=0),
+        "no lean step": EngineConfig(lean_decode=False),
+    }
+    for name, config in configs.items():
         client, model = _client(config)
         prefilled = _count_prefilled(model)
         seen: list[int] = []
@@ -276,9 +281,11 @@ async def test_turns_joining_a_running_batch_feed_their_tails_through_decode_ste
     # With feeding, no turn after the first ran a prefill pass: each tail went through decode steps...
     fed = prefilled_after_turn["fed"]
     assert fed[0] > 0 and fed[1:] == [fed[0]] * 3
-    # ...while with max_fed_tail_tokens=0 every later turn prefilled its tails.
-    tails = prefilled_after_turn["prefilled"]
-    assert all(later > earlier for earlier, later in itertools.pairwise(tails))
+    # ...while with max_fed_tail_tokens=0, or without the lean step (which feeds the tails), every
+    # later turn prefilled its tails.
+    for name in ("prefilled", "no lean step"):
+        tails = prefilled_after_turn[name]
+        assert all(later > earlier for earlier, later in itertools.pairwise(tails))
 
 
 def test_prefix_cache_stores_shared_prefixes_once_and_evicts_least_recently_used() -> None:

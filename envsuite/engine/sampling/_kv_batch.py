@@ -11,7 +11,9 @@ kept rows end up in); columns that are padding in every row are dropped from the
 view's start.
 
 Each row's next input token is pending (sampled, not yet in the cache); one :meth:`KVBatch.step` feeds
-all pending tokens at once and returns the next-token logits of every row.
+all pending tokens at once and returns the next-token logits of every row. A row that joined holding
+only its prompt's cached prefix feeds the rest of its prompt (its tail) in that same step, into the
+columns its prefix left free (:func:`batch_from_prefixes`), and samples from the step's logits.
 """
 
 from __future__ import annotations

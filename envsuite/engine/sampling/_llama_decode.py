@@ -9,7 +9,9 @@ layers, the attention-interface lookup, and a fresh 4D mask built from the 2D pa
 the same order and with the same kernels (the embedding, RMSNorm and rotary modules' arithmetic,
 ``F.linear`` on the same weights, SDPA with the query heads grouped per key/value head as
 transformers does for one-token queries), so its logits equal those of ``model(...)`` up to float
-rounding (tested). The mask is built once per step and shared by every layer. Models it does not
+rounding (tested). The mask is built once per step and shared by every layer. A step can also feed
+the prompt tails of rows that joined with only a cached prefix (:class:`TailTokens`): their tokens
+are extra rows of the same layer products, attending causally over their own row. Models it does not
 cover (other architectures, sliding windows, biases it does not know) keep using ``model(...)``:
 :func:`llama_decoder` returns None for them.
 """
@@ -28,7 +30,8 @@ _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
 
 class AppendingLayer(Protocol):
-    """A KV-cache layer: ``update`` appends new positions and returns all keys and values."""
+    """A KV-cache layer: ``update`` appends new positions and returns all keys and values, as views of
+    the cache's own memory (a step writes its rows' prompt tails through them)."""
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
