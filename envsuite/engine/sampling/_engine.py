@@ -263,8 +263,10 @@ class SamplingEngine:
         if not group:
             return
         matches = self._prefix_matches(group)
-        fed = [job for job in group if self._feeds(job, matches)]
-        prefilled = [job for job in group if not self._feeds(job, matches)]
+        fed: list[Job[Any]] = []
+        prefilled: list[Job[Any]] = []
+        for job in group:
+            (fed if self._feeds(job, matches) else prefilled).append(job)
         for jobs, admit in ((fed, self._join_fed), (prefilled, self._admit_group)):
             if not jobs:
                 continue

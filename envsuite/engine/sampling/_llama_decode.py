@@ -51,6 +51,15 @@ class TailTokens:
 
 
 @dataclass(frozen=True)
+class _FedTail:
+    """A tail as one step feeds it: its rows among the step's rows and its queries' attention mask."""
+
+    tail: TailTokens
+    rows: slice
+    mask_QL: torch.Tensor
+
+
+@dataclass(frozen=True)
 class _Product:
     """One linear layer of the step, ``x @ weight.T + bias``: on the weight itself, or on an MKL-packed
     copy of it (``packed``), which MKL multiplies faster by the skinny inputs of a decode step.
@@ -157,6 +166,8 @@ class LlamaDecoder:
         self.lm_head = _product(head)
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
+        self.group = self.heads // self.kv_heads
+        """Query heads per key/value head."""
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.scaling = self.head_dim**-0.5
         first: Any = inner.layers[0]
@@ -196,9 +207,9 @@ class LlamaDecoder:
         # One mask for every layer; with no padding at all SDPA needs none (a one-token query
         # attends to every cached position).
         mask = None if bool(mask_B_L.all()) else mask_B_L.bool()[:, None, None, :]
-        tail_masks = [_tail_mask(tail, mask_B_L, self.heads // self.kv_heads) for tail in tails]
+        fed = self._fed_tails(tails, mask_B_L, batch)
         for weights, layer in zip(self.layers, cache_layers, strict=True):
-            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, tails, tail_masks)
+            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
         hidden = self._rms_norm(hidden[:batch], self.final_norm)
         return self.lm_head(hidden)[:, -1, :]
 
@@ -211,8 +222,7 @@ class LlamaDecoder:
         mask: torch.Tensor | None,
         cache: AppendingLayer,
         batch: int,
-        tails: Sequence[TailTokens],
-        tail_masks: Sequence[torch.Tensor],
+        fed: Sequence[_FedTail],
     ) -> torch.Tensor:
         # hidden_B1D: the batch's rows (one token each), then every tail token (one row each).
         rows = hidden_B1D.shape[0]
@@ -226,47 +236,46 @@ class LlamaDecoder:
         query, key = qk[:, : self.heads], qk[:, self.heads :]
         value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
         keys, values = cache.update(key[:batch], value[:batch])
-        spans = _tail_spans(tails, batch)
-        for tail, span in zip(tails, spans, strict=True):
+        for f in fed:
             # Into the row's columns right before the new one (the pending token's attention below
             # sees them): (N, kv_heads, 1, head_dim) -> (kv_heads, N, head_dim), the cache's layout.
-            columns = slice(keys.shape[2] - 1 - len(tail.token_ids), keys.shape[2] - 1)
-            keys[tail.row, :, columns] = key[span, :, 0].transpose(0, 1)
-            values[tail.row, :, columns] = value[span, :, 0].transpose(0, 1)
+            columns = slice(keys.shape[2] - 1 - len(f.tail.token_ids), keys.shape[2] - 1)
+            keys[f.tail.row, :, columns] = key[f.rows, :, 0].transpose(0, 1)
+            values[f.tail.row, :, columns] = value[f.rows, :, 0].transpose(0, 1)
         # Each key/value head's query heads become that head's queries (transformers' pack_gqa), so
         # the cache is never repeated per query head.
-        group = self.heads // self.kv_heads
-        grouped = query[:batch].reshape(batch, self.kv_heads, group, self.head_dim)
+        grouped = query[:batch].reshape(batch, self.kv_heads, self.group, self.head_dim)
         attn = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
         attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
-        if tails:
-            tail_attn = [
-                self._tail_attention(tail, tail_mask, query[span], keys, values)
-                for tail, tail_mask, span in zip(tails, tail_masks, spans, strict=True)
-            ]
-            attn = torch.cat([attn, *tail_attn])
+        if fed:
+            attn = torch.cat([attn, *(self._tail_attention(f, query[f.rows], keys, values) for f in fed)])
         hidden_B1D = hidden_B1D + w.o(attn)
         x = self._rms_norm(hidden_B1D, w.post_norm)
         mlp = self.act(w.gate(x)) * w.up(x)
         return hidden_B1D + w.down(mlp)
 
+    def _fed_tails(self, tails: Sequence[TailTokens], mask_B_L: torch.Tensor, batch: int) -> list[_FedTail]:
+        """Each tail's rows (after the batch's ``batch`` rows, in order) and mask, once per step."""
+        fed, start = [], batch
+        for tail in tails:
+            end = start + len(tail.token_ids)
+            fed.append(_FedTail(tail, slice(start, end), _tail_mask(tail, mask_B_L, self.group)))
+            start = end
+        return fed
+
     def _tail_attention(
-        self,
-        tail: TailTokens,
-        mask_QL: torch.Tensor,
-        query_N: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
+        self, fed: _FedTail, query_N: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     ) -> torch.Tensor:
-        """A tail's ``N`` queries attending causally over its row (``mask_QL``: :func:`_tail_mask`),
+        """A tail's ``N`` queries attending causally over its row (``fed.mask_QL``: :func:`_tail_mask`),
         its own keys and values already in the cache; returns ``(N, 1, q_size)``."""
-        count, group = len(tail.token_ids), self.heads // self.kv_heads
+        tail, group = fed.tail, self.group
+        count = len(tail.token_ids)
         # Queries ordered (kv head, token, query head of the group), as the mask's rows are.
         grouped = query_N[:, :, 0].reshape(count, self.kv_heads, group, self.head_dim).transpose(0, 1)
         grouped = grouped.reshape(1, self.kv_heads, count * group, self.head_dim)
         row = slice(tail.row, tail.row + 1)
         attn = F.scaled_dot_product_attention(
-            grouped, keys[row], values[row], attn_mask=mask_QL, scale=self.scaling
+            grouped, keys[row], values[row], attn_mask=fed.mask_QL, scale=self.scaling
         )
         attn = attn.reshape(self.kv_heads, count, group, self.head_dim).transpose(0, 1)
         return attn.reshape(count, 1, self.q_size)
@@ -276,15 +285,6 @@ class LlamaDecoder:
         # scale) in one operation instead of six (no difference on the inputs checked; the tests hold
         # the lean step to the forward pass's logprobs).
         return F.rms_norm(hidden, (hidden.shape[-1],), weight, self.eps)
-
-
-def _tail_spans(tails: Sequence[TailTokens], batch: int) -> list[slice]:
-    """Where each tail's tokens sit in the step's rows (after the batch's ``batch`` rows, in order)."""
-    spans, start = [], batch
-    for tail in tails:
-        spans.append(slice(start, start + len(tail.token_ids)))
-        start += len(tail.token_ids)
-    return spans
 
 
 def _tail_positions(tail: TailTokens) -> Sequence[int]:
