@@ -15,7 +15,12 @@ import torch
 @dataclass(frozen=True)
 class Machine:
     matmul_gflops: float
-    """Best fp32 matmul rate seen (2048^3 products, all torch threads)."""
+    """Best fp32 matmul rate seen (2048^3 products, all torch threads), by either library below."""
+    mkl_gflops: float
+    """Through ``torch.mm`` (MKL's sgemm in torch's x86 builds)."""
+    onednn_gflops: float
+    """Through oneDNN (the op the lean decode step uses); 0 where torch has no oneDNN. On the AMD EPYC
+    boxes MKL reached under half of oneDNN's rate, so a roofline from ``torch.mm`` alone is too low."""
     read_gbps: float
     """Best rate of summing a 512 MiB fp32 tensor (all torch threads)."""
     threads: int
@@ -45,6 +50,17 @@ def _matmul_gflops(repeats: int, n: int = 2048) -> float:
     return 2 * n**3 / _best_seconds(lambda: left @ right, repeats) / 1e9
 
 
+def _onednn_gflops(repeats: int, n: int = 2048) -> float:
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return 0.0
+    left, right = torch.randn(n, n), torch.randn(n, n)
+
+    def product() -> object:
+        return torch.ops.mkldnn._linear_pointwise(left, right, None, "none", [], "")
+
+    return 2 * n**3 / _best_seconds(product, repeats) / 1e9
+
+
 def _read_gbps(repeats: int) -> float:
     big = torch.ones(512 * 1024 * 1024 // 4)  # filled, so every page is real memory
     return big.numel() * 4 / _best_seconds(big.sum, repeats) / 1e9
@@ -53,10 +69,13 @@ def _read_gbps(repeats: int) -> float:
 def measure_machine(repeats: int = 8) -> Machine:
     load = load_average()
     with torch.inference_mode():
-        matmul = _matmul_gflops(repeats)
+        mkl = _matmul_gflops(repeats)
+        onednn = _onednn_gflops(repeats)
         read = _read_gbps(repeats)
     return Machine(
-        matmul_gflops=round(matmul, 1),
+        matmul_gflops=round(max(mkl, onednn), 1),
+        mkl_gflops=round(mkl, 1),
+        onednn_gflops=round(onednn, 1),
         read_gbps=round(read, 2),
         threads=torch.get_num_threads(),
         cores=os.cpu_count() or 1,

@@ -13,15 +13,17 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    cache, so its floor is ``max(flops / peak, bytes / bandwidth)``.
 2. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through ``model(...)``
    (transformers' forward) and through the engine's lean decode step, alternating, each on its own
-   prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step.
-   A third column runs the lean step on MKL-packed layer weights
-   (``EngineConfig(packed_decode_weights=True)``, off by default: one more copy of the layer weights).
-3. **Where the time goes** at batch 32: the step's parts replayed alone on the live cache and the real
-   weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down projections per
-   layer; the LM head, attention, sampling); the remainder is norms, rotary embeddings, activations,
-   KV appends and Python. Next to it, the same layer products as 210 separate matmuls (query, key
-   and value each on its own rows of the fused weight: the step before the fusion), and with gate
-   and up fused too (120 matmuls), replayed alternately with the shipped ones.
+   prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step. The lean
+   step runs three ways: its products through ``F.linear`` (``EngineConfig(onednn_products=False)``),
+   through oneDNN on the model's weights (the default), and through oneDNN on reordered copies
+   (``EngineConfig(packed_decode_weights=True)``, off by default: one more copy of the weights).
+3. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
+   the real weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down
+   projections per layer; the LM head, attention, sampling); the remainder is norms, rotary
+   embeddings, activations, KV appends and Python. Next to it, the same layer products through
+   ``F.linear`` and on reordered weights, as 210 separate products (query, key and value each on its
+   own rows of the fused weight: the step before the fusion) and with gate and up fused too (120
+   products), replayed alternately with the shipped ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
    exactly what envsuite converts to fp32 safetensors): 32 sequences decoded together in one
@@ -50,7 +52,7 @@ import torch.nn.functional as F
 
 from envsuite.backends.local import load_sampling_model
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
-from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, _Product, llama_decoder
 from envsuite.engine.sampling._token_choice import RowSampling, choose_tokens, make_generator
 
 MODEL = "smollm2-135m-instruct"
@@ -65,9 +67,12 @@ from _machine import Machine, load_average, measure_machine  # noqa: E402
 class CurvePoint:
     batch: int
     hf_ms: float
+    linear_ms: float
+    """The lean step with its products through ``F.linear`` (``EngineConfig(onednn_products=False)``)."""
     lean_ms: float
+    """The lean step as the engine runs it by default (products through oneDNN on the model's weights)."""
     packed_ms: float
-    """The lean step on MKL-packed layer weights (``EngineConfig(packed_decode_weights=True)``)."""
+    """The lean step on oneDNN-reordered weights (``EngineConfig(packed_decode_weights=True)``)."""
     roofline_ms: float
     cache_positions: int
 
@@ -77,13 +82,16 @@ class Breakdown:
     batch: int
     step_ms: float
     layer_matmuls_ms: float
+    linear_step_ms: float
+    linear_layer_matmuls_ms: float
+    """The same layer products through ``F.linear`` (the share of the step without oneDNN)."""
     packed_step_ms: float
     packed_layer_matmuls_ms: float
-    """The same layer products on MKL-packed weights (the packed step's share)."""
+    """The same layer products on oneDNN-reordered weights (the packed step's share)."""
     separate_matmuls_ms: float
-    """The same layer products as 210 separate matmuls (not part of the step; for comparison)."""
+    """The same layer products as 210 separate products (not part of the step; for comparison)."""
     gate_up_fused_matmuls_ms: float
-    """The same layer products with gate and up fused too, 120 matmuls (not part of the step)."""
+    """The same layer products with gate and up fused too, 120 products (not part of the step)."""
     lm_head_ms: float
     attention_ms: float
     sampling_ms: float
@@ -92,6 +100,24 @@ class Breakdown:
     def rest_ms(self) -> float:
         parts = self.layer_matmuls_ms + self.lm_head_ms + self.attention_ms + self.sampling_ms
         return self.step_ms - parts
+
+
+@dataclass(frozen=True)
+class Decoders:
+    """The lean step's three ways over one model: ``F.linear``, oneDNN (the default), oneDNN reordered."""
+
+    linear: LlamaDecoder
+    default: LlamaDecoder
+    packed: LlamaDecoder
+
+    @classmethod
+    def of(cls, model: Any) -> Decoders:
+        linear = llama_decoder(model, onednn=False)
+        default = llama_decoder(model)
+        packed = llama_decoder(model, packed_weights=True)
+        assert linear is not None and default is not None and packed is not None
+        assert default.onednn and packed.packed_weights, "this torch has no oneDNN"
+        return cls(linear, default, packed)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -140,15 +166,15 @@ def roofline_ms(model: Any, machine: Machine, batch: int, positions: int) -> flo
 
 def curve_point(
     model: Any,
-    decoders: tuple[LlamaDecoder, LlamaDecoder],
+    decoders: Decoders,
     machine: Machine,
     batch: int,
     args: argparse.Namespace,
 ) -> CurvePoint:
-    """Transformers' forward, the lean step and the lean step on packed weights, each on its own batch."""
+    """Transformers' forward and the lean step's three ways, each on its own batch."""
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
-    ways: list[LlamaDecoder | None] = [None, *decoders]
+    ways: list[LlamaDecoder | None] = [None, decoders.linear, decoders.default, decoders.packed]
     with torch.inference_mode():
         batches = [prefill(model, prompts, False).batch for _ in ways]
         rows = _rows(batch)
@@ -159,18 +185,16 @@ def curve_point(
             for kv, decoder, way_ms in zip(batches, ways, times, strict=True):
                 way_ms.append(_median_ms(functools.partial(_step, model, kv, decoder, rows), args.steps))
         positions = batches[1].length
-    hf_ms, lean_ms, packed_ms = (statistics.median(way_ms) for way_ms in times)
-    return CurvePoint(
-        batch, hf_ms, lean_ms, packed_ms, roofline_ms(model, machine, batch, positions), positions
-    )
+    hf_ms, linear_ms, lean_ms, packed_ms = (statistics.median(way_ms) for way_ms in times)
+    roofline = roofline_ms(model, machine, batch, positions)
+    return CurvePoint(batch, hf_ms, linear_ms, lean_ms, packed_ms, roofline, positions)
 
 
-def breakdown(
-    model: Any, decoder: LlamaDecoder, packed: LlamaDecoder, batch: int, args: argparse.Namespace
-) -> Breakdown:
+def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespace) -> Breakdown:
     """The lean step's parts replayed alone on the live cache and the real weights (see module docstring)."""
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=1000 + batch)
+    decoder = decoders.default
     with torch.inference_mode():
         kv = prefill(model, prompts, False).batch
         rows = _rows(batch)
@@ -191,23 +215,24 @@ def breakdown(
 
             return run
 
-        def linear(weight: torch.Tensor) -> Product:
-            return functools.partial(F.linear, weight=weight)
+        def product(weight: torch.Tensor) -> Product:
+            return _Product(weight, None, onednn=decoder.onednn)
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
         weights = [
             (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight) for w in decoder.layers
         ]
         layer_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoder.layers])
-        packed_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in packed.layers])
+        linear_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.linear.layers])
+        packed_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.packed.layers])
         separate_matmuls = matmuls(
             [
-                tuple(map(linear, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
+                tuple(map(product, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
                 for qkv, o, g, u, d in weights
             ]
         )
         gate_up_matmuls = matmuls(
-            [tuple(map(linear, (qkv, o, torch.cat([g, u]), d))) for qkv, o, g, u, d in weights]
+            [tuple(map(product, (qkv, o, torch.cat([g, u]), d))) for qkv, o, g, u, d in weights]
         )
 
         mask = kv.mask_B_L.bool()[:, None, None, :]
@@ -220,34 +245,27 @@ def breakdown(
                 F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
 
         logits = torch.randn(batch, vocab)
-        fused_ms, packed_ms, separate_ms, gate_up_ms = [], [], [], []
+        products = {
+            "layer_matmuls": layer_matmuls,
+            "linear_layer_matmuls": linear_matmuls,
+            "packed_layer_matmuls": packed_matmuls,
+            "separate_matmuls": separate_matmuls,
+            "gate_up_fused_matmuls": gate_up_matmuls,
+        }
+        product_ms: dict[str, list[float]] = {name: [] for name in products}
         for _ in range(args.repeats):
-            fused_ms.append(_median_ms(layer_matmuls, args.steps))
-            packed_ms.append(_median_ms(packed_matmuls, args.steps))
-            separate_ms.append(_median_ms(separate_matmuls, args.steps))
-            gate_up_ms.append(_median_ms(gate_up_matmuls, args.steps))
-        parts = {
-            "layer_matmuls": statistics.median(fused_ms),
-            "separate_matmuls": statistics.median(separate_ms),
-            "gate_up_fused_matmuls": statistics.median(gate_up_ms),
+            for name, run in products.items():
+                product_ms[name].append(_median_ms(run, args.steps))
+        parts = {name: statistics.median(times) for name, times in product_ms.items()}
+        parts |= {
             "lm_head": _median_ms(lambda: decoder.lm_head(x), args.steps),
             "attention": _median_ms(attention, args.steps),
             "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
             "step": _median_ms(lambda: _step(model, kv, decoder, rows), args.steps),
-            "packed_step": _median_ms(lambda: _step(model, kv, packed, rows), args.steps),
+            "linear_step": _median_ms(lambda: _step(model, kv, decoders.linear, rows), args.steps),
+            "packed_step": _median_ms(lambda: _step(model, kv, decoders.packed, rows), args.steps),
         }
-    return Breakdown(
-        batch,
-        parts["step"],
-        parts["layer_matmuls"],
-        parts["packed_step"],
-        statistics.median(packed_ms),
-        parts["separate_matmuls"],
-        parts["gate_up_fused_matmuls"],
-        parts["lm_head"],
-        parts["attention"],
-        parts["sampling"],
-    )
+    return Breakdown(batch=batch, **{f"{name}_ms": value for name, value in parts.items()})
 
 
 def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | None, path: Path) -> None:
@@ -259,8 +277,11 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     fig, ax = plt.subplots(figsize=(7, 4.5))
     batches = [p.batch for p in points]
     ax.plot(batches, [p.hf_ms for p in points], "o-", label="envsuite, transformers forward")
-    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean decode step (default)")
-    ax.plot(batches, [p.packed_ms for p in points], "o-", label="envsuite, lean step, packed weights")
+    ax.plot(batches, [p.linear_ms for p in points], "o-", label="envsuite, lean step, F.linear products")
+    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean step, oneDNN (default)")
+    ax.plot(
+        batches, [p.packed_ms for p in points], "o-", label="envsuite, lean step, oneDNN reordered weights"
+    )
     ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
     if llama and "batched_ms_per_step" in llama:
         ax.plot([llama["batch"]], [llama["batched_ms_per_step"]], "s", label="llama.cpp F32, batched")
@@ -294,37 +315,40 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = load_sampling_model(base_model=MODEL).model
-    decoder = llama_decoder(model)
-    packed = llama_decoder(model, packed_weights=True)
-    assert decoder is not None and packed is not None and packed.packed_weights
+    decoders = Decoders.of(model)
     machine = measure_machine()
     print(
-        f"machine: {machine.matmul_gflops:.0f} GFLOP/s fp32 matmul, {machine.read_gbps:.1f} GB/s read, "
+        f"machine: {machine.matmul_gflops:.0f} GFLOP/s fp32 matmul (MKL {machine.mkl_gflops:.0f}, "
+        f"oneDNN {machine.onednn_gflops:.0f}), {machine.read_gbps:.1f} GB/s read, "
         f"{machine.threads} threads, load {machine.load_before}",
         flush=True,
     )
     points = []
     for batch in (int(b) for b in args.batches.split(",")):
-        point = curve_point(model, (decoder, packed), machine, batch, args)
+        point = curve_point(model, decoders, machine, batch, args)
         points.append(point)
         print(
-            f"batch {batch:3d}: transformers {point.hf_ms:7.1f} ms  lean {point.lean_ms:7.1f} ms  "
-            f"packed {point.packed_ms:7.1f} ms  roofline {point.roofline_ms:6.1f} ms  "
-            f"({point.roofline_ms / point.lean_ms:.0%} / {point.roofline_ms / point.packed_ms:.0%} of roofline)",
+            f"batch {batch:3d}: transformers {point.hf_ms:6.1f} ms  lean F.linear {point.linear_ms:6.1f} ms  "
+            f"lean oneDNN {point.lean_ms:6.1f} ms  reordered {point.packed_ms:6.1f} ms  "
+            f"roofline {point.roofline_ms:5.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} / "
+            f"{point.roofline_ms / point.packed_ms:.0%} of roofline)",
             flush=True,
         )
-    parts = breakdown(model, decoder, packed, 32, args)
+    parts = breakdown(model, decoders, 32, args)
     print(f"where the time goes at batch 32 (lean step {parts.step_ms:.1f} ms):")
     for name in ("layer_matmuls", "lm_head", "attention", "sampling"):
         value = getattr(parts, f"{name}_ms")
         print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
     print(
-        f"  packed weights: step {parts.packed_step_ms:.1f} ms, layer products {parts.packed_layer_matmuls_ms:.1f} ms"
+        f"  F.linear products: step {parts.linear_step_ms:.1f} ms, layer products {parts.linear_layer_matmuls_ms:.1f} ms"
     )
     print(
-        f"  (the layer products as 210 separate matmuls: {parts.separate_matmuls_ms:.1f} ms; "
-        f"with gate/up fused too, 120 matmuls: {parts.gate_up_fused_matmuls_ms:.1f} ms)"
+        f"  reordered weights: step {parts.packed_step_ms:.1f} ms, layer products {parts.packed_layer_matmuls_ms:.1f} ms"
+    )
+    print(
+        f"  (the layer products as 210 separate products: {parts.separate_matmuls_ms:.1f} ms; "
+        f"with gate/up fused too, 120 products: {parts.gate_up_fused_matmuls_ms:.1f} ms)"
     )
     llama = None
     if args.llama_cpp:

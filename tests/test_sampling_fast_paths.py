@@ -2,7 +2,8 @@
 
 * the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``, on base
   and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory, and
-  so does the step on MKL-packed weights (``packed_decode_weights``) for any number of rows;
+  so does the step with its products through oneDNN (the default), on oneDNN-reordered weights
+  (``packed_decode_weights``) and through ``F.linear``, for any number of rows;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
   a returning turn that joins a running batch feeds its short tail through the decode steps (no
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from envsuite.backends.local import (
     LocalServiceClient,
     load_sampling_model,
 )
+from envsuite.engine.kernels import OneDnnLinear
 from envsuite.engine.sampling import PrefixCache, kv_bytes_per_position, llama_decoder, prefill
 
 MODEL = "tiny-random"
@@ -94,11 +97,17 @@ def _assert_same(reference: Outputs, other: Outputs, atol: float) -> None:
 
 
 PACKED = EngineConfig(prefix_cache_bytes=0, packed_decode_weights=True)
+PLAIN = EngineConfig(prefix_cache_bytes=0, onednn_products=False)
+FORWARD = EngineConfig(lean_decode=False, onednn_products=False, prefix_cache_bytes=0)
+"""The reference: transformers' own forward on the model as loaded (``F.linear`` products)."""
+LEAN_CONFIGS = pytest.mark.parametrize(
+    "lean_config", [NO_CACHE, PACKED, PLAIN], ids=["onednn", "onednn-packed", "f-linear"]
+)
 
 
-@pytest.mark.parametrize("lean_config", [NO_CACHE, PACKED], ids=["weights", "packed-weights"])
+@LEAN_CONFIGS
 async def test_lean_decode_step_gives_what_the_model_forward_gives(lean_config: EngineConfig) -> None:
-    reference, reference_model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    reference, reference_model = _client(FORWARD)
     lean, lean_model = _client(lean_config)
     decode_calls = {id(reference_model): 0, id(lean_model): 0}
 
@@ -118,7 +127,7 @@ async def test_lean_decode_step_gives_what_the_model_forward_gives(lean_config: 
     assert decode_calls[id(reference_model)] > 0 and decode_calls[id(lean_model)] == 0
 
 
-@pytest.mark.parametrize("lean_config", [NO_CACHE, PACKED], ids=["weights", "packed-weights"])
+@LEAN_CONFIGS
 async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
     tmp_path: Path, lean_config: EngineConfig
 ) -> None:
@@ -134,7 +143,7 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
     path = trainer.save_weights_for_sampler("lora").result().path
     trainer.close()
     clients = []
-    for config in (EngineConfig(lean_decode=False, prefix_cache_bytes=0), lean_config):
+    for config in (FORWARD, lean_config):
         loaded = load_sampling_model(model_path=path)
         clients.append(
             LocalSamplingClient(loaded.model, loaded.tokenizer, MODEL, model_path=path, config=config)
@@ -146,20 +155,44 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
     _assert_same(expected, got, atol=1e-5)
 
 
-def test_packed_products_equal_plain_products_for_any_row_count() -> None:
-    """The packed decoder's products are MKL's packed GEMM with the input's own row count: a weight packed
-    once must give ``F.linear``'s values for every batch the engine decodes (and prefill-sized inputs)."""
-    decoder = llama_decoder(load_sampling_model(base_model=MODEL).model, packed_weights=True)
-    assert decoder is not None and decoder.packed_weights  # x86 torch wheels ship MKL
+@pytest.mark.parametrize("packed", [False, True], ids=["model-weights", "reordered-weights"])
+def test_onednn_products_equal_plain_products_for_any_row_count(packed: bool) -> None:
+    """The decoder's oneDNN products, on the model's weights or on copies reordered once for a nominal
+    batch, give ``F.linear``'s values for every batch the engine decodes (and prefill-sized inputs),
+    with a bias too."""
+    decoder = llama_decoder(load_sampling_model(base_model=MODEL).model, packed_weights=packed)
+    assert decoder is not None and decoder.onednn and decoder.packed_weights == packed  # x86 wheels
     generator = torch.Generator().manual_seed(0)
     layer = decoder.layers[0]
-    for product in (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head):
-        assert product.packed is not None
+    biased = replace(layer.gate, bias=torch.randn(layer.gate.weight.shape[0], generator=generator))
+    for product in (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head, biased):
+        assert product.onednn and (product.packed is not None) == packed
         for rows in (1, 2, 7, 16, 17, 32, 33, 64, 300):
             x = torch.randn(rows, 1, product.weight.shape[1], generator=generator)
             torch.testing.assert_close(
                 product(x), torch.nn.functional.linear(x, product.weight, product.bias)
             )
+
+
+async def test_onednn_linears_give_the_forward_of_the_model_as_loaded() -> None:
+    """``onednn_products`` swaps the model's linear layers for OneDnnLinear over the same parameters:
+    prefill and decode through ``model(...)`` (no lean step) sample the same tokens and logprobs, and
+    the layers fall back to ``F.linear`` where a gradient is wanted."""
+    reference, _ = _client(FORWARD)
+    routed, routed_model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    swapped = [m for m in routed_model.modules() if isinstance(m, OneDnnLinear)]
+    assert len(swapped) == sum(isinstance(m, torch.nn.Linear) for m in routed_model.modules()) > 0
+    expected, got = await _mixed_batch(reference), await _mixed_batch(routed)
+    reference.close()
+    routed.close()
+    _assert_same(expected, got, atol=1e-5)
+    layer = swapped[0]
+    plain = torch.nn.Linear(layer.in_features, layer.out_features, bias=False)
+    plain.weight = torch.nn.Parameter(layer.weight.detach().clone())
+    x = torch.randn(3, layer.in_features, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, torch.autograd.grad(plain(x).sum(), x)[0])
 
 
 def test_lean_decode_reads_the_models_own_projection_weights() -> None:

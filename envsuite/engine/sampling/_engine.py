@@ -38,6 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
+from envsuite.engine.kernels import route_linears_through_onednn
 from envsuite.engine.sampling._jobs import Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -82,9 +83,13 @@ class SamplingEngine:
     ) -> None:
         self.model = model.eval()
         self.config = config or EngineConfig()
+        if self.config.onednn_products:
+            route_linears_through_onednn(model)  # the engine owns its model (see the client)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
         self._decoder = (
-            llama_decoder(model, packed_weights=self.config.packed_decode_weights)
+            llama_decoder(
+                model, onednn=self.config.onednn_products, packed_weights=self.config.packed_decode_weights
+            )
             if self.config.lean_decode
             else None
         )

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from envsuite.engine.kernels import onednn_available, onednn_linear, reordered_weight
+
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
 
@@ -61,39 +63,22 @@ class _FedTail:
 
 @dataclass(frozen=True)
 class _Product:
-    """One linear layer of the step, ``x @ weight.T + bias``: on the weight itself, or on an MKL-packed
-    copy of it (``packed``), which MKL multiplies faster by the skinny inputs of a decode step.
-
-    The packed product is MKL's ``cblas_sgemm_compute`` through torch's ``mkl::_mkl_linear`` with the
-    input's row count as its batch size, so every call takes the packed path (the copy is packed once,
-    for a nominal batch; MKL's packed layout of the weight does not depend on it:
-    ``tests/test_sampling_fast_paths.py`` checks 1 to 300 rows against ``F.linear``).
-    """
+    """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
+    ``_onednn``: half the time of ``F.linear`` or less on the skinny inputs of a decode step), on the
+    weight itself or on a copy oneDNN reordered into its own blocked layout (``packed``)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+    onednn: bool = False
     packed: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
+        if not self.onednn:
             return F.linear(x, self.weight, self.bias)
-        rows = x.numel() // x.shape[-1]
-        out: torch.Tensor = torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, rows)
-        return out
+        return onednn_linear(x, self.weight if self.packed is None else self.packed, self.bias)
 
-    def with_packed_weight(self) -> _Product:
-        return _Product(
-            self.weight, self.bias, torch.ops.mkl._mkl_reorder_linear_weight(self.weight, _PACK_ROWS)
-        )
-
-
-_PACK_ROWS = 32
-"""The nominal batch MKL packs the weights for (any row count then uses them)."""
-
-
-def packed_products_available() -> bool:
-    """True where torch has MKL's packed GEMM (x86 builds with MKL)."""
-    return bool(torch.backends.mkl.is_available()) and hasattr(torch.ops.mkl, "_mkl_linear")
+    def through_onednn(self, packed: bool) -> _Product:
+        return _Product(self.weight, self.bias, True, reordered_weight(self.weight) if packed else None)
 
 
 @dataclass(frozen=True)
@@ -115,22 +100,25 @@ class _LayerWeights:
     up: _Product
     down: _Product
 
-    def with_packed_weights(self) -> _LayerWeights:
+    def through_onednn(self, packed: bool) -> _LayerWeights:
         return replace(
             self,
-            qkv=self.qkv.with_packed_weight(),
-            o=self.o.with_packed_weight(),
-            gate=self.gate.with_packed_weight(),
-            up=self.up.with_packed_weight(),
-            down=self.down.with_packed_weight(),
+            qkv=self.qkv.through_onednn(packed),
+            o=self.o.through_onednn(packed),
+            gate=self.gate.through_onednn(packed),
+            up=self.up.through_onednn(packed),
+            down=self.down.through_onednn(packed),
         )
 
 
-def llama_decoder(model: PreTrainedModel, packed_weights: bool = False) -> LlamaDecoder | None:
+def llama_decoder(
+    model: PreTrainedModel, onednn: bool = True, packed_weights: bool = False
+) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
-    ``packed_weights`` gives the step MKL-packed copies of the layer weights (see :class:`LlamaDecoder`);
-    ignored where torch has no MKL."""
+    With ``onednn`` the step's products run through oneDNN where torch has it (else ``F.linear``);
+    ``packed_weights`` gives them oneDNN-reordered copies of the layer and LM-head weights (see
+    :class:`LlamaDecoder`)."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -138,7 +126,9 @@ def llama_decoder(model: PreTrainedModel, packed_weights: bool = False) -> Llama
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    return LlamaDecoder(model, packed_weights=packed_weights and packed_products_available())
+    # oneDNN's linear op is fp32 on the CPU here; a GPU or half-precision model keeps F.linear.
+    onednn = onednn and onednn_available() and model.device.type == "cpu" and model.dtype == torch.float32
+    return LlamaDecoder(model, onednn=onednn, packed_weights=packed_weights and onednn)
 
 
 class LlamaDecoder:
@@ -149,13 +139,13 @@ class LlamaDecoder:
     is frozen (new weights come as a new model, with a new decoder); an in-place change to a fused
     projection's weight is still seen by both, as they share the memory.
 
-    With ``packed_weights`` the layer products and the LM head run on MKL-packed copies of their
-    weights, made once here: a ~20% faster step at batch 8-32 on SmolLM2 (docs/benchmarks.md), the
-    same values up to float rounding, for one more copy of those weights in memory (540 MB for
+    With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`);
+    with ``packed_weights`` as well, on oneDNN-reordered copies of the layer and LM-head weights made
+    once here: a few percent faster again, for one more copy of those weights in memory (540 MB for
     SmolLM2). Those copies do not follow later in-place changes to the model's weights.
     """
 
-    def __init__(self, model: PreTrainedModel, packed_weights: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, onednn: bool = False, packed_weights: bool = False) -> None:
         inner: Any = model.get_decoder()
         config = model.config
         self.embed: torch.nn.Module = inner.embed_tokens
@@ -175,10 +165,13 @@ class LlamaDecoder:
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.layers = [_layer_weights(layer) for layer in inner.layers]
+        if packed_weights and not onednn:
+            raise ValueError("packed weights are oneDNN's: pass onednn=True with packed_weights")
+        self.onednn = onednn
         self.packed_weights = packed_weights
-        if packed_weights:
-            self.layers = [layer.with_packed_weights() for layer in self.layers]
-            self.lm_head = self.lm_head.with_packed_weight()
+        if onednn:
+            self.layers = [layer.through_onednn(packed_weights) for layer in self.layers]
+            self.lm_head = self.lm_head.through_onednn(packed_weights)
 
     def step(
         self,

@@ -42,10 +42,16 @@ class EngineConfig:
     """The engine thread exits after this long without work (it restarts on the next request)."""
     lean_decode: bool = True
     """Decode Llama-family models with the lean step (``_llama_decode``) instead of ``model(...)``."""
+    onednn_products: bool = True
+    """Run the model's matrix products through oneDNN (where torch has it) instead of ``F.linear``: its
+    linear layers become ``OneDnnLinear`` over the same weights (prefill passes) and the lean step
+    multiplies the same way. The same values up to float rounding; on the AMD EPYC boxes a decode step
+    ~1.7x and a prefill pass's products ~2.2x faster (docs/benchmarks.md, Decoding)."""
     packed_decode_weights: bool = False
-    """Give the lean step MKL-packed copies of the layer and LM-head weights: a decode step ~20% faster
-    at batch 8-32 (SmolLM2, docs/benchmarks.md), for one more copy of those weights in memory (540 MB
-    for SmolLM2), so off by default (the memory goals of a laptop come first). Needs torch with MKL."""
+    """Give the lean step's oneDNN products reordered copies of the layer and LM-head weights: a decode
+    step at batch 32 ~20% faster again (docs/benchmarks.md), for one more copy of those weights in
+    memory (540 MB for SmolLM2), so off by default (the memory goals of a laptop come first). Needs
+    ``onednn_products`` and oneDNN."""
     prefix_cache_bytes: int = 1 << 30
     """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
     this many bytes (least recently used first out); 0 turns the prefix cache off."""
