@@ -1,7 +1,11 @@
 """Benchmark: local-backend training step (forward_backward + optim_step) against this machine's fp32 peak.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py [--model smollm2-135m-instruct] [--batch 8]
-        [--seq 256] [--steps 3] [--threads 2] [--modes lora,full]
+        [--seq 256] [--steps 3] [--threads 2] [--modes lora,full] [--kernels onednn,f-linear]
+
+Each mode runs with the training model's linear layers through oneDNN (the default,
+``LocalServiceClient(onednn_products=True)``) and through ``F.linear``, one after the other. The peak
+is the better of MKL's and oneDNN's 2048^3 fp32 rates (``bench/_machine.py``).
 
 FLOPs per step: ``6 * N * T`` with ``N`` the base model's parameters (embedding lookup excluded, the
 unembedding included) and ``T`` the tokens in the batch: the forward costs ``2NT``; the backward needs
@@ -16,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,10 +31,15 @@ from tinker import types
 
 from envsuite.backends.local import LocalServiceClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import measure_machine
+
 
 @dataclass(frozen=True)
 class StepTiming:
     mode: str
+    kernels: str
     tokens: int
     seconds: float
     flops: float
@@ -40,19 +51,6 @@ class StepTiming:
     @property
     def gflops(self) -> float:
         return self.flops / self.seconds / 1e9
-
-
-def matmul_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
-    """Best observed fp32 GFLOP/s of one large square matmul."""
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
-    torch.matmul(a, b)
-    best = 0.0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        best = max(best, 2 * size**3 / (time.perf_counter() - start) / 1e9)
-    return best
 
 
 def make_batch(batch: int, seq: int, vocab: int, seed: int = 0) -> list[types.Datum]:
@@ -91,6 +89,7 @@ def counted_params(model: str) -> int:
 def time_mode(
     service: LocalServiceClient, model: str, mode: str, data: list[types.Datum], steps: int
 ) -> StepTiming:
+    kernels = "onednn" if service.onednn_products else "f-linear"
     if mode == "lora":
         client = service.create_lora_training_client(model, rank=32, seed=0).result()
     else:
@@ -107,7 +106,7 @@ def time_mode(
     seconds = (time.perf_counter() - start) / steps
     flops = 6.0 * counted_params(model) * tokens
     client.close()
-    return StepTiming(mode, tokens, seconds, flops)
+    return StepTiming(mode, kernels, tokens, seconds, flops)
 
 
 def main() -> None:
@@ -120,18 +119,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--modes", default="lora,full")
+    parser.add_argument("--kernels", default="onednn,f-linear")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    peak = matmul_peak_gflops()
-    print(f"fp32 matmul peak ({args.threads} threads, 2048^3): {peak:.1f} GFLOP/s")
-    service = LocalServiceClient()
+    machine = measure_machine()
+    peak = machine.matmul_gflops
+    print(
+        f"fp32 matmul peak ({args.threads} threads, 2048^3): {peak:.1f} GFLOP/s "
+        f"(MKL {machine.mkl_gflops:.0f}, oneDNN {machine.onednn_gflops:.0f}); load {machine.load_before}"
+    )
     data = make_batch(args.batch, args.seq, vocab=49152)
     for mode in args.modes.split(","):
-        timing = time_mode(service, args.model, mode, data, args.steps)
-        print(
-            f"{mode:>4}: {timing.tokens} tokens/step, {timing.seconds:.2f} s/step, "
-            f"{timing.tokens_per_s:.0f} tokens/s, {timing.gflops:.1f} GFLOP/s = {timing.gflops / peak:.0%} of peak"
-        )
+        for kernels in args.kernels.split(","):
+            service = LocalServiceClient(onednn_products=kernels == "onednn")
+            timing = time_mode(service, args.model, mode, data, args.steps)
+            print(
+                f"{mode:>4} {kernels:>8}: {timing.tokens} tokens/step, {timing.seconds:.2f} s/step, "
+                f"{timing.tokens_per_s:.0f} tokens/s, {timing.gflops:.1f} GFLOP/s = {timing.gflops / peak:.0%} of peak",
+                flush=True,
+            )
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"peak RSS: {rss_gib:.2f} GiB")
 

@@ -69,6 +69,10 @@ class LocalServiceClient:
             SDK's session arguments, accepted so ``tinker.ServiceClient(...)`` calls work unchanged.
         log_dir: root of training runs and checkpoints (default ``<envsuite cache>/checkpoints``).
         device: where models run: ``cpu`` (default) or ``cuda``.
+        onednn_products: train with the models' linear layers through oneDNN (``OneDnnLinear``: the
+            same values and gradients up to float rounding, forward and backward products about twice
+            as fast as ``F.linear`` on the AMD boxes; fp32 CPU layers only). False keeps ``F.linear``.
+            Sampling clients choose for themselves (``EngineConfig.onednn_products``).
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class LocalServiceClient:
         default_headers_overrides: Mapping[str, str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         device: str | None = None,
+        onednn_products: bool = True,
         **kwargs: Any,
     ) -> None:
         from envsuite.models import cache_dir
@@ -89,6 +94,7 @@ class LocalServiceClient:
         self.log_dir = Path(log_dir) if log_dir is not None else cache_dir() / "checkpoints"
         self.device = device
         """Where its models run (``cpu`` by default; ``cuda`` for a GPU)."""
+        self.onednn_products = onednn_products
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
         self._user_metadata = dict(user_metadata or {})
         self._clients: weakref.WeakSet[LocalTrainingClient | LocalSamplingClient] = weakref.WeakSet()
@@ -323,9 +329,8 @@ class LocalServiceClient:
         self._check_open()
         model = load_base_model(str(resolve_model(_canonical_base(base_model)).path), self.device)
         trainable = model if lora is None else add_lora(model, lora)
-        # Forward and backward products through oneDNN: the same values up to float rounding, about
-        # twice as fast as F.linear on the AMD boxes (docs/benchmarks.md); fp32 CPU layers only.
-        route_linears_through_onednn(trainable)
+        if self.onednn_products:
+            route_linears_through_onednn(trainable)
         run = self._new_run(base_model, lora, user_metadata)
         return self._track(
             LocalTrainingClient(trainable, get_tokenizer(run.base_model), run, self._sampler_of)

@@ -7,9 +7,9 @@ layers, the attention-interface lookup, and a fresh 4D mask built from the 2D pa
 
 :class:`LlamaDecoder` runs the same computation directly on the model's own modules and tensors, in
 the same order and with the same kernels (the embedding, RMSNorm and rotary modules' arithmetic,
-``F.linear`` on the same weights, SDPA with the query heads grouped per key/value head as
-transformers does for one-token queries), so its logits equal those of ``model(...)`` up to float
-rounding (tested). The mask is built once per step and shared by every layer. A step can also feed
+the same weights multiplied through oneDNN as the engine's model layers are (``envsuite.engine.kernels``),
+SDPA with the query heads grouped per key/value head as transformers does for one-token queries),
+so its logits equal those of ``model(...)`` up to float rounding (tested). The mask is built once per step and shared by every layer. A step can also feed
 the prompt tails of rows that joined with only a cached prefix (:class:`TailTokens`): their tokens
 are extra rows of the same layer products, attending causally over their own row. Models it does not
 cover (other architectures, sliding windows, biases it does not know) keep using ``model(...)``:
@@ -64,7 +64,7 @@ class _FedTail:
 @dataclass(frozen=True)
 class _Product:
     """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
-    ``_onednn``: half the time of ``F.linear`` or less on the skinny inputs of a decode step), on the
+    ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a decode step), on the
     weight itself or on a copy oneDNN reordered into its own blocked layout (``packed``)."""
 
     weight: torch.Tensor
