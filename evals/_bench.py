@@ -194,7 +194,7 @@ def run_bench(config: BenchConfig) -> BenchReport:
 
     # Imported only now: registering the hooks makes Inspect print a banner on its next use.
     from envsuite.evals._bench_progress import BenchSession, bench_session, print_line
-    from envsuite.evals._provider import models_released_after
+    from envsuite.evals._provider import forget_cached_conversations, models_released_after
     from envsuite.evals._task import envsuite_env
 
     env_ids = config.resolved_env_ids()
@@ -216,6 +216,9 @@ def run_bench(config: BenchConfig) -> BenchReport:
         label=config.label or config.inspect_model().removeprefix("envsuite/"),
         on_log=lambda location: import_log(location, config),
         say=print_line if display == "lines" else None,
+        # Tasks run one env after another: the KV of an env's finished conversations would only sit
+        # in the prefix cache, on top of the next env's batch (envsuite bench's 2 GB memory goal).
+        after_task=forget_cached_conversations,
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)
     try:

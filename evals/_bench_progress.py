@@ -38,6 +38,9 @@ class BenchSession:
     on_log: Callable[[str], tuple[int, int]]
     """Import one finished log; returns (runs added, episodes added)."""
     say: Callable[[str], None] | None
+    after_task: Callable[[], None] | None = None
+    """Called when any task ends (whatever its status): the bench drops the model's cached
+    conversations there, since an env's episodes never come back once its task is over."""
     tasks: dict[str, _TaskProgress] = field(default_factory=dict)
     imported: set[str] = field(default_factory=set)
     runs_added: int = 0
@@ -61,6 +64,8 @@ class BenchSession:
             )
 
     def task_ended(self, eval_id: str, location: str, status: str) -> None:
+        if self.after_task is not None:
+            self.after_task()
         task = self.tasks.get(eval_id)
         env_id = task.env_id if task else "?"
         if status != "success" or not location:

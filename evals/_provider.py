@@ -90,6 +90,16 @@ def models_released_after() -> Iterator[None]:
                 close()
 
 
+def forget_cached_conversations() -> None:
+    """Drop the prefix caches of the local models loaded in this process (KV of finished episodes kept
+    for turns that would extend them): for a bench between two envs, whose episodes never return.
+    Only costs speed if one does (its next turn prefills again)."""
+    for loaded in _loaded.values():
+        clear = getattr(loaded.sampling_client, "clear_prefix_cache", None)
+        if callable(clear):
+            clear()
+
+
 class EnvsuiteModelAPI(ModelAPI):
     """Inspect ModelAPI over the envsuite local backend."""
 

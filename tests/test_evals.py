@@ -412,6 +412,32 @@ def test_a_finished_bench_lets_its_model_go(tmp_path: Path, monkeypatch: pytest.
     assert len(loaded) == 2 and loaded[1]() is held.sampling_client
 
 
+def test_a_bench_drops_the_cached_conversations_of_envs_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An env's episodes never return once its task is over, so their KV must not sit in the model's
+    # prefix cache next to the other envs' batches (envsuite bench's 2 GB memory goal). The model is
+    # loaded first so it outlives the run and its cache can be read.
+    from envsuite.evals import _provider
+
+    monkeypatch.setattr(_provider, "_loaded", {})
+    held = _provider.local_model(TEST_MODEL)
+    config = BenchConfig(
+        model=TEST_MODEL,
+        env_ids=("twenty_questions", "arithmetic"),
+        episodes=2,
+        max_tokens=4,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        display="none",
+    )
+    assert run_bench(config).completed
+    stats = held.sampling_client.prefix_cache_stats()
+    assert stats.inserted_tokens > 0  # conversations were cached while the envs ran...
+    assert stats.cached_tokens == 0 and stats.cached_bytes == 0  # ...and dropped as the tasks ended
+    held.sampling_client.close()
+
+
 def test_import_log_reads_metrics_a_sample_summary_dropped(tmp_path: Path) -> None:
     """The store is filled from Inspect's sample summaries (not the whole log); a summary drops score
     metadata fields of 1k or more (a note in their place), so a large ``metrics`` dict must come from the full sample instead."""

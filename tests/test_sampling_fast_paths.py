@@ -111,8 +111,12 @@ async def test_lean_decode_step_gives_what_the_model_forward_gives(lean_config: 
     lean, lean_model = _client(lean_config)
     decode_calls = {id(reference_model): 0, id(lean_model): 0}
 
-    def count(module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, torch.Tensor]) -> None:
-        decode_calls[id(module)] += int(kwargs["input_ids"].shape[1] == 1)
+    def count(module: torch.nn.Module, _args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
+        # A decode call feeds one token per row over a cache that already holds the rows' positions
+        # (a one-token prompt prefilled alone also has one column, over an empty cache).
+        cache = kwargs.get("past_key_values")
+        cached = cache is not None and cache.get_seq_length() > 0
+        decode_calls[id(module)] += int(kwargs["input_ids"].shape[1] == 1 and cached)
 
     for model in (reference_model, lean_model):
         model.register_forward_pre_hook(count, with_kwargs=True)
@@ -268,6 +272,23 @@ async def test_multi_turn_prompts_prefill_only_new_tokens_and_sample_the_same() 
     assert stats.hit_tokens > 0
     # ...so the tokens prefilled over the whole game grow like the conversation, not like its square.
     assert cached_prefilled[0] < sum(len(p) for p in final_prompts) < plain_prefilled[0]
+
+
+async def test_a_cleared_prefix_cache_is_empty_and_changes_no_sample() -> None:
+    """``clear_prefix_cache`` after every turn (the engine thread still alive: the clear goes through its
+    queue) leaves nothing cached and nothing to hit, and every sample is the uncached one."""
+    plain, _ = _client(NO_CACHE)
+    cached, _ = _client(EngineConfig())
+    expected, _ = await _conversation(plain, turns=3, players=2)
+    got, _ = await _conversation(
+        cached, turns=3, players=2, after_turn=lambda _turn: cached.clear_prefix_cache()
+    )
+    stats = cached.prefix_cache_stats()
+    plain.close()
+    cached.close()
+    _assert_same(expected, got, atol=1e-4)
+    assert stats.inserted_tokens > 0
+    assert stats.hit_tokens == 0 and stats.cached_tokens == 0 and stats.cached_bytes == 0
 
 
 async def _conversation_beside_a_long_request(

@@ -188,6 +188,11 @@ class LocalSamplingClient:
         """What the engine's prefix cache (KV reused across the turns of an episode) served and holds."""
         return self._engine.prefix_cache_stats()
 
+    def clear_prefix_cache(self) -> None:
+        """Forget the cached conversations (their KV is freed at once): for a caller that knows none of
+        them comes back, such as a benchmark moving on to its next env. Requests in flight are unaffected."""
+        self._engine.clear_prefix_cache()
+
     def kv_stats(self) -> KVStats:
         """What the engine's running batch took in KV cache (peaks, and admissions the budget held back)."""
         return self._engine.kv_stats()

@@ -32,6 +32,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -69,6 +70,14 @@ from envsuite.engine.sampling._token_choice import (
 
 logger = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class _ClearPrefixCache:
+    """Work for the engine thread that is not a request: drop the prefix cache, then set ``done``."""
+
+    done: threading.Event
+
+
 R = TypeVar("R")
 
 
@@ -100,7 +109,7 @@ class SamplingEngine:
         assert isinstance(weight, torch.Tensor)
         self.vocab_size = int(weight.shape[0])
         self._decode = decode
-        self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job[Any] | _ClearPrefixCache | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -147,6 +156,19 @@ class SamplingEngine:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         self._prefix.clear()
+
+    def clear_prefix_cache(self, timeout_s: float = 30.0) -> None:
+        """Drop every cached prefix (their KV is freed); rows running now keep theirs and are cached when
+        they finish. For callers that know the conversations so far will not come back (a benchmark
+        moving on to its next env). Safe from any thread: the engine thread does it between steps, and
+        this returns once it has (or after ``timeout_s``)."""
+        with self._lock:
+            if self._thread is None:
+                self._prefix.clear()  # no engine thread, and none starts while the lock is held
+                return
+            done = threading.Event()
+            self._queue.put(_ClearPrefixCache(done))
+        done.wait(timeout_s)
 
     def prefix_cache_stats(self) -> PrefixCacheStats:
         """What the prefix cache served and holds (read from any thread; the counters may lag a step)."""
@@ -206,6 +228,11 @@ class SamplingEngine:
             if job is None:
                 self._shutdown()
                 return False
+            if isinstance(job, _ClearPrefixCache):
+                self._prefix.clear()
+                release_free_memory()
+                job.done.set()
+                continue
             self._waiting.append(job)
             idle = False
 
@@ -216,8 +243,10 @@ class SamplingEngine:
             self._waiting.popleft().fail(error)
         while not self._queue.empty():
             job = self._queue.get_nowait()
-            if job is not None:
+            if isinstance(job, Job):
                 job.fail(error)
+            elif isinstance(job, _ClearPrefixCache):
+                job.done.set()
 
     def _fail_running(self, error: BaseException) -> None:
         for row in self._rows:
