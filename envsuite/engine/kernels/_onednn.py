@@ -1,9 +1,9 @@
-"""Linear layers through oneDNN: the sampling engine's matrix products, prefill and decode alike.
+"""Linear layers through oneDNN: the local backend's matrix products (sampling and training alike).
 
 torch's CPU builds run ``F.linear`` on MKL's sgemm. On the AMD EPYC boxes this project runs on, MKL
 reached about 200 GFLOP/s in fp32 where oneDNN (also shipped in torch) reached about 450, at every
-shape the engine multiplies: the 1-64 rows of a decode step and the thousands of a prefill pass
-(docs/benchmarks.md, Decoding). ``mkldnn::_linear_pointwise`` is the op torch's own compiler emits for
+shape the backend multiplies: the 1-64 rows of a decode step and the thousands of a prefill pass or a
+training batch (docs/benchmarks.md, Decoding and Training step). ``mkldnn::_linear_pointwise`` is the op torch's own compiler emits for
 a linear layer on CPU; it reads the weight as it is, so nothing is copied. Its values equal
 ``F.linear``'s up to float rounding (tested for 1 to 300 rows, with and without a bias).
 
@@ -65,7 +65,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             # dL/dx = g @ W: oneDNN's product with the transposed view of W (strided, no copy).
-            grad_x = onednn_linear(grad_out, weight.t(), None)
+            grad_x = onednn_linear(grad_out.contiguous(), weight.t(), None)
         rows_g = grad_out.reshape(-1, grad_out.shape[-1])
         if ctx.needs_input_grad[1]:
             grad_weight = rows_g.t() @ x.reshape(-1, x.shape[-1])
@@ -90,7 +90,7 @@ class OneDnnLinear(torch.nn.Linear):
         return layer
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dtype != torch.float32 or input.device.type != "cpu":
+        if input.dtype != torch.float32 or self.weight.dtype != torch.float32 or input.device.type != "cpu":
             return F.linear(input, self.weight, self.bias)  # oneDNN's fp32 CPU op only
         if torch.is_grad_enabled() and (input.requires_grad or self.weight.requires_grad):
             out: torch.Tensor = _OneDnnLinearFunction.apply(input, self.weight, self.bias)

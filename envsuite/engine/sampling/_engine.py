@@ -32,7 +32,6 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -40,7 +39,7 @@ from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
 from envsuite.engine.kernels import route_linears_through_onednn
-from envsuite.engine.sampling._jobs import Job, Row
+from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
     PrefillOutput,
@@ -69,13 +68,6 @@ from envsuite.engine.sampling._token_choice import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _ClearPrefixCache:
-    """Work for the engine thread that is not a request: drop the prefix cache, then set ``done``."""
-
-    done: threading.Event
 
 
 R = TypeVar("R")
@@ -109,7 +101,7 @@ class SamplingEngine:
         assert isinstance(weight, torch.Tensor)
         self.vocab_size = int(weight.shape[0])
         self._decode = decode
-        self._queue: queue.SimpleQueue[Job[Any] | _ClearPrefixCache | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -167,7 +159,7 @@ class SamplingEngine:
                 self._prefix.clear()  # no engine thread, and none starts while the lock is held
                 return
             done = threading.Event()
-            self._queue.put(_ClearPrefixCache(done))
+            self._queue.put(ClearPrefixCache(done))
         done.wait(timeout_s)
 
     def prefix_cache_stats(self) -> PrefixCacheStats:
@@ -228,7 +220,7 @@ class SamplingEngine:
             if job is None:
                 self._shutdown()
                 return False
-            if isinstance(job, _ClearPrefixCache):
+            if isinstance(job, ClearPrefixCache):
                 self._prefix.clear()
                 release_free_memory()
                 job.done.set()
@@ -245,7 +237,7 @@ class SamplingEngine:
             job = self._queue.get_nowait()
             if isinstance(job, Job):
                 job.fail(error)
-            elif isinstance(job, _ClearPrefixCache):
+            elif isinstance(job, ClearPrefixCache):
                 job.done.set()
 
     def _fail_running(self, error: BaseException) -> None:

@@ -1,9 +1,11 @@
 """A sampling request in flight in the engine (:class:`Job`) and each of its samples' rows (:class:`Row`):
-what the engine thread keeps per request between decode steps."""
+what the engine thread keeps per request between decode steps; and the one piece of work its queue
+carries that is not a request (:class:`ClearPrefixCache`)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -49,3 +51,10 @@ class Row:
     sampling: RowSampling
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClearPrefixCache:
+    """Drop the engine's prefix cache between two steps, then set ``done`` (the caller waits on it)."""
+
+    done: threading.Event
