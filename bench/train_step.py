@@ -3,7 +3,9 @@
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py [--model smollm2-135m-instruct] [--batch 8]
         [--seq 256] [--steps 3] [--threads 2] [--modes lora,full] [--kernels onednn,f-linear]
 
-Each mode runs with the training model's linear layers through oneDNN (the default,
+The script restarts itself under jemalloc with envsuite's settings, as the ``envsuite`` command does
+(``ENVSUITE_ALLOCATOR=system`` keeps the system allocator). Each mode runs with the training model's
+linear layers through oneDNN (the default,
 ``LocalServiceClient(onednn_products=True)``) and through ``F.linear``, one after the other. The peak
 is the better of MKL's and oneDNN's 2048^3 fp32 rates (``bench/_machine.py``).
 
@@ -30,6 +32,7 @@ import torch
 from tinker import types
 
 from envsuite.backends.local import LocalServiceClient
+from envsuite.engine import jemalloc_loaded, reexec_under_jemalloc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -124,6 +127,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     machine = measure_machine()
     peak = machine.matmul_gflops
+    print(f"allocator: {'jemalloc' if jemalloc_loaded() else 'the system malloc'}")
     print(
         f"fp32 matmul peak ({args.threads} threads, 2048^3): {peak:.1f} GFLOP/s "
         f"(MKL {machine.mkl_gflops:.0f}, oneDNN {machine.onednn_gflops:.0f}); load {machine.load_before}"
@@ -143,4 +147,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # Under jemalloc, as the envsuite command runs (envsuite.engine._memory): with glibc's allocator a
+    # step here took twice as long (docs/benchmarks.md). ENVSUITE_ALLOCATOR=system keeps glibc.
+    reexec_under_jemalloc(sys.orig_argv[1:])
     main()
