@@ -1,5 +1,6 @@
 """Linear layers through oneDNN change speed, never results: values and gradients equal ``F.linear``'s
-up to float rounding, for a layer alone and for a LoRA-adapted model's training step.
+up to float rounding, for a layer alone and for a LoRA-adapted model's training step; the training
+client routes its layers as its service says.
 
 The sampling side (tokens and logprobs of the engine against transformers' forward) is in
 ``tests/test_sampling_fast_paths.py``.
@@ -7,9 +8,14 @@ The sampling side (tokens and logprobs of the engine against transformers' forwa
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
+import tinker
 import torch
 
+from envsuite.backends.local import LocalServiceClient
 from envsuite.engine.kernels import OneDnnLinear, onednn_available, route_linears_through_onednn
 from envsuite.engine.weights import LoraSpec, add_lora, load_base_model
 from envsuite.models import resolve_model
@@ -74,3 +80,27 @@ def test_a_lora_training_step_gives_the_same_loss_and_adapter_gradients() -> Non
     assert routed_grads.keys() == grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(routed_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "f-linear"])
+def test_the_training_client_routes_its_layers_as_the_service_says(tmp_path: Path, onednn: bool) -> None:
+    """``LocalServiceClient(onednn_products=...)`` decides whether a training step runs OneDnnLinear."""
+    calls = [0]
+
+    def count(module: torch.nn.Module, _args: tuple[object, ...]) -> None:
+        calls[0] += isinstance(module, OneDnnLinear)
+
+    service = LocalServiceClient(log_dir=tmp_path, onednn_products=onednn)
+    trainer = service.create_lora_training_client("tiny-random", rank=4, seed=0).result()
+    tokens = trainer.get_tokenizer().encode("User: hello there\nA: general kenobi")
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": np.array(tokens[1:])},
+    )
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
+    try:
+        trainer.forward_backward([datum], "cross_entropy").result()
+    finally:
+        handle.remove()
+        trainer.close()
+    assert (calls[0] > 0) == onednn
