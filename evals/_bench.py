@@ -216,8 +216,9 @@ def run_bench(config: BenchConfig) -> BenchReport:
         label=config.label or config.inspect_model().removeprefix("envsuite/"),
         on_log=lambda location: import_log(location, config),
         say=print_line if display == "lines" else None,
-        # Tasks run one env after another: the KV of an env's finished conversations would only sit
-        # in the prefix cache, on top of the next env's batch (envsuite bench's 2 GB memory goal).
+        # Inspect runs the envs' tasks side by side: once one ends, the KV of its conversations would
+        # only sit in the prefix cache next to the others' batches (envsuite bench's 2 GB memory goal).
+        # The others' running conversations lose theirs too and prefill their history once more.
         after_task=forget_cached_conversations,
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)

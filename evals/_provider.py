@@ -92,8 +92,8 @@ def models_released_after() -> Iterator[None]:
 
 def forget_cached_conversations() -> None:
     """Drop the prefix caches of the local models loaded in this process (KV of finished episodes kept
-    for turns that would extend them): for a bench between two envs, whose episodes never return.
-    Only costs speed if one does (its next turn prefills again)."""
+    for turns that would extend them): for a bench when one of its envs finishes, whose episodes never
+    return. A conversation still running elsewhere only loses speed (its next turn prefills again)."""
     for loaded in _loaded.values():
         clear = getattr(loaded.sampling_client, "clear_prefix_cache", None)
         if callable(clear):

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inspect_ai import eval as inspect_eval
@@ -127,16 +128,19 @@ def test_inspect_cli_finds_the_provider_through_the_entry_point(tmp_path: Path) 
     assert len(logs) == 1 and read_eval_log(str(logs[0])).status == "success"
 
 
-def test_bench_records_results_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
-    config = BenchConfig(
-        model=TEST_MODEL,
-        env_ids=("arithmetic", "tictactoe"),
-        episodes=2,
-        max_tokens=8,
+def _bench_config(tmp_path: Path, *env_ids: str, **settings: Any) -> BenchConfig:
+    """A bench of the test model on ``env_ids`` writing under ``tmp_path``, quiet unless told."""
+    defaults: dict[str, Any] = {"model": TEST_MODEL, "display": "none"}
+    return BenchConfig(
+        env_ids=env_ids,
         log_root=str(tmp_path / "logs"),
         db=str(tmp_path / "board.sqlite"),
-        display="none",
+        **(defaults | settings),
     )
+
+
+def test_bench_records_results_and_a_rerun_adds_nothing(tmp_path: Path) -> None:
+    config = _bench_config(tmp_path, "arithmetic", "tictactoe", episodes=2, max_tokens=8)
     first = run_bench(config)
     assert first.completed and first.episodes_added == 4 and first.runs_added == 2
     second = run_bench(config)
@@ -328,15 +332,8 @@ def test_a_model_directory_is_benched_under_its_label_with_progress_naming_envs(
     from envsuite.models import resolve_model
 
     model_dir = str(resolve_model(TEST_MODEL).path)
-    config = BenchConfig(
-        model=model_dir,
-        label="tiny+dir",
-        env_ids=("arithmetic",),
-        episodes=2,
-        max_tokens=4,
-        log_root=str(tmp_path / "logs"),
-        db=str(tmp_path / "board.sqlite"),
-        display="lines",
+    config = _bench_config(
+        tmp_path, "arithmetic", model=model_dir, label="tiny+dir", episodes=2, max_tokens=4, display="lines"
     )
     assert config.inspect_model() == "envsuite/tiny+dir" and config.model_args() == {"path": model_dir}
     report = run_bench(config)
@@ -358,15 +355,8 @@ def test_bench_progress_shows_control_characters_as_escapes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 15.5: a label holding an ESC sequence cannot drive the terminal through bench's lines."""
-    config = BenchConfig(
-        model=TEST_MODEL,
-        label="evil\x1b[2J\x1b]0;title\x07",
-        env_ids=("arithmetic",),
-        episodes=1,
-        max_tokens=2,
-        log_root=str(tmp_path / "logs"),
-        db=str(tmp_path / "board.sqlite"),
-        display="lines",
+    config = _bench_config(
+        tmp_path, "arithmetic", label="evil\x1b[2J\x1b]0;title\x07", episodes=1, max_tokens=2, display="lines"
     )
     run_bench(config)
     out = capsys.readouterr().out
@@ -394,15 +384,7 @@ def test_a_finished_bench_lets_its_model_go(tmp_path: Path, monkeypatch: pytest.
         return client
 
     monkeypatch.setattr(envsuite.backends, "sampling_client_for", recorded)
-    config = BenchConfig(
-        model=TEST_MODEL,
-        env_ids=("arithmetic",),
-        episodes=1,
-        max_tokens=4,
-        log_root=str(tmp_path / "logs"),
-        db=str(tmp_path / "board.sqlite"),
-        display="none",
-    )
+    config = _bench_config(tmp_path, "arithmetic", episodes=1, max_tokens=4)
     assert run_bench(config).completed
     gc.collect()
     assert len(loaded) == 1 and loaded[0]() is None
@@ -422,15 +404,7 @@ def test_a_bench_drops_the_cached_conversations_of_envs_it_finished(
 
     monkeypatch.setattr(_provider, "_loaded", {})
     held = _provider.local_model(TEST_MODEL)
-    config = BenchConfig(
-        model=TEST_MODEL,
-        env_ids=("twenty_questions", "arithmetic"),
-        episodes=2,
-        max_tokens=4,
-        log_root=str(tmp_path / "logs"),
-        db=str(tmp_path / "board.sqlite"),
-        display="none",
-    )
+    config = _bench_config(tmp_path, "twenty_questions", "arithmetic", episodes=2, max_tokens=4)
     assert run_bench(config).completed
     stats = held.sampling_client.prefix_cache_stats()
     assert stats.inserted_tokens > 0  # conversations were cached while the envs ran...

@@ -7,6 +7,7 @@ boxes, the same values up to float rounding), with gradients.
 from envsuite.engine.kernels._onednn import (
     OneDnnLinear,
     onednn_available,
+    onednn_fits,
     onednn_linear,
     reordered_weight,
     route_linears_through_onednn,
@@ -18,6 +19,7 @@ __all__ = [
     "route_linears_through_onednn",
     # the products themselves
     "onednn_available",
+    "onednn_fits",
     "onednn_linear",
     "reordered_weight",
 ]

@@ -30,6 +30,11 @@ def onednn_available() -> bool:
     )
 
 
+def onednn_fits(*tensors: torch.Tensor) -> bool:
+    """Whether oneDNN's linear op takes these tensors: fp32 on the CPU (anything else keeps ``F.linear``)."""
+    return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors)
+
+
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``x @ weight.T + bias`` through oneDNN; ``weight`` is a plain tensor or :func:`reordered_weight`'s."""
     out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
@@ -90,8 +95,8 @@ class OneDnnLinear(torch.nn.Linear):
         return layer
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dtype != torch.float32 or self.weight.dtype != torch.float32 or input.device.type != "cpu":
-            return F.linear(input, self.weight, self.bias)  # oneDNN's fp32 CPU op only
+        if not onednn_fits(input, self.weight):
+            return F.linear(input, self.weight, self.bias)
         if torch.is_grad_enabled() and (input.requires_grad or self.weight.requires_grad):
             out: torch.Tensor = _OneDnnLinearFunction.apply(input, self.weight, self.bias)
             return out

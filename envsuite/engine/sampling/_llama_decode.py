@@ -7,11 +7,12 @@ layers, the attention-interface lookup, and a fresh 4D mask built from the 2D pa
 
 :class:`LlamaDecoder` runs the same computation directly on the model's own modules and tensors, in
 the same order and with the same kernels (the embedding, RMSNorm and rotary modules' arithmetic,
-the same weights multiplied through oneDNN as the engine's model layers are (``envsuite.engine.kernels``),
-SDPA with the query heads grouped per key/value head as transformers does for one-token queries),
-so its logits equal those of ``model(...)`` up to float rounding (tested). The mask is built once per step and shared by every layer. A step can also feed
-the prompt tails of rows that joined with only a cached prefix (:class:`TailTokens`): their tokens
-are extra rows of the same layer products, attending causally over their own row. Models it does not
+the same weights multiplied through oneDNN as the engine's model layers are
+(``envsuite.engine.kernels``), SDPA with the query heads grouped per key/value head as transformers
+does for one-token queries), so its logits equal those of ``model(...)`` up to float rounding
+(tested). The mask is built once per step and shared by every layer. A step can also feed the prompt
+tails of rows that joined with only a cached prefix (:class:`TailTokens`): their tokens are extra
+rows of the same layer products, attending causally over their own row. Models it does not
 cover (other architectures, sliding windows, biases it does not know) keep using ``model(...)``:
 :func:`llama_decoder` returns None for them.
 """
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from envsuite.engine.kernels import onednn_available, onednn_linear, reordered_weight
+from envsuite.engine.kernels import onednn_available, onednn_fits, onednn_linear, reordered_weight
 
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
@@ -64,8 +65,9 @@ class _FedTail:
 @dataclass(frozen=True)
 class _Product:
     """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
-    ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a decode step), on the
-    weight itself or on a copy oneDNN reordered into its own blocked layout (``packed``)."""
+    ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a
+    decode step), on the weight itself or on a copy oneDNN reordered into its own blocked layout
+    (``packed``)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
@@ -126,8 +128,9 @@ def llama_decoder(
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    # oneDNN's linear op is fp32 on the CPU here; a GPU or half-precision model keeps F.linear.
-    onednn = onednn and onednn_available() and model.device.type == "cpu" and model.dtype == torch.float32
+    # A GPU or half-precision model keeps F.linear.
+    head_weight: torch.Tensor = model.get_output_embeddings().weight
+    onednn = onednn and onednn_available() and onednn_fits(head_weight)
     return LlamaDecoder(model, onednn=onednn, packed_weights=packed_weights and onednn)
 
 
@@ -141,8 +144,8 @@ class LlamaDecoder:
 
     With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`);
     with ``packed_weights`` as well, on oneDNN-reordered copies of the layer and LM-head weights made
-    once here: a few percent faster again, for one more copy of those weights in memory (540 MB for
-    SmolLM2). Those copies do not follow later in-place changes to the model's weights.
+    once here: a step ~15% faster again at batch 32 (docs/benchmarks.md), for one more copy of those
+    weights in memory (540 MB for SmolLM2). Those copies do not follow later in-place changes to the model's weights.
     """
 
     def __init__(self, model: PreTrainedModel, onednn: bool = False, packed_weights: bool = False) -> None:

@@ -49,7 +49,7 @@ class EngineConfig:
     ~1.7x and a prefill pass's products ~2.2x faster (docs/benchmarks.md, Decoding)."""
     packed_decode_weights: bool = False
     """Give the lean step's oneDNN products reordered copies of the layer and LM-head weights: a decode
-    step at batch 32 ~20% faster again (docs/benchmarks.md), for one more copy of those weights in
+    step at batch 32 ~15% faster again (docs/benchmarks.md), for one more copy of those weights in
     memory (540 MB for SmolLM2), so off by default (the memory goals of a laptop come first). Needs
     ``onednn_products`` and oneDNN."""
     prefix_cache_bytes: int = 1 << 30
