@@ -1,9 +1,13 @@
-"""Harness overhead of ``envsuite bench``: episodes/s through Inspect vs a bare rollout loop.
+"""Harness overhead of ``envsuite bench``: its time against a bare rollout loop on the same episodes.
 
 Both sides play the same test-split episodes (same env, seeds, model, sampling settings and number of
 episodes in flight) with the same local sampler; the bare loop calls ``make_env`` + ``do_single_rollout``
-directly, the bench path goes through the Inspect provider, solver, scorer, log writing and the
-leaderboard import. Goal: bench takes at most 1.2x the bare loop's time.
+directly. ``envsuite bench`` is timed with each runner (``--runners``): ``direct`` (the default for
+envsuite models: envsuite plays the episodes, journals each one, writes each env as an Inspect log and
+imports it into the leaderboard) and ``inspect`` (an Inspect eval set: provider, solver, scorer, a log
+flush per sample, the import). ``--repeats`` rounds alternate the sides; the medians are reported.
+Goal: bench takes at most 1.2x the bare loop's time. The script restarts itself under jemalloc with
+envsuite's settings, as the ``envsuite`` command does.
 
 With ``--inspect-floor`` it also times Inspect alone on the same number of samples: a task whose
 solver and scorer do nothing (no env, no model call), once flushing the log after every sample (what
@@ -17,7 +21,7 @@ an upper bound on the time from command to first episode (goal <= 10 s for tiny-
 Usage::
 
     .venv/bin/python -P bench/eval_overhead.py [--model smollm2-135m-instruct] [--env arithmetic]
-        [--episodes 64] [--max-tokens 32] [--first-episode]
+        [--episodes 64] [--max-tokens 32] [--runners direct,inspect] [--repeats 3] [--first-episode]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +40,7 @@ from pathlib import Path
 from envsuite import RendererConfig, make_env
 from envsuite.backends import make_service_client
 from envsuite.completers import SamplingTokenCompleter
+from envsuite.engine import jemalloc_loaded, reexec_under_jemalloc
 from envsuite.evals import BenchConfig, episode_seeds, run_bench
 from envsuite.evals._provider import local_model
 from envsuite.rollouts import RolloutLimits, do_single_rollout
@@ -68,7 +74,7 @@ async def _bare_loop(args: argparse.Namespace) -> Timing:
     return Timing("bare loop", time.perf_counter() - started, args.episodes)
 
 
-def _bench(args: argparse.Namespace) -> Timing:
+def _bench(args: argparse.Namespace, runner: str) -> Timing:
     with tempfile.TemporaryDirectory() as scratch:
         config = BenchConfig(
             model=args.model,
@@ -81,13 +87,14 @@ def _bench(args: argparse.Namespace) -> Timing:
             db=f"{scratch}/board.sqlite",
             display="none",
             max_samples=args.in_flight,
+            runner=runner,
         )
         started = time.perf_counter()
         report = run_bench(config)
         seconds = time.perf_counter() - started
     if not report.completed or report.episodes_added != args.episodes:
         raise RuntimeError(f"bench did not complete: {report}")
-    return Timing("envsuite bench", seconds, args.episodes)
+    return Timing(f"envsuite bench --runner {runner}", seconds, args.episodes)
 
 
 def _inspect_floor(args: argparse.Namespace, log_buffer: int | None) -> Timing:
@@ -140,6 +147,10 @@ def command_to_first_episode(args: argparse.Namespace) -> float:
         return time.perf_counter() - started
 
 
+def _median(timings: list[Timing]) -> Timing:
+    return Timing(timings[0].label, statistics.median(t.seconds for t in timings), timings[0].episodes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -151,26 +162,40 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runners", default="direct,inspect", help="bench runners to time")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds (medians reported)")
     parser.add_argument("--first-episode", action="store_true", help="also time command to first episode")
     parser.add_argument(
         "--inspect-floor", action="store_true", help="also time Inspect with a do-nothing task"
     )
     args = parser.parse_args()
+    # Under jemalloc, as the envsuite command runs (envsuite.engine._memory).
+    reexec_under_jemalloc(sys.orig_argv[1:])
+    runners = [r for r in args.runners.split(",") if r]
     print(f"load average before: {os.getloadavg()}")
+    print(f"allocator: {'jemalloc' if jemalloc_loaded() else 'the system malloc'}")
     make_service_client("local")  # import cost outside the timings
     local_model(args.model)  # load the model once, outside both timings
     # Warm-ups: one-time costs (Inspect's lazy imports, first forward passes) stay out of the timings.
     asyncio.run(_bare_loop(argparse.Namespace(**{**vars(args), "episodes": 4})))
-    _bench(argparse.Namespace(**{**vars(args), "episodes": 2}))
+    for runner in runners:
+        _bench(argparse.Namespace(**{**vars(args), "episodes": 2}), runner)
     if args.inspect_floor:
         _inspect_floor(argparse.Namespace(**{**vars(args), "episodes": 2}), 1)
-    bare = asyncio.run(_bare_loop(args))
-    bench = _bench(args)
+    rounds: dict[str, list[Timing]] = {}
+    for _ in range(args.repeats):
+        rounds.setdefault("bare", []).append(asyncio.run(_bare_loop(args)))
+        for runner in runners:
+            rounds.setdefault(runner, []).append(_bench(args, runner))
+    bare = _median(rounds.pop("bare"))
+    benches = [_median(timings) for timings in rounds.values()]
     floors = [_inspect_floor(args, buffer) for buffer in (1, None)] if args.inspect_floor else []
-    print(f"{args.model} on {args.env}: {args.episodes} episodes, {args.in_flight} in flight")
-    for timing in (bare, bench, *floors):
+    print(f"{args.model} on {args.env}: {args.episodes} episodes, {args.in_flight} in flight, "
+          f"median of {args.repeats} alternating rounds")  # fmt: skip
+    for timing in (bare, *benches, *floors):
         print(f"  {timing.label:34s} {timing.seconds:8.2f} s  {timing.episodes_per_second:8.2f} episodes/s")
-    print(f"  bench / bare = {bench.seconds / bare.seconds:.2f}x (goal <= 1.2x)")
+    for bench in benches:
+        print(f"  {bench.label} / bare = {bench.seconds / bare.seconds:.2f}x (goal <= 1.2x)")
     for floor in floors:
         print(f"  bare + {floor.label} = {(bare.seconds + floor.seconds) / bare.seconds:.2f}x the bare loop")
     if args.first_episode:

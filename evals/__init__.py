@@ -4,7 +4,8 @@
 ``inspect_ai`` entry point. Importing this package imports inspect_ai.
 """
 
-from envsuite.evals._bench import BenchConfig, BenchReport, import_log, run_bench
+from envsuite.evals._bench import import_log, run_bench
+from envsuite.evals._bench_config import BenchConfig, BenchReport
 from envsuite.evals._partners import InspectMessageCompleter
 from envsuite.evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
 

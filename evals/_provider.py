@@ -100,6 +100,37 @@ def forget_cached_conversations() -> None:
             clear()
 
 
+def sampling_params(
+    renderer: Any,
+    *,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+) -> Any:
+    """The sampler's settings for one generation (unset ones: the sampler's neutral values), stopping
+    at the chat format's end of turn. Shared by the provider and the bench's direct runner, so both
+    sample the same tokens for the same prompt and seed."""
+    import tinker
+
+    return tinker.SamplingParams(
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        top_k=-1 if top_k is None else top_k,
+        seed=seed,
+        stop=renderer.get_stop_sequences(),
+    )
+
+
+async def sample(model: _LocalModel, prompt: Any, num_samples: int, params: Any) -> Any:
+    """``num_samples`` completions of ``prompt`` (a ``tinker.SampleResponse``), awaited without
+    blocking the event loop."""
+    future = model.sampling_client.sample(prompt, num_samples=num_samples, sampling_params=params)
+    return await asyncio.wrap_future(future.future()) if hasattr(future, "future") else await future
+
+
 class EnvsuiteModelAPI(ModelAPI):
     """Inspect ModelAPI over the envsuite local backend."""
 
@@ -136,22 +167,17 @@ class EnvsuiteModelAPI(ModelAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        import tinker
-
         refuse_unsupported(config, tools)
-        renderer = self._model.renderer
-        prompt = renderer.build_generation_prompt(to_envsuite(input))
-        params = tinker.SamplingParams(
-            max_tokens=config.max_tokens or DEFAULT_MAX_TOKENS,
-            temperature=1.0 if config.temperature is None else config.temperature,
-            top_p=1.0 if config.top_p is None else config.top_p,
-            top_k=-1 if config.top_k is None else config.top_k,
+        prompt = self._model.renderer.build_generation_prompt(to_envsuite(input))
+        params = sampling_params(
+            self._model.renderer,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
             seed=config.seed,
-            stop=renderer.get_stop_sequences(),
         )
-        n = config.num_choices or 1
-        future = self._model.sampling_client.sample(prompt, num_samples=n, sampling_params=params)
-        response = await asyncio.wrap_future(future.future()) if hasattr(future, "future") else await future
+        response = await sample(self._model, prompt, config.num_choices or 1, params)
         choices = [self._choice(seq, config) for seq in response.sequences]
         output_tokens = sum(len(seq.tokens) for seq in response.sequences)
         return ModelOutput(

@@ -240,6 +240,28 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
     return solve
 
 
+def episode_score(result: dict[str, Any], answer: str) -> Score:
+    """An episode's score from its result so far and the model's last reply: the env's own return and
+    success (its ``correct``/``success`` metric, else reward > 0). An episode that did not finish was
+    cut by its time limit: ``rollout_timeout``, scored with the reward it had earned."""
+    result = dict(result)
+    if result["stop_reason"] is None:
+        result["stop_reason"] = StopReason.ROLLOUT_TIMEOUT.value
+    metrics = result["metrics"]
+    success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
+    return Score(
+        value={"reward": float(result["reward"]), "success": float(min(1.0, success))},
+        answer=answer,
+        explanation=f"stop/{result['stop_reason']} after {result.get('turns', 0)} turn(s)",
+        metadata={
+            "metrics": metrics,
+            "stop_reason": result["stop_reason"],
+            "partner": result.get("partner"),
+            "error": result.get("error"),
+        },
+    )
+
+
 @scorer(metrics={"reward": [mean(), stderr()], "success": [mean(), stderr()]})
 def env_reward() -> Scorer:
     """The env's own return and success (its ``correct``/``success`` metric, else reward > 0).
@@ -249,24 +271,8 @@ def env_reward() -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        result = dict(
-            state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
-        )
-        if result["stop_reason"] is None:
-            result["stop_reason"] = StopReason.ROLLOUT_TIMEOUT.value
-        metrics = result["metrics"]
-        success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
-        return Score(
-            value={"reward": float(result["reward"]), "success": float(min(1.0, success))},
-            answer=state.output.completion if state.output else "",
-            explanation=f"stop/{result['stop_reason']} after {result.get('turns', 0)} turn(s)",
-            metadata={
-                "metrics": metrics,
-                "stop_reason": result["stop_reason"],
-                "partner": result.get("partner"),
-                "error": result.get("error"),
-            },
-        )
+        result = state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        return episode_score(result, state.output.completion if state.output else "")
 
     return score
 

@@ -23,7 +23,7 @@ from envsuite.leaderboard._records import (
     canonical_json,
     split_env_id,
 )
-from envsuite.leaderboard._sanitize import redact_text, sanitize
+from envsuite.leaderboard._sanitize import environment_read_once, redact_text, sanitize
 from envsuite.leaderboard._schema import current_version, migrate
 
 _KEY_COLUMNS = (
@@ -139,7 +139,7 @@ class ResultStore:
         key = _clean_key(run.key)
         episodes = list(episodes)
         lo, hi = run.reward_range if run.reward_range is not None else (None, None)
-        with self._conn.transaction():
+        with environment_read_once(), self._conn.transaction():
             self._conn.execute(
                 "INSERT INTO result_keys (key_id, model, env_id, env_version, partner, renderer, sampling, "
                 "seeds, package_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -193,7 +193,7 @@ class ResultStore:
         A match id already stored is skipped. Returns how many matches were new.
         """
         added = 0
-        with self._conn.transaction():
+        with environment_read_once(), self._conn.transaction():
             self._lock_ratings()
             for match in matches:
                 added += self._insert_match(match)

@@ -107,7 +107,7 @@ def test_every_link_on_the_demo_page_opens(browser: Any, demo: tuple[Path, DemoP
 def _check_viewer(page: Any, url: str) -> None:
     """The bundled viewer opens the link's log, at the linked sample when there is one."""
     route = urllib.parse.unquote(url.split("#", 1)[1])
-    match = re.match(r"^/logs/(.+?\.eval)(?:/samples/sample/(.+)/(\d+))?$", route)
+    match = re.match(r"^/logs/(.+?\.(?:eval|json))(?:/samples/sample/(.+)/(\d+))?$", route)
     assert match is not None, route
     log, sample, epoch = match.groups()
     page.goto(url)

@@ -1,0 +1,288 @@
+"""``envsuite bench``'s direct runner: envsuite models play the episodes here, and each env is written as
+an ordinary Inspect log.
+
+Why it exists: Inspect's per-sample machinery (a task state copied per sample, transcript events sent to
+a realtime database, a log flush per finished sample) costs ~12 ms a sample on a 2-core machine, as much
+as a whole tiny-model episode, so a bench of one Inspect sample per episode took 2.8x a bare rollout loop
+(``bench/eval_overhead.py``, docs/benchmarks.md). For envsuite models (loaded in this process, or behind a
+Tinker URL) the bench therefore plays each episode with the code Inspect's solver runs
+(:func:`~envsuite.evals._task.run_episode`), samples with the same settings (the same tokens for the same
+prompt and seed), scores with the same function, and writes one Inspect log per env, which ``inspect
+view`` reads and the leaderboard imports like any other. What such a log lacks is Inspect's event
+transcript (spans, model-call events); messages, output, scores, usage and timings are in it.
+``--runner inspect`` runs envsuite models through Inspect's eval set instead; other models always do.
+
+Never loses a run: each finished episode is appended to its env's journal (``direct_<env>.jsonl``, one
+flushed line per episode) before it counts. A rerun of the same bench reads the journal and plays only
+the episodes not in it. When an env's last episode is in, its log is written, imported into the store,
+and the journal removed. An episode whose model call fails is retried once; failing again, it leaves the
+env's log written with status ``error`` (not imported; the journal stays), so a rerun plays only it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from envsuite import RendererConfig
+from envsuite.core import Message
+from envsuite.evals._direct_log import EpisodeRecord, write_env_log
+from envsuite.evals._provider import local_model, sample, sampling_params
+from envsuite.evals._task import (
+    EpisodeOutcome,
+    EpisodeTask,
+    ModelReply,
+    _new_result,
+    _run_in_pool,
+    episode_seeds,
+    run_episode,
+)
+from envsuite.evals._workers import active_pool
+from envsuite.registration import spec
+
+if TYPE_CHECKING:
+    from envsuite.evals._bench_config import BenchConfig
+    from envsuite.evals._bench_progress import BenchSession
+
+MODEL_ATTEMPTS = 2
+"""Tries per episode when the model call fails (Inspect's eval set retries a failed sample once too)."""
+
+
+@dataclass
+class EnvRun:
+    """One env of a direct bench: its seeds, the episodes played so far, and where they are kept."""
+
+    env_id: str
+    seeds: list[int]
+    journal: Path
+    eval_id: str
+    """The log's eval id (the store keys the run by it); kept in the journal's first line, so a resumed
+    env is one run."""
+    started_at: str
+    log_path: Path
+    """Named as Inspect names its logs (timestamp first), which ``inspect view`` needs to list a
+    ``.json`` log."""
+    finished_log: Path | None = None
+    """The successful log an earlier bench wrote for this env: nothing is left to play."""
+    records: dict[int, EpisodeRecord] = field(default_factory=dict)
+    failures: dict[int, EpisodeRecord] = field(default_factory=dict)
+
+    def pending(self) -> list[int]:
+        return [seed for seed in self.seeds if seed not in self.records]
+
+    def open_journal(self) -> None:
+        """Start the journal with its header, or end a line a kill cut short so appends start clean."""
+        if not self.journal.is_file() or self.journal.stat().st_size == 0:
+            header = {"eval_id": self.eval_id, "started_at": self.started_at}
+            self.journal.write_text(json.dumps(header) + "\n", encoding="utf-8")
+            return
+        with self.journal.open("rb+") as journal:
+            journal.seek(-1, 2)
+            if journal.read(1) != b"\n":
+                journal.write(b"\n")
+
+    def keep(self, record: EpisodeRecord) -> None:
+        """Journal a finished episode (flushed before it counts), or hold a failed one for the log."""
+        if record.error is not None:
+            self.failures[record.seed] = record
+            return
+        with self.journal.open("a", encoding="utf-8") as journal:
+            journal.write(json.dumps(asdict(record)) + "\n")
+        self.records[record.seed] = record
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def env_runs(config: BenchConfig, log_dir: Path, env_ids: list[str]) -> list[EnvRun]:
+    """Each env's run, resumed from its journal where an earlier bench left one."""
+    runs = []
+    for env_id in env_ids:
+        versioned = spec(env_id).id
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
+        journal = log_dir / f"direct_{stem}.jsonl"
+        header, records = _read_journal(journal)
+        started = datetime.fromisoformat(header["started_at"]) if "started_at" in header else _now()
+        eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
+        runs.append(
+            EnvRun(
+                env_id=versioned,
+                seeds=episode_seeds(versioned, config.episodes, config.seed),
+                journal=journal,
+                eval_id=eval_id,
+                started_at=_iso(started),
+                log_path=log_dir / f"{started.strftime('%Y-%m-%dT%H-%M-%S-00-00')}_{stem}_{eval_id}.json",
+                finished_log=None if journal.is_file() else _finished_log(log_dir, stem, versioned),
+                records=records,
+            )
+        )
+    return runs
+
+
+def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
+    """The successful direct log of ``env_id`` in ``log_dir``, if an earlier bench finished it."""
+    from inspect_ai.log import read_eval_log
+
+    for candidate in sorted(log_dir.glob(f"*_{stem}_*.json"), reverse=True):
+        header = read_eval_log(str(candidate), header_only=True)
+        if header.status == "success" and (header.eval.task_args or {}).get("env_id") == env_id:
+            return candidate
+    return None
+
+
+def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[int, EpisodeRecord]]:
+    """A journal's header and its episodes by seed (none where there is no journal)."""
+    if not journal.is_file():
+        return {}, {}
+    lines = [line for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
+    header: dict[str, Any] = {}
+    records: dict[int, EpisodeRecord] = {}
+    for number, line in enumerate(lines):
+        try:
+            entry = json.loads(line)
+            if number == 0 and "eval_id" in entry:
+                header = entry
+            else:
+                record = EpisodeRecord(**entry)
+                records[record.seed] = record
+        except (json.JSONDecodeError, TypeError):
+            continue  # a line cut short by a kill: that episode is played again
+    return header, records
+
+
+class DirectBench:
+    """Plays every pending episode of the bench's envs through one gate of ``max_samples`` in flight
+    (so the sampler's batches stay full across envs), finishing each env as its last episode ends."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        session: BenchSession,
+        on_episode: Callable[[EnvRun], None] | None = None,
+    ) -> None:
+        model = config.local_model()
+        if model is None:
+            raise ValueError(f"the direct runner plays envsuite models only, not {config.model!r}")
+        self.config = config
+        self.session = session
+        self.on_episode = on_episode
+        self.model = local_model(model, config.base_url)
+        self.renderer = RendererConfig(model_name=model)
+        self.params = sampling_params(
+            self.model.renderer,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            seed=config.seed,
+        )
+
+    async def play(self, runs: list[EnvRun]) -> None:
+        gate = asyncio.Semaphore(self.config.max_samples)
+        for run in runs:
+            run.open_journal()
+            self.session.task_started(run.eval_id, run.env_id, len(run.seeds))
+            for record in run.records.values():  # resumed episodes count as played
+                self.session.sample_ended(run.eval_id, record.reward)
+        await asyncio.gather(*(self._play_env(run, gate) for run in runs))
+
+    async def _play_env(self, run: EnvRun, gate: asyncio.Semaphore) -> None:
+        async def one(seed: int) -> None:
+            async with gate:
+                record = await self._episode(run.env_id, seed)
+            run.keep(record)
+            if record.error is None:
+                self.session.sample_ended(run.eval_id, record.reward)
+            if self.on_episode is not None:
+                self.on_episode(run)
+
+        await asyncio.gather(*(one(seed) for seed in run.pending()))
+        self._finish(run)
+
+    def _finish(self, run: EnvRun) -> None:
+        complete = not run.pending()
+        status: Literal["success", "error"] = "success" if complete else "error"
+        ordered = [run.records.get(seed) or run.failures[seed] for seed in run.seeds]
+        write_env_log(self.config, run.env_id, run.eval_id, ordered, run.started_at, status, run.log_path)
+        if complete:
+            run.journal.unlink(missing_ok=True)  # the log now holds every episode
+        self.session.task_ended(run.eval_id, str(run.log_path), status)
+
+    async def _episode(self, env_id: str, seed: int) -> EpisodeRecord:
+        task = EpisodeTask(env_id, seed, self.renderer, None, self.config.partner)
+        record = await self._attempt(task)
+        for _ in range(MODEL_ATTEMPTS - 1):
+            if record.error is None:
+                break
+            record = await self._attempt(task)
+        return record
+
+    async def _attempt(self, task: EpisodeTask) -> EpisodeRecord:
+        """One try at an episode: played to its end, or cut at the episode time bound (scored as it
+        stood), or failed by the model (recorded with the traceback)."""
+        started_at, started = _iso(_now()), time.perf_counter()
+        turns = _Turns(self)
+        result = _new_result()
+        error = None
+        try:
+            outcome = await asyncio.wait_for(self._run(task, turns, result), self.config.episode_timeout_s)
+            result, conversation = outcome.result, outcome.conversation
+        except TimeoutError:
+            conversation = turns.latest  # what the model saw last; ``result`` is what it earned so far
+        except Exception:
+            conversation, error = turns.latest, traceback.format_exc()
+        return EpisodeRecord(
+            seed=task.seed,
+            result=result,
+            conversation=conversation,
+            answer=turns.answer,
+            truncated=turns.truncated,
+            started_at=started_at,
+            completed_at=_iso(_now()),
+            total_time=round(time.perf_counter() - started, 3),
+            input_tokens=turns.input_tokens,
+            output_tokens=turns.output_tokens,
+            error=error,
+        )
+
+    async def _run(self, task: EpisodeTask, turns: _Turns, result: dict[str, Any]) -> EpisodeOutcome:
+        pool = active_pool()
+        if pool is None:
+            return await run_episode(task, turns, result)
+        return await _run_in_pool(pool, task, turns)
+
+
+class _Turns:
+    """The evaluated model's turns of one episode: the provider's sampling, without Inspect."""
+
+    def __init__(self, bench: DirectBench) -> None:
+        self.bench = bench
+        self.latest: list[Message] = []
+        self.answer = ""
+        self.truncated = False
+        self.input_tokens = self.output_tokens = 0
+
+    async def __call__(self, messages: list[Message]) -> ModelReply:
+        self.latest = list(messages)
+        model = self.bench.model
+        prompt = model.renderer.build_generation_prompt(messages)
+        response = await sample(model, prompt, 1, self.bench.params)
+        tokens = list(response.sequences[0].tokens)
+        parsed = model.renderer.parse_response(tokens)
+        self.input_tokens += prompt.length
+        self.output_tokens += len(tokens)
+        self.answer, self.truncated = str(parsed.message["content"]), not parsed.clean_stop
+        self.latest = [*messages, {"role": "assistant", "content": self.answer}]
+        return ModelReply(self.answer, self.truncated)

@@ -1,0 +1,168 @@
+"""`envsuite bench`'s two runners: Inspect's eval set and the direct runner (envsuite plays, Inspect logs).
+
+Everything here is real: the tiny model through the local sampler, real envs, real Inspect logs read back
+with Inspect's own reader, and a real SQLite store. The direct runner must give the same episodes as the
+Inspect runner (same tokens for the same prompt and seed), journal every finished episode so a rerun
+plays only what is missing, and keep failed episodes out of the store until they are played again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inspect_ai.log import EvalLog, read_eval_log
+
+import envsuite.evals._direct as direct_module
+from envsuite import register
+from envsuite.evals import BenchConfig, run_bench
+from envsuite.leaderboard import ResultStore
+from envsuite.registration import registry
+from tests.conftest import TEST_MODEL
+
+
+def _config(tmp_path: Path, *env_ids: str, **settings: Any) -> BenchConfig:
+    defaults: dict[str, Any] = {"model": TEST_MODEL, "display": "none", "episodes": 3, "max_tokens": 8}
+    return BenchConfig(
+        env_ids=env_ids,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        **(defaults | settings),
+    )
+
+
+def _episodes(log: EvalLog) -> dict[Any, tuple[Any, ...]]:
+    """What a log says each episode was: its messages, score, score metadata and answer."""
+    episodes = {}
+    for sample in log.samples or []:
+        score = (sample.scores or {})["env_reward"]
+        messages = [(m.role, m.text) for m in sample.messages]
+        episodes[sample.id] = (messages, score.value, score.metadata, score.answer, sample.metadata)
+    return episodes
+
+
+def _stored(db: Path) -> list[tuple[int, float]]:
+    store = ResultStore(str(db))
+    try:
+        return sorted((e.episode.seed, e.episode.reward) for e in store.episodes())
+    finally:
+        store.close()
+
+
+def test_auto_runs_envsuite_models_directly_and_other_models_through_inspect() -> None:
+    assert BenchConfig(model=TEST_MODEL).resolved_runner() == "direct"
+    assert BenchConfig(model="mockllm/model").resolved_runner() == "inspect"
+    assert BenchConfig(model=TEST_MODEL, runner="inspect").resolved_runner() == "inspect"
+    with pytest.raises(ValueError, match="envsuite models only"):
+        BenchConfig(model="mockllm/model", runner="direct")
+    with pytest.raises(ValueError, match="unknown runner"):
+        BenchConfig(model=TEST_MODEL, runner="fast")
+    # The runners keep their logs apart; an Inspect run's directory keeps the name it had before.
+    assert (
+        BenchConfig(model=TEST_MODEL).log_dir() != BenchConfig(model=TEST_MODEL, runner="inspect").log_dir()
+    )
+
+
+def test_direct_and_inspect_runners_record_the_same_episodes(tmp_path: Path) -> None:
+    logs: dict[str, list[EvalLog]] = {}
+    for runner in ("inspect", "direct"):
+        config = _config(tmp_path / runner, "arithmetic", "tictactoe", runner=runner)
+        report = run_bench(config)
+        assert report.completed and report.episodes_added == 6 and report.runs_added == 2
+        logs[runner] = sorted((read_eval_log(p) for p in report.log_paths), key=lambda log: log.eval.task)
+    for inspect_log, direct_log in zip(logs["inspect"], logs["direct"], strict=True):
+        assert direct_log.status == "success" and direct_log.eval.task == inspect_log.eval.task
+        assert direct_log.eval.task_args == inspect_log.eval.task_args
+        assert direct_log.eval.metadata == {**(inspect_log.eval.metadata or {}), "runner": "direct"}
+        assert _episodes(direct_log) == _episodes(inspect_log)  # token for token, score for score
+        assert direct_log.results is not None and inspect_log.results is not None
+        for ours, theirs in zip(direct_log.results.scores, inspect_log.results.scores, strict=True):
+            assert ours.name == theirs.name
+            assert ours.metrics["mean"].value == pytest.approx(theirs.metrics["mean"].value)
+            assert ours.metrics["stderr"].value == pytest.approx(theirs.metrics["stderr"].value)
+    assert _stored(tmp_path / "direct" / "board.sqlite") == _stored(tmp_path / "inspect" / "board.sqlite")
+
+
+class _FailingSampler:
+    """The real sampling call, failing (like a dropped connection) after ``ok_calls`` calls."""
+
+    def __init__(self, real: Any, ok_calls: int) -> None:
+        self.real, self.ok_calls, self.calls = real, ok_calls, 0
+
+    async def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.calls > self.ok_calls:
+            raise ConnectionError("the sampler went away")
+        return await self.real(*args)
+
+
+def test_failed_episodes_stay_out_of_the_store_and_a_rerun_plays_only_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, "arithmetic", episodes=5, max_samples=1)  # one at a time: a fixed order
+    real = direct_module.sample
+    failing = _FailingSampler(real, ok_calls=2)
+    monkeypatch.setattr(direct_module, "sample", failing)
+    first = run_bench(config)
+    assert not first.completed and first.episodes_added == 0  # an env is stored only when whole
+    (log_path,) = first.log_paths
+    log = read_eval_log(log_path)
+    assert log.status == "error" and log.samples is not None
+    errors = [s for s in log.samples if s.error is not None]
+    assert len(errors) == 3 and "the sampler went away" in errors[0].error.message  # type: ignore[union-attr]
+    assert failing.calls == 2 + 3 * 2  # each failed episode was tried twice
+    journal = next(Path(first.log_dir).glob("direct_*.jsonl"))
+    journaled = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    assert len(journaled) == 2
+
+    counting = _FailingSampler(real, ok_calls=10**6)
+    monkeypatch.setattr(direct_module, "sample", counting)
+    second = run_bench(config)
+    assert second.completed and second.episodes_added == 5 and counting.calls == 3
+    assert second.log_paths == first.log_paths  # one env, one run: the same log, now complete
+    log = read_eval_log(second.log_paths[0])
+    assert log.status == "success" and len(log.samples or []) == 5
+    kept = {s.metadata["seed"]: s.started_at for s in log.samples or []}
+    assert all(kept[r["seed"]] == r["started_at"] for r in journaled)  # the journaled ones were not replayed
+    assert not journal.exists()
+
+    third = run_bench(config)
+    assert third.completed and third.episodes_added == 0 and counting.calls == 3
+    assert len(_stored(tmp_path / "board.sqlite")) == 5
+
+
+def test_a_journal_line_cut_by_a_kill_is_played_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, "arithmetic", episodes=3, max_samples=1)
+    monkeypatch.setattr(direct_module, "sample", _FailingSampler(direct_module.sample, ok_calls=2))
+    first = run_bench(config)
+    journal = next(Path(first.log_dir).glob("direct_*.jsonl"))
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 3  # the header and two episodes
+    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    counting = _FailingSampler(direct_module.sample.real, ok_calls=10**6)  # type: ignore[attr-defined]
+    monkeypatch.setattr(direct_module, "sample", counting)
+    second = run_bench(config)
+    assert second.completed and second.episodes_added == 3 and counting.calls == 2
+
+
+def test_an_episode_past_its_time_bound_is_a_scored_rollout_timeout_in_the_direct_runner(
+    tmp_path: Path,
+) -> None:
+    register("scratch/endless-v0", "tests.support.flaky_env:EndlessEnv", reward_range=(0.0, 1000.0))
+    try:
+        report = run_bench(
+            _config(tmp_path, "scratch/endless", episodes=2, max_tokens=2, episode_timeout_s=2)
+        )
+    finally:
+        registry.unregister("scratch/endless-v0")
+    assert report.completed and report.episodes_added == 2
+    log = read_eval_log(report.log_paths[0])
+    for sample in log.samples or []:
+        score = (sample.scores or {})["env_reward"]
+        assert score.metadata is not None and score.metadata["stop_reason"] == "rollout_timeout"
+        assert 1.0 <= score.value["reward"] <= 12.0  # type: ignore[index]  (turns done at 0.2 s each)
+        assert sample.messages  # the conversation up to the cut is kept
