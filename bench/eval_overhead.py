@@ -36,10 +36,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import tinker
 
 from envsuite import RendererConfig, make_env
 from envsuite.backends import make_service_client
-from envsuite.completers import SamplingTokenCompleter
+from envsuite.core import Observation, StopCondition, TokenCompleter, TokensWithLogprobs
 from envsuite.engine import jemalloc_loaded, reexec_under_jemalloc
 from envsuite.evals import BenchConfig, episode_seeds, run_bench
 from envsuite.evals._provider import local_model
@@ -51,16 +54,39 @@ class Timing:
     label: str
     seconds: float
     episodes: int
+    sampled_tokens: int
+    """Tokens the model sampled on that side (equal on both sides: the same episodes were played)."""
 
     @property
     def episodes_per_second(self) -> float:
         return self.episodes / self.seconds
 
 
+class _BenchSeededCompleter(TokenCompleter):
+    """Samples each turn as the bench does: every request seeded with the bench's seed (the envsuite
+    Inspect provider passes ``GenerateConfig.seed`` unchanged), so both sides sample the same tokens for
+    the same prompts and play the same episodes."""
+
+    def __init__(self, client: Any, max_tokens: int, temperature: float, seed: int) -> None:
+        self.client, self.max_tokens, self.temperature, self.seed = client, max_tokens, temperature, seed
+        self.sampled_tokens = 0
+
+    async def __call__(
+        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        params = tinker.SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, stop=stop, seed=self.seed
+        )
+        sequence = (await self.client.sample(model_input, 1, params)).sequences[0]
+        self.sampled_tokens += len(sequence.tokens)
+        stop_reason = "length" if sequence.stop_reason == "length" else "stop"
+        return TokensWithLogprobs(list(sequence.tokens), sequence.logprobs, stop_reason=stop_reason)
+
+
 async def _bare_loop(args: argparse.Namespace) -> Timing:
     renderer = RendererConfig(model_name=args.model)
     client = local_model(args.model).sampling_client  # the same engine the Inspect provider uses
-    policy = SamplingTokenCompleter(client, max_tokens=args.max_tokens, temperature=args.temperature)
+    policy = _BenchSeededCompleter(client, args.max_tokens, args.temperature, args.seed)
     gate = asyncio.Semaphore(args.in_flight)
 
     async def one(seed: int) -> None:
@@ -71,7 +97,7 @@ async def _bare_loop(args: argparse.Namespace) -> Timing:
     seeds = episode_seeds(args.env, args.episodes, args.seed)
     started = time.perf_counter()
     await asyncio.gather(*(one(s) for s in seeds))
-    return Timing("bare loop", time.perf_counter() - started, args.episodes)
+    return Timing("bare loop", time.perf_counter() - started, args.episodes, policy.sampled_tokens)
 
 
 def _bench(args: argparse.Namespace, runner: str) -> Timing:
@@ -92,9 +118,17 @@ def _bench(args: argparse.Namespace, runner: str) -> Timing:
         started = time.perf_counter()
         report = run_bench(config)
         seconds = time.perf_counter() - started
-    if not report.completed or report.episodes_added != args.episodes:
-        raise RuntimeError(f"bench did not complete: {report}")
-    return Timing(f"envsuite bench --runner {runner}", seconds, args.episodes)
+        if not report.completed or report.episodes_added != args.episodes:
+            raise RuntimeError(f"bench did not complete: {report}")
+        sampled = sum(_output_tokens(path) for path in report.log_paths)
+    return Timing(f"envsuite bench --runner {runner}", seconds, args.episodes, sampled)
+
+
+def _output_tokens(log_path: str) -> int:
+    from inspect_ai.log import read_eval_log
+
+    stats = read_eval_log(log_path, header_only=True).stats
+    return sum(usage.output_tokens for usage in stats.model_usage.values())
 
 
 def _inspect_floor(args: argparse.Namespace, log_buffer: int | None) -> Timing:
@@ -130,7 +164,7 @@ def _inspect_floor(args: argparse.Namespace, log_buffer: int | None) -> Timing:
         )  # fmt: skip
         seconds = time.perf_counter() - started
     label = f"inspect alone (log_buffer={log_buffer or 'default'})"
-    return Timing(label, seconds, args.episodes)
+    return Timing(label, seconds, args.episodes, 0)
 
 
 def command_to_first_episode(args: argparse.Namespace) -> float:
@@ -147,8 +181,17 @@ def command_to_first_episode(args: argparse.Namespace) -> float:
         return time.perf_counter() - started
 
 
+def _cold(args: argparse.Namespace) -> None:
+    """Empty the sampler's prefix cache: each side starts cold (the sides play the same prompts, so a
+    side timed after another would find every prompt's KV cached and skip its prefills)."""
+    local_model(args.model).sampling_client.clear_prefix_cache()
+
+
 def _median(timings: list[Timing]) -> Timing:
-    return Timing(timings[0].label, statistics.median(t.seconds for t in timings), timings[0].episodes)
+    first = timings[0]
+    return Timing(
+        first.label, statistics.median(t.seconds for t in timings), first.episodes, first.sampled_tokens
+    )
 
 
 def main() -> None:
@@ -184,8 +227,10 @@ def main() -> None:
         _inspect_floor(argparse.Namespace(**{**vars(args), "episodes": 2}), 1)
     rounds: dict[str, list[Timing]] = {}
     for _ in range(args.repeats):
+        _cold(args)
         rounds.setdefault("bare", []).append(asyncio.run(_bare_loop(args)))
         for runner in runners:
+            _cold(args)
             rounds.setdefault(runner, []).append(_bench(args, runner))
     bare = _median(rounds.pop("bare"))
     benches = [_median(timings) for timings in rounds.values()]
@@ -193,7 +238,10 @@ def main() -> None:
     print(f"{args.model} on {args.env}: {args.episodes} episodes, {args.in_flight} in flight, "
           f"median of {args.repeats} alternating rounds")  # fmt: skip
     for timing in (bare, *benches, *floors):
-        print(f"  {timing.label:34s} {timing.seconds:8.2f} s  {timing.episodes_per_second:8.2f} episodes/s")
+        print(
+            f"  {timing.label:34s} {timing.seconds:8.2f} s  {timing.episodes_per_second:8.2f} episodes/s"
+            f"  {timing.sampled_tokens:7d} sampled tokens"
+        )
     for bench in benches:
         print(f"  {bench.label} / bare = {bench.seconds / bare.seconds:.2f}x (goal <= 1.2x)")
     for floor in floors:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from envsuite import RendererConfig
 from envsuite.core import Message
@@ -75,6 +75,7 @@ class EnvRun:
     """The successful log an earlier bench wrote for this env: nothing is left to play."""
     records: dict[int, EpisodeRecord] = field(default_factory=dict)
     failures: dict[int, EpisodeRecord] = field(default_factory=dict)
+    _journal: TextIO | None = field(default=None, repr=False)
 
     def pending(self) -> list[int]:
         return [seed for seed in self.seeds if seed not in self.records]
@@ -95,9 +96,19 @@ class EnvRun:
         if record.error is not None:
             self.failures[record.seed] = record
             return
-        with self.journal.open("a", encoding="utf-8") as journal:
-            journal.write(json.dumps(asdict(record)) + "\n")
+        if self._journal is None:
+            self._journal = self.journal.open("a", encoding="utf-8")
+        # Flushed to the OS before the episode counts: a killed process loses no journaled line (a
+        # machine that loses power may lose the last few; an fsync per episode would cost more than the
+        # episode does with a small model).
+        self._journal.write(json.dumps(asdict(record)) + "\n")
+        self._journal.flush()
         self.records[record.seed] = record
+
+    def close_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
 
 def _now() -> datetime:
@@ -212,6 +223,7 @@ class DirectBench:
         self._finish(run)
 
     def _finish(self, run: EnvRun) -> None:
+        run.close_journal()
         complete = not run.pending()
         status: Literal["success", "error"] = "success" if complete else "error"
         ordered = [run.records.get(seed) or run.failures[seed] for seed in run.seeds]

@@ -6,6 +6,7 @@ can)."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -34,7 +35,6 @@ from inspect_ai.model import (
     ModelOutput,
     ModelUsage,
 )
-from inspect_ai.scorer import SampleScore, Score, mean, stderr
 
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
@@ -193,19 +193,19 @@ def _sample(config: BenchConfig, env_id: str, record: EpisodeRecord) -> EvalSamp
 
 
 def _scores(samples: list[EvalSample]) -> list[EvalScore]:
-    """The scorer's reward and success metrics, computed by Inspect's own ``mean`` and ``stderr``."""
+    """The scorer's reward and success metrics: Inspect's ``mean`` and ``stderr`` (the sample standard
+    deviation over the square root of the count; 0 for fewer than two), computed here because building
+    Inspect's per-sample score objects to call them cost more than writing the whole log
+    (``tests/test_bench_runners.py`` checks the values against Inspect's own)."""
     scores = []
     for name in ("reward", "success"):
-        per_sample = [
-            SampleScore(score=Score(value=_value(s, name)), sample_id=s.id) for s in samples if s.scores
-        ]
-        metrics = {
-            metric_name: EvalMetric(name=metric_name, value=float(metric(per_sample)) if per_sample else 0.0)  # type: ignore[arg-type]
-            for metric_name, metric in (("mean", mean()), ("stderr", stderr()))
-        }
+        values = [_value(s, name) for s in samples if s.scores]
+        metrics = {"mean": EvalMetric(name="mean", value=statistics.fmean(values) if values else 0.0)}
+        spread = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+        metrics["stderr"] = EvalMetric(name="stderr", value=spread)
         scores.append(
             EvalScore(
-                name=name, scorer=SCORER, scored_samples=len(per_sample), unscored_samples=0, metrics=metrics
+                name=name, scorer=SCORER, scored_samples=len(values), unscored_samples=0, metrics=metrics
             )
         )
     return scores

@@ -116,12 +116,13 @@ async def play_episode(
         result["stop_reason"] = stop_reason_from_metrics(overflow.metrics)
         return env.conversation()
     _, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
+    built = renderer.build()
     for _ in range(MAX_TURNS_GUARD):
         reply = await model_turn(env.conversation())
         if reply.truncated:
-            tokens = renderer.build().tokenizer.encode(encodable_text(reply.text), add_special_tokens=False)
+            tokens = built.tokenizer.encode(encodable_text(reply.text), add_special_tokens=False)
         else:
-            tokens = reply_to_tokens(renderer.build(), reply.text, stop)
+            tokens = reply_to_tokens(built, reply.text, stop)
         try:
             step = await env.step(list(tokens))
         except Exception as exc:
