@@ -166,3 +166,17 @@ def test_an_episode_past_its_time_bound_is_a_scored_rollout_timeout_in_the_direc
         assert score.metadata is not None and score.metadata["stop_reason"] == "rollout_timeout"
         assert 1.0 <= score.value["reward"] <= 12.0  # type: ignore[index]  (turns done at 0.2 s each)
         assert sample.messages  # the conversation up to the cut is kept
+
+
+def test_a_terminal_bench_shows_a_bar_per_env_and_the_cli_picks_the_runner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from envsuite.cli import build_parser
+
+    report = run_bench(_config(tmp_path, "arithmetic", "tictactoe", episodes=2, display="full"))
+    assert report.completed and report.episodes_added == 4
+    shown = capsys.readouterr().out
+    assert "arithmetic-v0" in shown and "tictactoe-v0" in shown and "2/2" in shown
+    args = build_parser().parse_args(["bench", "--model", TEST_MODEL, "--runner", "inspect"])
+    assert args.runner == "inspect"
+    assert build_parser().parse_args(["bench", "--model", TEST_MODEL]).runner == "auto"
