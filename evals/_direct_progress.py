@@ -19,10 +19,12 @@ def direct_progress(display: str, runs: list[EnvRun]) -> Iterator[EpisodeCallbac
     if display not in ("full", "rich", "plain") or not runs:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns) as progress:
+    # A console of our own: Inspect reconfigures rich's global one for its displays.
+    with Progress(*columns, console=Console()) as progress:
         bars = {run.env_id: progress.add_task(run.env_id, total=len(run.seeds)) for run in runs}
 
         def on_episode(run: EnvRun) -> None:
