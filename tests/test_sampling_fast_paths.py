@@ -36,7 +36,15 @@ from envsuite.backends.local import (
     load_sampling_model,
 )
 from envsuite.engine.kernels import OneDnnLinear
-from envsuite.engine.sampling import PrefixCache, kv_bytes_per_position, llama_decoder, prefill
+from envsuite.engine.sampling import (
+    PrefixCache,
+    RowSampling,
+    choose_tokens,
+    kv_bytes_per_position,
+    llama_decoder,
+    make_generator,
+    prefill,
+)
 
 MODEL = "tiny-random"
 NO_CACHE = EngineConfig(prefix_cache_bytes=0)
@@ -457,3 +465,28 @@ async def test_a_request_alone_runs_even_over_the_kv_budget() -> None:
     assert [len(s.tokens) for r in responses for s in r.sequences] == [5] * 6
     # Each request ran alone (three rows over one prompt), the second once the first had left.
     assert stats.budget_waits > 0
+
+
+@pytest.mark.parametrize("vocab", [49152, 1000])  # blocked search (256 divides it), and the plain scan
+def test_token_choice_lands_where_the_draw_falls_on_the_cumulative_distribution(vocab: int) -> None:
+    """Blocked inverse-CDF sampling picks, for each row's uniform draw, the token whose interval of the
+    exactly (float64) computed cumulative distribution holds it, up to float32 rounding; its logprob is
+    the token's log-softmax; and tokens top-k masks out are never picked."""
+    logits = torch.randn(64, vocab, generator=torch.Generator().manual_seed(vocab)) * 3
+    rows = [RowSampling(0.7, -1, 1.0, make_generator(i)) for i in range(64)]
+    draws = [make_generator(i) for i in range(64)]  # the same streams: each row's draw, replayed
+    for _ in range(20):
+        choice = choose_tokens(logits, rows)
+        scaled = logits.double() / 0.7
+        cdf = scaled.softmax(dim=-1).cumsum(dim=-1)
+        for i, token in enumerate(choice.tokens_B):
+            target = 1.0 - float(torch.rand((), generator=draws[i]).item())
+            below = float(cdf[i, token - 1]) if token > 0 else 0.0
+            assert below - 1e-5 <= target <= float(cdf[i, token]) + 1e-5, (i, token, target)
+            expected = float(scaled[i, token] - torch.logsumexp(scaled[i], dim=-1))
+            assert choice.logprobs_B[i] == pytest.approx(expected, abs=1e-4)
+    top_k = [RowSampling(1.0, 5, 1.0, make_generator(i)) for i in range(64)]
+    allowed = logits.topk(5, dim=-1).indices
+    for _ in range(20):
+        picked = choose_tokens(logits, top_k).tokens_B
+        assert all(token in allowed[i].tolist() for i, token in enumerate(picked))

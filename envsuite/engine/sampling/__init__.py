@@ -21,7 +21,13 @@ from envsuite.engine.sampling._requests import (
     KVStats,
     PromptTooLongError,
 )
-from envsuite.engine.sampling._token_choice import StopMatcher
+from envsuite.engine.sampling._token_choice import (
+    RowSampling,
+    StopMatcher,
+    TokenChoice,
+    choose_tokens,
+    make_generator,
+)
 
 __all__ = [
     # the engine
@@ -34,6 +40,11 @@ __all__ = [
     "FinishReason",
     "GeneratedSequence",
     "StopMatcher",
+    # token choice (one token per row, each row its own settings and generator)
+    "RowSampling",
+    "TokenChoice",
+    "choose_tokens",
+    "make_generator",
     # the running batch over one KV cache (rows join and leave without copying the others)
     "KVBatch",
     "PrefillOutput",

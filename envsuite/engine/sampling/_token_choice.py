@@ -2,7 +2,8 @@
 
 Each row carries its own ``torch.Generator``: a row's random draws never depend on which other rows
 share the batch, and nothing touches torch's global RNG. Sampling is inverse-CDF: one uniform draw per
-row from its generator, then one batched ``searchsorted`` over the cumulative probabilities.
+row from its generator, then batched ``searchsorted`` over the cumulative weights, found block by block
+of the vocabulary (:func:`_inverse_cdf`).
 
 Reported logprobs (documented in docs/backend_sampling.md): for ``temperature > 0`` the logprob of the
 chosen token under the distribution it was sampled from (logits / temperature, then top-k and top-p
@@ -93,23 +94,56 @@ def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple
         scaled_B_V = _apply_top_k(scaled_B_V, [row.top_k for row in rows])
     if any(row.top_p < 1.0 for row in rows):
         scaled_B_V = _apply_top_p(scaled_B_V, [row.top_p for row in rows])
-    log_norm_B = torch.logsumexp(scaled_B_V, dim=-1, keepdim=True)
-    probs_B_V = torch.exp(scaled_B_V - log_norm_B)
-    cdf_B_V = probs_B_V.cumsum(dim=-1)
+    # Unnormalized probabilities relative to each row's largest logit; the log normalizer is
+    # max + log(sum), as logsumexp computes it.
+    max_B = scaled_B_V.amax(dim=-1, keepdim=True)
+    weights_B_V = (scaled_B_V - max_B).exp_()
     # One draw in (0, 1] per row from the row's own generator; a draw of exactly 0 could land on a
     # leading zero-probability token, 1 - U(0, 1] cannot.
     draws = [1.0 - float(torch.rand((), generator=row.generator).item()) for row in rows]
     uniform_B = torch.tensor(draws, dtype=torch.float32, device=device)
-    targets_B = (uniform_B * cdf_B_V[:, -1]).unsqueeze(1)
-    chosen_B = torch.searchsorted(cdf_B_V, targets_B).squeeze(1).clamp_(max=logits_B_V.shape[1] - 1)
-    # Rounding in the cumulative sum can put the target on a masked token at the very end; step back
-    # to the last token that had probability mass.
-    masked = probs_B_V.gather(1, chosen_B[:, None]).squeeze(1) <= 0
-    if bool(masked.any()):
-        last_live = (probs_B_V > 0).long().cumsum(dim=-1).argmax(dim=-1)
-        chosen_B = torch.where(masked, last_live, chosen_B)
-    logprobs_B = scaled_B_V.gather(1, chosen_B[:, None]).squeeze(1) - log_norm_B.squeeze(1)
+    chosen_B, total_B = _inverse_cdf(weights_B_V, uniform_B)
+    # Rounding in the cumulative sums can put the target just past the last token with mass (onto a
+    # masked one after it); step back to that token. Rare, so done row by row.
+    masked = weights_B_V.gather(1, chosen_B[:, None]).squeeze(1) <= 0
+    for row in masked.nonzero().flatten().tolist() if bool(masked.any()) else []:
+        live = (weights_B_V[row, : int(chosen_B[row]) + 1] > 0).nonzero()
+        chosen_B[row] = live[-1, 0] if len(live) else (weights_B_V[row] > 0).nonzero()[0, 0]
+    log_norm_B = max_B.squeeze(1) + total_B.log()
+    logprobs_B = scaled_B_V.gather(1, chosen_B[:, None]).squeeze(1) - log_norm_B
     return chosen_B, logprobs_B
+
+
+_BLOCK_SIZES = (256, 128, 64)
+"""Vocabulary block widths for :func:`_inverse_cdf`, tried in order (the first that divides it)."""
+
+
+def _inverse_cdf(weights_B_V: torch.Tensor, uniform_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's token whose cumulative weight first reaches ``uniform * total``, and the totals.
+
+    A full cumulative sum over a 49k vocabulary is a serial scan per row and was the largest part of a
+    64-row sampling step; summing blocks of the vocabulary (vectorized), scanning the block sums, and
+    then scanning only the chosen block gives the same token up to float rounding in the sums.
+    """
+    rows, vocab = weights_B_V.shape
+    block = next((size for size in _BLOCK_SIZES if vocab % size == 0 and vocab > size), None)
+    if block is None:  # no block width divides the vocabulary: one scan over the whole row
+        cdf_B_V = weights_B_V.cumsum(dim=-1)
+        total_B = cdf_B_V[:, -1]
+        chosen = torch.searchsorted(cdf_B_V, (uniform_B * total_B)[:, None]).squeeze(1)
+        return chosen.clamp_(max=vocab - 1), total_B
+    blocks_B_K_C = weights_B_V.view(rows, vocab // block, block)
+    block_cdf_B_K = blocks_B_K_C.sum(dim=-1).cumsum(dim=-1)
+    total_B = block_cdf_B_K[:, -1]
+    target_B = uniform_B * total_B
+    block_B = torch.searchsorted(block_cdf_B_K, target_B[:, None]).squeeze(1).clamp_(max=vocab // block - 1)
+    before_B = torch.where(
+        block_B > 0, block_cdf_B_K.gather(1, (block_B - 1).clamp(min=0)[:, None]).squeeze(1), 0.0
+    )
+    row_index = torch.arange(rows, device=weights_B_V.device)
+    inner_cdf_B_C = blocks_B_K_C[row_index, block_B].cumsum(dim=-1)
+    inner_B = torch.searchsorted(inner_cdf_B_C, (target_B - before_B)[:, None]).squeeze(1)
+    return block_B * block + inner_B.clamp_(max=block - 1), total_B
 
 
 def _apply_top_k(scaled_B_V: torch.Tensor, top_k_B: list[int]) -> torch.Tensor:
