@@ -51,9 +51,9 @@ import torch
 import torch.nn.functional as F
 
 from envsuite.backends.local import load_sampling_model
+from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, _Product, llama_decoder
-from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 
 MODEL = "smollm2-135m-instruct"
 Product = Callable[[torch.Tensor], torch.Tensor]
