@@ -57,9 +57,9 @@ def run_bench(config: BenchConfig) -> BenchReport:
         label=config.label or config.inspect_model().removeprefix("envsuite/"),
         on_log=lambda location: import_log(location, config),
         say=print_line if display == "lines" else None,
-        # Inspect runs the envs' tasks side by side: once one ends, the KV of its conversations would
-        # only sit in the prefix cache next to the others' batches (envsuite bench's 2 GB memory goal).
-        # The others' running conversations lose theirs too and prefill their history once more.
+        # Both runners play the envs side by side: once one ends, the KV of its conversations would only
+        # sit in the prefix cache next to the others' batches (envsuite bench's 2 GB memory goal). The
+        # others' running conversations lose theirs too and prefill their history once more.
         after_task=forget_cached_conversations,
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)
@@ -122,6 +122,7 @@ def _run_inspect(config: BenchConfig, session: BenchSession, report: BenchReport
 def _run_direct(config: BenchConfig, session: BenchSession, report: BenchReport, display: str) -> None:
     """envsuite plays every episode and writes each env as an Inspect log (``evals._direct``)."""
     import asyncio
+    import concurrent.futures
 
     from envsuite.evals._direct import DirectBench, env_runs
     from envsuite.evals._direct_progress import direct_progress
@@ -132,7 +133,14 @@ def _run_direct(config: BenchConfig, session: BenchSession, report: BenchReport,
         session.import_once(str(run.finished_log))
     to_play = [run for run in runs if run not in finished]
     with direct_progress(display, to_play) as on_episode:
-        asyncio.run(DirectBench(config, session, on_episode).play(to_play))
+        play = DirectBench(config, session, on_episode).play(to_play)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(play)
+        else:  # called from a running event loop (a notebook): play on a loop of its own
+            with concurrent.futures.ThreadPoolExecutor(1) as thread:
+                thread.submit(asyncio.run, play).result()
     report.log_paths = [str(run.finished_log or run.log_path) for run in runs]
     report.completed = all(not run.pending() for run in to_play)
 

@@ -3,8 +3,8 @@ an ordinary Inspect log.
 
 Why it exists: Inspect's per-sample machinery (a task state copied per sample, transcript events sent to
 a realtime database, a log flush per finished sample) costs ~12 ms a sample on a 2-core machine, as much
-as a whole tiny-model episode, so a bench of one Inspect sample per episode took 2.8x a bare rollout loop
-(``bench/eval_overhead.py``, docs/benchmarks.md). For envsuite models (loaded in this process, or behind a
+as a whole tiny-model episode, so a bench of one Inspect sample per episode took 4.3x a bare rollout loop,
+against 1.05x for this runner (``bench/eval_overhead.py``, docs/benchmarks.md). For envsuite models (loaded in this process, or behind a
 Tinker URL) the bench therefore plays each episode with the code Inspect's solver runs
 (:func:`~envsuite.evals._task.run_episode`), samples with the same settings (the same tokens for the same
 prompt and seed), scores with the same function, and writes one Inspect log per env, which ``inspect
@@ -41,10 +41,10 @@ from envsuite.evals._task import (
     EpisodeOutcome,
     EpisodeTask,
     ModelReply,
-    _new_result,
-    _run_in_pool,
     episode_seeds,
+    new_result,
     run_episode,
+    run_in_pool,
 )
 from envsuite.evals._workers import active_pool
 from envsuite.registration import spec
@@ -246,7 +246,7 @@ class DirectBench:
         stood), or failed by the model (recorded with the traceback)."""
         started_at, started = _iso(_now()), time.perf_counter()
         turns = _Turns(self)
-        result = _new_result()
+        result = new_result()
         error = None
         try:
             outcome = await asyncio.wait_for(self._run(task, turns, result), self.config.episode_timeout_s)
@@ -273,7 +273,7 @@ class DirectBench:
         pool = active_pool()
         if pool is None:
             return await run_episode(task, turns, result)
-        return await _run_in_pool(pool, task, turns)
+        return await run_in_pool(pool, task, turns)
 
 
 class _Turns:

@@ -157,7 +157,8 @@ class EpisodeOutcome:
     conversation: list[Message]
 
 
-def _new_result() -> dict[str, Any]:
+def new_result() -> dict[str, Any]:
+    """An episode's result before its first step (filled in as it plays; read by the scorer)."""
     return {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
 
 
@@ -169,7 +170,7 @@ async def run_episode(
     This is the whole of a sample's env work: in process it runs on Inspect's loop, with a remote
     executor it is one job in a worker (a module-level function, so the job pickles it by name).
     """
-    result = _new_result() if result is None else result
+    result = new_result() if result is None else result
     conversation: list[Message] = []
     try:
         env = _sample_env(task.env_id, task.seed, task.renderer, task.env_kwargs, task.partner)
@@ -182,12 +183,13 @@ async def run_episode(
     return EpisodeOutcome(result, conversation)
 
 
-async def _run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn) -> EpisodeOutcome:
+async def run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn) -> EpisodeOutcome:
+    """:func:`run_episode` in a worker, each model turn called back here; a lost worker is an env error."""
     handle = pool.expose(model_turn)
     try:
         return await pool.run(run_episode, task, handle)
     except WorkerLostError as exc:
-        result = _new_result() | {"stop_reason": StopReason.ENV_ERROR.value, "error": str(exc)[:500]}
+        result = new_result() | {"stop_reason": StopReason.ENV_ERROR.value, "error": str(exc)[:500]}
         return EpisodeOutcome(result, [])
     finally:
         pool.release(handle)
@@ -216,7 +218,7 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
             env_kwargs=env_kwargs,
             partner=partner,
         )
-        result = _new_result()
+        result = new_result()
         state.store.set(RESULT_KEY, result)
 
         async def model_turn(messages: list[Message]) -> ModelReply:
@@ -231,7 +233,7 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
         if pool is None:
             outcome = await run_episode(task, model_turn, result)
         else:
-            outcome = await _run_in_pool(pool, task, model_turn)
+            outcome = await run_in_pool(pool, task, model_turn)
         if outcome.conversation:
             state.messages = to_inspect(outcome.conversation)
         state.store.set(RESULT_KEY, outcome.result)

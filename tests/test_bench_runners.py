@@ -180,3 +180,10 @@ def test_a_terminal_bench_shows_a_bar_per_env_and_the_cli_picks_the_runner(
     args = build_parser().parse_args(["bench", "--model", TEST_MODEL, "--runner", "inspect"])
     assert args.runner == "inspect"
     assert build_parser().parse_args(["bench", "--model", TEST_MODEL]).runner == "auto"
+
+
+async def test_a_direct_bench_runs_from_inside_a_running_event_loop(tmp_path: Path) -> None:
+    """A notebook calls ``run_bench`` with an event loop already running; the direct runner plays on a
+    loop of its own rather than failing in ``asyncio.run``."""
+    report = run_bench(_config(tmp_path, "arithmetic", episodes=2))
+    assert report.completed and report.episodes_added == 2
