@@ -110,7 +110,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect runs -> leaderboard)")
+    p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect logs -> leaderboard)")
     p.add_argument(
         "--model",
         required=True,

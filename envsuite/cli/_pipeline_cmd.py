@@ -3,7 +3,7 @@
 Phases, each resumable (a second run reuses finished work):
 
 1. ``train``: GRPO on ``arithmetic_easy`` (one-digit addition) with LoRA, a few steps;
-2. ``bench``: the base model and the trained checkpoint on a catalog subset, as Inspect runs;
+2. ``bench``: the base model and the trained checkpoint on a catalog subset, written as Inspect logs;
 3. ``rank``: the leaderboard in the terminal and as an HTML page (with a chart).
 """
 
