@@ -4,8 +4,9 @@ an ordinary Inspect log.
 Why it exists: Inspect's per-sample machinery (a task state copied per sample, transcript events sent to
 a realtime database, a log flush per finished sample) costs ~12 ms a sample on a 2-core machine, as much
 as a whole tiny-model episode, so a bench of one Inspect sample per episode took 4.3x a bare rollout loop,
-against 1.05x for this runner (``bench/eval_overhead.py``, docs/benchmarks.md). For envsuite models (loaded in this process, or behind a
-Tinker URL) the bench therefore plays each episode with the code Inspect's solver runs
+against 1.05x for this runner (``bench/eval_overhead.py``, docs/benchmarks.md). For envsuite models
+(loaded in this process, or behind a Tinker URL) the bench therefore plays each episode with the code
+Inspect's solver runs
 (:func:`~envsuite.evals._task.run_episode`), samples with the same settings (the same tokens for the same
 prompt and seed), scores with the same function, and writes one Inspect log per env, which ``inspect
 view`` reads and the leaderboard imports like any other. What such a log lacks is Inspect's event

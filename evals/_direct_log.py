@@ -1,7 +1,8 @@
-"""One env of a direct bench as an ordinary Inspect log (``.eval``): the same task, arguments, sample ids,
-messages, scores and metrics the Inspect runner's log has, so ``inspect view``, :func:`import_log` and
-the leaderboard cannot tell the two apart (only ``metadata["runner"]`` and the missing event transcript
-can)."""
+"""One env of a direct bench as an ordinary Inspect log (JSON format): the same task, arguments, sample
+ids, messages, scores and metrics the Inspect runner's log has, so ``inspect view``, :func:`import_log`
+and the leaderboard read it alike (only ``metadata["runner"]`` and the missing event transcript differ).
+JSON rather than ``.eval``: the whole log is written once, when the env ends, and Inspect's ``.eval``
+writer took 147 ms for 128 episodes against 5 ms (it compresses each sample into the zip)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from inspect_ai.model import (
 
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
-from envsuite.evals._task import episode_score, sample_id
+from envsuite.evals._task import episode_score, sample_id, task_metadata
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
@@ -114,12 +115,7 @@ def _solver_params(config: BenchConfig, env_id: str) -> dict[str, Any]:
 
 
 def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], created: str) -> EvalSpec:
-    metadata = {
-        "env_id": env_id,
-        "partner": config.partner or "default",
-        "episodes": config.episodes,
-        "seed": config.seed,
-    }
+    metadata = task_metadata(env_id, config.partner, config.episodes, config.seed)
     task_args = {
         "env_id": env_id,
         "episodes": config.episodes,

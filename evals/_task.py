@@ -280,6 +280,11 @@ def env_reward() -> Scorer:
     return score
 
 
+def task_metadata(env_id: str, partner: str | None, episodes: int, seed: int) -> dict[str, Any]:
+    """The metadata of an env's bench task (both bench runners write it into their logs)."""
+    return {"env_id": env_id, "partner": partner or "default", "episodes": episodes, "seed": seed}
+
+
 @task(name="env")  # Inspect prefixes the package: registered as envsuite/env
 def envsuite_env(
     env_id: str,
@@ -316,5 +321,5 @@ def envsuite_env(
         config=GenerateConfig(max_tokens=max_tokens, temperature=temperature, seed=seed),
         time_limit=None if episode_timeout_s is None else max(1, math.ceil(episode_timeout_s)),
         name=f"envsuite/{env_spec.id}",
-        metadata={"env_id": env_spec.id, "partner": partner or "default", "episodes": episodes, "seed": seed},
+        metadata=task_metadata(env_spec.id, partner, episodes, seed),
     )

@@ -136,10 +136,10 @@ class ResultStore:
 
     def add_run(self, run: RunRecord, episodes: Iterable[EpisodeResult]) -> AddRunResult:
         """Store a run and its episodes; re-adding the same run id adds only episodes not yet stored."""
-        key = _clean_key(run.key)
         episodes = list(episodes)
         lo, hi = run.reward_range if run.reward_range is not None else (None, None)
         with environment_read_once(), self._conn.transaction():
+            key = _clean_key(run.key)
             self._conn.execute(
                 "INSERT INTO result_keys (key_id, model, env_id, env_version, partner, renderer, sampling, "
                 "seeds, package_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",

@@ -106,7 +106,7 @@ def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple
     # Rounding in the cumulative sums can put the target just past the last token with mass (onto a
     # masked one after it); step back to that token. Rare, so done row by row.
     masked = weights_B_V.gather(1, chosen_B[:, None]).squeeze(1) <= 0
-    for row in masked.nonzero().flatten().tolist() if bool(masked.any()) else []:
+    for row in masked.nonzero().flatten().tolist():
         live = (weights_B_V[row, : int(chosen_B[row]) + 1] > 0).nonzero()
         chosen_B[row] = live[-1, 0] if len(live) else (weights_B_V[row] > 0).nonzero()[0, 0]
     log_norm_B = max_B.squeeze(1) + total_B.log()
