@@ -15,19 +15,22 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    (transformers' forward) and through the engine's lean decode step, alternating, each on its own
    prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step. The lean
    step runs three ways: its products through ``F.linear`` (``EngineConfig(onednn_products=False)``),
-   through oneDNN on the model's weights (the default), and through oneDNN on reordered copies
-   (``EngineConfig(packed_decode_weights=True)``, off by default: one more copy of the weights).
+   through oneDNN on the model's plain weights (``EngineConfig(reorder_weights=False)``), and through
+   oneDNN on the reordered weights that replace the plain ones in the engine's model (the default;
+   a second copy of the model here, reordered as the engine does it).
 3. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
    the real weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down
    projections per layer; the LM head, attention, sampling); the remainder is norms, rotary
    embeddings, activations, KV appends and Python. Next to it, the same layer products through
-   ``F.linear`` and on reordered weights, as 210 separate products (query, key and value each on its
-   own rows of the fused weight: the step before the fusion) and with gate and up fused too (120
+   ``F.linear`` and on the plain weights, as 210 separate products (query, key and value each its
+   own reordered weight: the step before the fusion) and with gate and up fused too (120 reordered
    products), replayed alternately with the shipped ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
-   exactly what envsuite converts to fp32 safetensors): 32 sequences decoded together in one
-   ``llama_decode`` batch per step, and one request at a time (what a CPU user would run).
+   exactly what envsuite converts to fp32 safetensors; the run checks that llama.cpp's logits after a
+   prompt match the torch model's): at every batch size, the same prompts decoded together in one
+   ``llama_decode`` batch per step, greedy, median ms per step (``--steps`` x ``--repeats`` steps);
+   and 32 requests one at a time (what a CPU user would run), tokens per second.
 
 Writes a JSON of every number and a PNG of ms per step against batch size with the roofline.
 """
@@ -51,6 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from envsuite.backends.local import load_sampling_model
+from envsuite.engine.kernels import reorder_frozen_linears, reordered_weight, route_linears_through_onednn
 from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, _Product, llama_decoder
@@ -69,10 +73,10 @@ class CurvePoint:
     hf_ms: float
     linear_ms: float
     """The lean step with its products through ``F.linear`` (``EngineConfig(onednn_products=False)``)."""
+    plain_ms: float
+    """The lean step through oneDNN on the plain weights (``EngineConfig(reorder_weights=False)``)."""
     lean_ms: float
-    """The lean step as the engine runs it by default (products through oneDNN on the model's weights)."""
-    packed_ms: float
-    """The lean step on oneDNN-reordered weights (``EngineConfig(packed_decode_weights=True)``)."""
+    """The lean step as the engine runs it by default (oneDNN on the reordered weights)."""
     roofline_ms: float
     cache_positions: int
 
@@ -85,9 +89,9 @@ class Breakdown:
     linear_step_ms: float
     linear_layer_matmuls_ms: float
     """The same layer products through ``F.linear`` (the share of the step without oneDNN)."""
-    packed_step_ms: float
-    packed_layer_matmuls_ms: float
-    """The same layer products on oneDNN-reordered weights (the packed step's share)."""
+    plain_step_ms: float
+    plain_layer_matmuls_ms: float
+    """The same layer products through oneDNN on the plain weights (``reorder_weights=False``)."""
     separate_matmuls_ms: float
     """The same layer products as 210 separate products (not part of the step; for comparison)."""
     gate_up_fused_matmuls_ms: float
@@ -104,20 +108,24 @@ class Breakdown:
 
 @dataclass(frozen=True)
 class Decoders:
-    """The lean step's three ways over one model: ``F.linear``, oneDNN (the default), oneDNN reordered."""
+    """The lean step's three ways: ``F.linear`` and oneDNN on ``model``'s plain weights, and oneDNN on
+    a second copy of the model reordered as the engine does it (the default)."""
 
     linear: LlamaDecoder
+    plain: LlamaDecoder
     default: LlamaDecoder
-    packed: LlamaDecoder
 
     @classmethod
     def of(cls, model: Any) -> Decoders:
         linear = llama_decoder(model, onednn=False)
-        default = llama_decoder(model)
-        packed = llama_decoder(model, packed_weights=True)
-        assert linear is not None and default is not None and packed is not None
-        assert default.onednn and packed.packed_weights, "this torch has no oneDNN"
-        return cls(linear, default, packed)
+        plain = llama_decoder(model)
+        engines_model = load_sampling_model(base_model=MODEL).model
+        route_linears_through_onednn(engines_model)
+        report = reorder_frozen_linears(engines_model)
+        default = llama_decoder(engines_model)
+        assert linear is not None and plain is not None and default is not None
+        assert plain.onednn and report.fused_blocks, "this torch has no oneDNN"
+        return cls(linear, plain, default)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -174,7 +182,7 @@ def curve_point(
     """Transformers' forward and the lean step's three ways, each on its own batch."""
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
-    ways: list[LlamaDecoder | None] = [None, decoders.linear, decoders.default, decoders.packed]
+    ways: list[LlamaDecoder | None] = [None, decoders.linear, decoders.plain, decoders.default]
     with torch.inference_mode():
         batches = [prefill(model, prompts, False).batch for _ in ways]
         rows = _rows(batch)
@@ -185,9 +193,9 @@ def curve_point(
             for kv, decoder, way_ms in zip(batches, ways, times, strict=True):
                 way_ms.append(_median_ms(functools.partial(_step, model, kv, decoder, rows), args.steps))
         positions = batches[1].length
-    hf_ms, linear_ms, lean_ms, packed_ms = (statistics.median(way_ms) for way_ms in times)
+    hf_ms, linear_ms, plain_ms, lean_ms = (statistics.median(way_ms) for way_ms in times)
     roofline = roofline_ms(model, machine, batch, positions)
-    return CurvePoint(batch, hf_ms, linear_ms, lean_ms, packed_ms, roofline, positions)
+    return CurvePoint(batch, hf_ms, linear_ms, plain_ms, lean_ms, roofline, positions)
 
 
 def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespace) -> Breakdown:
@@ -216,15 +224,17 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
             return run
 
         def product(weight: torch.Tensor) -> Product:
-            return _Product(weight, None, onednn=decoder.onednn)
+            """A reordered product of a plain weight (as the engine's model has them)."""
+            return _Product(reordered_weight(weight.contiguous()), None, onednn=True)
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
         weights = [
-            (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight) for w in decoder.layers
+            (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight)
+            for w in decoders.plain.layers
         ]
         layer_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoder.layers])
         linear_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.linear.layers])
-        packed_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.packed.layers])
+        plain_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.plain.layers])
         separate_matmuls = matmuls(
             [
                 tuple(map(product, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
@@ -248,7 +258,7 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
         products = {
             "layer_matmuls": layer_matmuls,
             "linear_layer_matmuls": linear_matmuls,
-            "packed_layer_matmuls": packed_matmuls,
+            "plain_layer_matmuls": plain_matmuls,
             "separate_matmuls": separate_matmuls,
             "gate_up_fused_matmuls": gate_up_matmuls,
         }
@@ -263,9 +273,41 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
             "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
             "step": _median_ms(lambda: _step(model, kv, decoder, rows), args.steps),
             "linear_step": _median_ms(lambda: _step(model, kv, decoders.linear, rows), args.steps),
-            "packed_step": _median_ms(lambda: _step(model, kv, decoders.packed, rows), args.steps),
+            "plain_step": _median_ms(lambda: _step(model, kv, decoders.plain, rows), args.steps),
         }
     return Breakdown(batch=batch, **{f"{name}_ms": value for name, value in parts.items()})
+
+
+def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse.Namespace) -> dict[str, Any]:
+    """llama.cpp on the curve's prompts at every batch size, after checking it runs the same weights."""
+    from _llama_cpp import LlamaCpp
+
+    llama = LlamaCpp(threads)
+    vocab = int(model.config.vocab_size)
+    try:
+        probe = _prompts(1, args.prompt_tokens, vocab, seed=7)[0]
+        with torch.inference_mode():
+            ours = model(torch.tensor([probe])).logits[0, -1].float().numpy()
+        theirs = llama.last_logits(probe)
+        curve = {
+            batch: llama.batched_ms(
+                _prompts(batch, args.prompt_tokens, vocab, seed=batch), args.steps * args.repeats
+            )
+            for batch in batches
+        }
+        one_at_a_time = llama.one_at_a_time_tokens_per_s(
+            _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+        )
+    finally:
+        llama.close()
+    return {
+        "weights": f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)",
+        "threads": threads,
+        "logits_max_abs_diff": float(abs(ours - theirs).max()),
+        "same_argmax": bool(ours.argmax() == theirs.argmax()),
+        "curve_ms": curve,
+        "one_at_a_time_tokens_per_s": one_at_a_time,
+    }
 
 
 def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | None, path: Path) -> None:
@@ -278,13 +320,14 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     batches = [p.batch for p in points]
     ax.plot(batches, [p.hf_ms for p in points], "o-", label="envsuite, transformers forward")
     ax.plot(batches, [p.linear_ms for p in points], "o-", label="envsuite, lean step, F.linear products")
-    ax.plot(batches, [p.lean_ms for p in points], "o-", label="envsuite, lean step, oneDNN (default)")
+    ax.plot(batches, [p.plain_ms for p in points], "o-", label="envsuite, lean step, oneDNN plain weights")
     ax.plot(
-        batches, [p.packed_ms for p in points], "o-", label="envsuite, lean step, oneDNN reordered weights"
+        batches, [p.lean_ms for p in points], "o-", label="envsuite, lean step, reordered weights (default)"
     )
     ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
-    if llama and "batched_ms_per_step" in llama:
-        ax.plot([llama["batch"]], [llama["batched_ms_per_step"]], "s", label="llama.cpp F32, batched")
+    if llama:
+        curve = sorted(llama["curve_ms"].items())
+        ax.plot([b for b, _ in curve], [ms for _, ms in curve], "s-", label="llama.cpp F32, batched (greedy)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("rows decoded together (batch)")
@@ -329,9 +372,8 @@ def main() -> None:
         points.append(point)
         print(
             f"batch {batch:3d}: transformers {point.hf_ms:6.1f} ms  lean F.linear {point.linear_ms:6.1f} ms  "
-            f"lean oneDNN {point.lean_ms:6.1f} ms  reordered {point.packed_ms:6.1f} ms  "
-            f"roofline {point.roofline_ms:5.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} / "
-            f"{point.roofline_ms / point.packed_ms:.0%} of roofline)",
+            f"oneDNN plain {point.plain_ms:6.1f} ms  reordered (default) {point.lean_ms:6.1f} ms  "
+            f"roofline {point.roofline_ms:5.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} of roofline)",
             flush=True,
         )
     parts = breakdown(model, decoders, 32, args)
@@ -344,23 +386,25 @@ def main() -> None:
         f"  F.linear products: step {parts.linear_step_ms:.1f} ms, layer products {parts.linear_layer_matmuls_ms:.1f} ms"
     )
     print(
-        f"  reordered weights: step {parts.packed_step_ms:.1f} ms, layer products {parts.packed_layer_matmuls_ms:.1f} ms"
+        f"  oneDNN plain weights: step {parts.plain_step_ms:.1f} ms, layer products {parts.plain_layer_matmuls_ms:.1f} ms"
     )
     print(
         f"  (the layer products as 210 separate products: {parts.separate_matmuls_ms:.1f} ms; "
         f"with gate/up fused too, 120 products: {parts.gate_up_fused_matmuls_ms:.1f} ms)"
     )
-    llama = None
-    if args.llama_cpp:
-        from _llama_cpp import run_llama_cpp
-
-        llama = run_llama_cpp(
-            batch=32,
-            steps=args.steps * args.repeats,
-            prompt_tokens=args.prompt_tokens,
-            threads=machine.threads,
+    llama = (
+        llama_cpp_curve(model, [p.batch for p in points], machine.threads, args) if args.llama_cpp else None
+    )
+    if llama is not None:
+        for batch, ms in llama["curve_ms"].items():
+            envsuite_ms = next(p.lean_ms for p in points if p.batch == batch)
+            print(
+                f"llama.cpp batch {batch:3d}: {ms:6.1f} ms per step (envsuite default {envsuite_ms:6.1f} ms)"
+            )
+        print(
+            f"llama.cpp one request at a time: {llama['one_at_a_time_tokens_per_s']:.1f} tokens/s; "
+            f"logits vs torch: max |diff| {llama['logits_max_abs_diff']:.2e}, same argmax {llama['same_argmax']}"
         )
-        print(f"llama.cpp: {llama}")
     result = {
         "model": MODEL,
         "machine": asdict(machine),

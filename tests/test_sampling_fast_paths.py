@@ -2,8 +2,11 @@
 
 * the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``, on base
   and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory, and
-  so does the step with its products through oneDNN (the default), on oneDNN-reordered weights
-  (``packed_decode_weights``) and through ``F.linear``, for any number of rows;
+  so does the step with its products through oneDNN on the reordered weights that replace the
+  model's own (the default: ``reorder_weights``), on the plain weights and through ``F.linear``, for
+  any number of rows; the reordered model's own forward (prefill, its query/key/value projections
+  one product) gives what the model as loaded gives, in any call order; weights shared with a
+  training run and a tied LM head are left plain, and nothing else keeps a plain copy;
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
   a returning turn that joins a running batch feeds its short tail through the decode steps (no
@@ -35,7 +38,15 @@ from envsuite.backends.local import (
     LocalServiceClient,
     load_sampling_model,
 )
-from envsuite.engine.kernels import OneDnnLinear
+from envsuite.engine.kernels import (
+    FusedPart,
+    FusedProjections,
+    OneDnnLinear,
+    ReorderedLinear,
+    ReorderReport,
+    reorder_frozen_linears,
+    route_linears_through_onednn,
+)
 from envsuite.engine.sampling import (
     PrefixCache,
     RowSampling,
@@ -104,12 +115,12 @@ def _assert_same(reference: Outputs, other: Outputs, atol: float) -> None:
             np.testing.assert_allclose(logprobs, ref_logprobs, atol=atol, rtol=0)
 
 
-PACKED = EngineConfig(prefix_cache_bytes=0, packed_decode_weights=True)
+PLAIN_WEIGHTS = EngineConfig(prefix_cache_bytes=0, reorder_weights=False)
 PLAIN = EngineConfig(prefix_cache_bytes=0, onednn_products=False)
 FORWARD = EngineConfig(lean_decode=False, onednn_products=False, prefix_cache_bytes=0)
 """The reference: transformers' own forward on the model as loaded (``F.linear`` products)."""
 LEAN_CONFIGS = pytest.mark.parametrize(
-    "lean_config", [NO_CACHE, PACKED, PLAIN], ids=["onednn", "onednn-packed", "f-linear"]
+    "lean_config", [NO_CACHE, PLAIN_WEIGHTS, PLAIN], ids=["onednn-reordered", "onednn-plain", "f-linear"]
 )
 
 
@@ -167,23 +178,78 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
     _assert_same(expected, got, atol=1e-5)
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["model-weights", "reordered-weights"])
-def test_onednn_products_equal_plain_products_for_any_row_count(packed: bool) -> None:
-    """The decoder's oneDNN products, on the model's weights or on copies reordered once for a nominal
-    batch, give ``F.linear``'s values for every batch the engine decodes (and prefill-sized inputs),
-    with a bias too."""
-    decoder = llama_decoder(load_sampling_model(base_model=MODEL).model, packed_weights=packed)
-    assert decoder is not None and decoder.onednn and decoder.packed_weights == packed  # x86 wheels
+@pytest.mark.parametrize("reordered", [False, True], ids=["model-weights", "reordered-weights"])
+def test_onednn_products_equal_plain_products_for_any_row_count(reordered: bool) -> None:
+    """The decoder's oneDNN products, on the model's weights or on the reordered ones that replaced
+    them, give ``F.linear``'s values (on the weights as loaded) for every batch the engine decodes
+    (and prefill-sized inputs), with a bias too."""
+    model = load_sampling_model(base_model=MODEL).model
+    plain = _plain_layer_weights(model)
+    route_linears_through_onednn(model)
+    if reordered:
+        report = reorder_frozen_linears(model)
+        assert report.fused_blocks == model.config.num_hidden_layers  # x86 wheels have oneDNN
+    decoder = llama_decoder(model)
+    assert decoder is not None and decoder.onednn
     generator = torch.Generator().manual_seed(0)
     layer = decoder.layers[0]
-    biased = replace(layer.gate, bias=torch.randn(layer.gate.weight.shape[0], generator=generator))
-    for product in (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head, biased):
-        assert product.onednn and (product.packed is not None) == packed
+    bias = torch.randn(layer.gate.weight.shape[0], generator=generator)
+    biased = replace(layer.gate, bias=bias)
+    expected_weights = [*plain, plain[2]]  # qkv, o, gate, up, down, lm_head; the biased gate
+    for product, weight in zip(
+        (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head, biased),
+        expected_weights,
+        strict=True,
+    ):
+        assert product.onednn and product.weight.is_mkldnn == (reordered and product is not decoder.lm_head)
         for rows in (1, 2, 7, 16, 17, 32, 33, 64, 300):
-            x = torch.randn(rows, 1, product.weight.shape[1], generator=generator)
-            torch.testing.assert_close(
-                product(x), torch.nn.functional.linear(x, product.weight, product.bias)
-            )
+            x = torch.randn(rows, 1, weight.shape[1], generator=generator)
+            expected = torch.nn.functional.linear(x, weight, bias if product is biased else None)
+            torch.testing.assert_close(product(x), expected)
+
+
+def _plain_layer_weights(model: Any) -> list[torch.Tensor]:
+    """The first layer's products' weights as loaded (query/key/value stacked) and the LM head's, copied."""
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    weights = [qkv, attn.o_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    return [w.detach().clone() for w in [*weights, model.lm_head.weight]]
+
+
+async def test_reordered_model_forward_gives_the_forward_of_the_model_as_loaded() -> None:
+    """With no lean step, the engine's prefill and decode run the reordered model's own forward (its
+    query/key/value projections one fused product): same tokens and logprobs as the model as loaded.
+    Only the tied LM head keeps a plain weight, and no reordered layer keeps a parameter."""
+    reference, _ = _client(FORWARD)
+    reordered, model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    layers = model.config.num_hidden_layers
+    assert sum(isinstance(m, FusedPart) for m in model.modules()) == 3 * layers
+    # o, gate, up and down per layer (the fused query/key/value product lives in its parts)
+    assert sum(isinstance(m, ReorderedLinear) for m in model.modules()) == 4 * layers
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears == [model.lm_head] and model.lm_head.weight is model.get_input_embeddings().weight
+    expected, got = await _mixed_batch(reference), await _mixed_batch(reordered)
+    reference.close()
+    reordered.close()
+    _assert_same(expected, got, atol=1e-5)
+
+
+def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:
+    generator = torch.Generator().manual_seed(0)
+    linears = [torch.nn.Linear(16, n, bias=n != 8) for n in (16, 8, 8)]
+    for linear in linears:
+        torch.nn.init.normal_(linear.weight, generator=generator)
+    fused = FusedProjections([OneDnnLinear.replacing(linear) for linear in linears])
+    parts = [fused.part(i) for i in range(3)]
+    x, y = torch.randn(5, 16, generator=generator), torch.randn(5, 16, generator=generator)
+    with torch.no_grad():
+        for order in ([0, 1, 2], [2, 0, 1], [1, 1, 0, 2, 2]):
+            for i in order:
+                torch.testing.assert_close(parts[i](x), linears[i](x))
+        # Interleaved inputs: a part called on another tensor computes that tensor's product.
+        torch.testing.assert_close(parts[0](x), linears[0](x))
+        torch.testing.assert_close(parts[1](y), linears[1](y))
+        torch.testing.assert_close(parts[2](x), linears[2](x))
 
 
 async def test_onednn_linears_give_the_forward_of_the_model_as_loaded() -> None:
@@ -191,7 +257,9 @@ async def test_onednn_linears_give_the_forward_of_the_model_as_loaded() -> None:
     prefill and decode through ``model(...)`` (no lean step) sample the same tokens and logprobs, and
     the layers fall back to ``F.linear`` where a gradient is wanted."""
     reference, _ = _client(FORWARD)
-    routed, routed_model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    routed, routed_model = _client(
+        EngineConfig(lean_decode=False, prefix_cache_bytes=0, reorder_weights=False)
+    )
     swapped = [m for m in routed_model.modules() if isinstance(m, OneDnnLinear)]
     assert len(swapped) == sum(isinstance(m, torch.nn.Linear) for m in routed_model.modules()) > 0
     expected, got = await _mixed_batch(reference), await _mixed_batch(routed)
@@ -490,3 +558,20 @@ def test_token_choice_lands_where_the_draw_falls_on_the_cumulative_distribution(
     for _ in range(20):
         picked = choose_tokens(logits, top_k).tokens_B
         assert all(token in allowed[i].tolist() for i, token in enumerate(picked))
+
+
+def test_reordering_leaves_shared_and_tied_weights_plain() -> None:
+    """Weights another live model holds (a LoRA snapshot's frozen base) keep their layer and tensor: a
+    reordered copy would only add memory. The tied LM head stays plain for the embedding."""
+    model = load_sampling_model(base_model=MODEL).model
+    route_linears_through_onednn(model)
+    gates = [layer.mlp.gate_proj for layer in model.model.layers]
+    shared = {id(gate.weight) for gate in gates}
+    report = reorder_frozen_linears(model, shared=shared)
+    layers = len(gates)
+    assert report == ReorderReport(reordered=6 * layers, fused_blocks=layers, kept=layers + 1)
+    for layer, gate in zip(model.model.layers, gates, strict=True):
+        assert layer.mlp.gate_proj is gate and id(gate.weight) in shared
+        assert isinstance(layer.mlp.up_proj, ReorderedLinear) and isinstance(
+            layer.self_attn.k_proj, FusedPart
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,8 +56,10 @@ _live_snapshots: weakref.WeakValueDictionary[str, LocalSamplingClient] = weakref
 class LocalSamplingClient:
     """Samples from an in-memory model; a drop-in for ``tinker.SamplingClient``.
 
-    The client takes ownership of ``model`` (its engine thread runs it in eval/inference mode):
-    pass a copy if the same weights are being trained.
+    The client takes ownership of ``model`` (its engine thread runs it in eval/inference mode and
+    replaces its linear layers by faster ones, ``EngineConfig.reorder_weights``): pass a copy if the
+    same weights are being trained, or name the tensors still shared with a live model in
+    ``shared_weights`` (ids), which are then left as they are.
     """
 
     _ids = itertools.count()
@@ -71,6 +73,7 @@ class LocalSamplingClient:
         model_path: str | None = None,
         config: EngineConfig | None = None,
         base_weights: bool = False,
+        shared_weights: Collection[int] = (),
     ) -> None:
         limit_heap_fragmentation()  # prefill and KV-cache tensors fragment glibc's heap otherwise
         self._tokenizer = tokenizer
@@ -80,7 +83,7 @@ class LocalSamplingClient:
         # The engine gets a decoder closed over the tokenizer, not a method of this client: a bound
         # method would make client and engine a reference cycle, and a dropped client (with its model
         # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
-        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config)
+        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights)
         self._client_id = next(self._ids)
         self._sequence_ids = itertools.count()
         self._eos_ids = _eos_token_ids(model, tokenizer)

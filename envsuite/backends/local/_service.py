@@ -339,7 +339,11 @@ class LocalServiceClient:
     def _sampler_of(self, loaded: ckpt.SamplingModel) -> LocalSamplingClient:
         return self._track(
             LocalSamplingClient(
-                loaded.model, loaded.tokenizer, loaded.base_model, model_path=loaded.model_path
+                loaded.model,
+                loaded.tokenizer,
+                loaded.base_model,
+                model_path=loaded.model_path,
+                shared_weights=loaded.shared_weights,
             )
         )
 

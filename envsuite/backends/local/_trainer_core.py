@@ -279,8 +279,11 @@ class TrainerCore:
 
     def sampling_snapshot(self, path: str | None) -> ckpt.SamplingModel:
         """The current weights as a separate model for sampling (LoRA merged into fresh tensors)."""
-        model = merge_lora(self.peft) if self.peft is not None else snapshot_full(self.lm)
-        return ckpt.SamplingModel(model, self.tokenizer, self.run.base_model, path)
+        if self.peft is None:
+            return ckpt.SamplingModel(snapshot_full(self.lm), self.tokenizer, self.run.base_model, path)
+        # The merged model holds the training model's frozen base tensors wherever no adapter changed them.
+        shared = frozenset(id(p) for p in self.peft.parameters())
+        return ckpt.SamplingModel(merge_lora(self.peft), self.tokenizer, self.run.base_model, path, shared)
 
     def load(self, path: Path, with_optimizer: bool) -> None:
         meta = ckpt.read_meta(path, expect=ckpt.CheckpointKind.STATE)

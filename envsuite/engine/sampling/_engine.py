@@ -31,14 +31,14 @@ import random
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import torch
 from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
-from envsuite.engine.kernels import route_linears_through_onednn
+from envsuite.engine.kernels import reorder_frozen_linears, route_linears_through_onednn
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -81,18 +81,17 @@ class SamplingEngine:
         model: PreTrainedModel,
         decode: Callable[[list[int]], str],
         config: EngineConfig | None = None,
+        shared_weights: Collection[int] = (),
     ) -> None:
         self.model = model.eval()
         self.config = config or EngineConfig()
         if self.config.onednn_products:
             route_linears_through_onednn(model)  # the engine owns its model (see the client)
+            if self.config.reorder_weights:
+                reorder_frozen_linears(model, shared=shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
         self._decoder = (
-            llama_decoder(
-                model, onednn=self.config.onednn_products, packed_weights=self.config.packed_decode_weights
-            )
-            if self.config.lean_decode
-            else None
+            llama_decoder(model, onednn=self.config.onednn_products) if self.config.lean_decode else None
         )
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048

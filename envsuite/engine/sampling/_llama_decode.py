@@ -27,7 +27,13 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from envsuite.engine.kernels import onednn_available, onednn_fits, onednn_linear, reordered_weight
+from envsuite.engine.kernels import (
+    FusedPart,
+    ReorderedLinear,
+    onednn_available,
+    onednn_fits,
+    onednn_linear,
+)
 
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
@@ -66,21 +72,20 @@ class _FedTail:
 class _Product:
     """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
     ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a
-    decode step), on the weight itself or on a copy oneDNN reordered into its own blocked layout
-    (``packed``)."""
+    decode step) or ``F.linear``. ``weight`` is the model's plain weight or, where the engine
+    reordered the model's layers (``ReorderedLinear``), the reordered one (then always oneDNN)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None
     onednn: bool = False
-    packed: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self.onednn:
             return F.linear(x, self.weight, self.bias)
-        return onednn_linear(x, self.weight if self.packed is None else self.packed, self.bias)
+        return onednn_linear(x, self.weight, self.bias)
 
-    def through_onednn(self, packed: bool) -> _Product:
-        return _Product(self.weight, self.bias, True, reordered_weight(self.weight) if packed else None)
+    def through_onednn(self) -> _Product:
+        return replace(self, onednn=True)
 
 
 @dataclass(frozen=True)
@@ -102,25 +107,22 @@ class _LayerWeights:
     up: _Product
     down: _Product
 
-    def through_onednn(self, packed: bool) -> _LayerWeights:
+    def through_onednn(self) -> _LayerWeights:
         return replace(
             self,
-            qkv=self.qkv.through_onednn(packed),
-            o=self.o.through_onednn(packed),
-            gate=self.gate.through_onednn(packed),
-            up=self.up.through_onednn(packed),
-            down=self.down.through_onednn(packed),
+            qkv=self.qkv.through_onednn(),
+            o=self.o.through_onednn(),
+            gate=self.gate.through_onednn(),
+            up=self.up.through_onednn(),
+            down=self.down.through_onednn(),
         )
 
 
-def llama_decoder(
-    model: PreTrainedModel, onednn: bool = True, packed_weights: bool = False
-) -> LlamaDecoder | None:
+def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
-    With ``onednn`` the step's products run through oneDNN where torch has it (else ``F.linear``);
-    ``packed_weights`` gives them oneDNN-reordered copies of the layer and LM-head weights (see
-    :class:`LlamaDecoder`)."""
+    With ``onednn`` the step's products run through oneDNN where torch has it (else ``F.linear``;
+    layers the engine reordered always run through oneDNN)."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -129,9 +131,10 @@ def llama_decoder(
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
     # A GPU or half-precision model keeps F.linear.
-    head_weight: torch.Tensor = model.get_output_embeddings().weight
+    head: Any = model.get_output_embeddings()
+    head_weight: torch.Tensor = head.packed if isinstance(head, ReorderedLinear) else head.weight
     onednn = onednn and onednn_available() and onednn_fits(head_weight)
-    return LlamaDecoder(model, onednn=onednn, packed_weights=packed_weights and onednn)
+    return LlamaDecoder(model, onednn=onednn)
 
 
 class LlamaDecoder:
@@ -142,13 +145,13 @@ class LlamaDecoder:
     is frozen (new weights come as a new model, with a new decoder); an in-place change to a fused
     projection's weight is still seen by both, as they share the memory.
 
-    With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`);
-    with ``packed_weights`` as well, on oneDNN-reordered copies of the layer and LM-head weights made
-    once here: a step ~15% faster again at batch 32 (docs/benchmarks.md), for one more copy of those
-    weights in memory (540 MB for SmolLM2). Those copies do not follow later in-place changes to the model's weights.
+    With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`).
+    Where the engine replaced the model's layers by reordered ones (``reorder_frozen_linears``: a
+    step ~15% faster again at batch 32, docs/benchmarks.md), the step multiplies the same reordered
+    tensors, and the query/key/value projections' one fused product.
     """
 
-    def __init__(self, model: PreTrainedModel, onednn: bool = False, packed_weights: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, onednn: bool = False) -> None:
         inner: Any = model.get_decoder()
         config = model.config
         self.embed: torch.nn.Module = inner.embed_tokens
@@ -168,13 +171,10 @@ class LlamaDecoder:
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.layers = [_layer_weights(layer) for layer in inner.layers]
-        if packed_weights and not onednn:
-            raise ValueError("packed weights are oneDNN's: pass onednn=True with packed_weights")
         self.onednn = onednn
-        self.packed_weights = packed_weights
         if onednn:
-            self.layers = [layer.through_onednn(packed_weights) for layer in self.layers]
-            self.lm_head = self.lm_head.through_onednn(packed_weights)
+            self.layers = [layer.through_onednn() for layer in self.layers]
+            self.lm_head = self.lm_head.through_onednn()
 
     def step(
         self,
@@ -320,11 +320,14 @@ def _bias(module: Any) -> torch.Tensor | None:
 
 def _layer_weights(layer: Any) -> _LayerWeights:
     attn, mlp = layer.self_attn, layer.mlp
-    qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+    if isinstance(attn.q_proj, FusedPart):  # reordered by the engine: already one product
+        qkv = _product(attn.q_proj.fused.product)
+    else:
+        qkv = _Product(*_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
     return _LayerWeights(
         input_norm=_weight(layer.input_layernorm),
         post_norm=_weight(layer.post_attention_layernorm),
-        qkv=_Product(qkv, qkv_bias),
+        qkv=qkv,
         o=_product(attn.o_proj),
         gate=_product(mlp.gate_proj),
         up=_product(mlp.up_proj),
@@ -333,6 +336,8 @@ def _layer_weights(layer: Any) -> _LayerWeights:
 
 
 def _product(linear: Any) -> _Product:
+    if isinstance(linear, ReorderedLinear):
+        return _Product(linear.packed, linear.bias, onednn=True)
     return _Product(_weight(linear), _bias(linear))
 
 

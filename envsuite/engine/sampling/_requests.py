@@ -47,11 +47,12 @@ class EngineConfig:
     linear layers become ``OneDnnLinear`` over the same weights (prefill passes) and the lean step
     multiplies the same way. The same values up to float rounding; on the AMD EPYC boxes a decode step
     ~1.7x and a prefill pass's products ~2.2x faster (docs/benchmarks.md, Decoding)."""
-    packed_decode_weights: bool = False
-    """Give the lean step's oneDNN products reordered copies of the layer and LM-head weights: a decode
-    step at batch 32 ~15% faster again (docs/benchmarks.md), for one more copy of those weights in
-    memory (540 MB for SmolLM2), so off by default (the memory goals of a laptop come first). Needs
-    ``onednn_products`` and oneDNN."""
+    reorder_weights: bool = True
+    """Replace the model's linear layers by ones on oneDNN-reordered weights (``reorder_frozen_linears``;
+    the query/key/value projections become one product): the engine owns its frozen model, so the
+    reordered tensors take the plain ones' place and memory stays the same, while a decode step at
+    batch 32 is ~15% faster (docs/benchmarks.md, Decoding). Weights the model shares with a training
+    run, and an LM head tied to the input embedding, stay plain. Needs ``onednn_products``."""
     prefix_cache_bytes: int = 1 << 30
     """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
     this many bytes (least recently used first out); 0 turns the prefix cache off."""

@@ -113,6 +113,9 @@ class SamplingModel:
     base_model: str
     model_path: str | None
     """The checkpoint the weights came from (None: the base model's own weights)."""
+    shared_weights: frozenset[int] = frozenset()
+    """Ids of tensors ``model`` shares with another live model (a LoRA snapshot's frozen base, still
+    trained around): a sampling engine must leave them as they are (``reorder_frozen_linears``)."""
 
 
 # --------------------------------------------------------------------------------------------------
