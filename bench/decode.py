@@ -27,8 +27,9 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    products), replayed alternately with the shipped ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
-   exactly what envsuite converts to fp32 safetensors; the run checks that llama.cpp's logits after a
-   prompt match the torch model's): at every batch size, the same prompts decoded together in one
+   exactly what envsuite converts to fp32 safetensors), with llama.cpp's default F16 KV cache and
+   with an F32 one as envsuite keeps (each run checks that llama.cpp's logits after a prompt match the
+   torch model's): at every batch size, the same prompts decoded together in one
    ``llama_decode`` batch per step, greedy, median ms per step (``--steps`` x ``--repeats`` steps);
    and 32 requests one at a time (what a CPU user would run), tokens per second.
 
@@ -279,35 +280,38 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
 
 
 def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse.Namespace) -> dict[str, Any]:
-    """llama.cpp on the curve's prompts at every batch size, after checking it runs the same weights."""
+    """llama.cpp on the curve's prompts at every batch size, with its default F16 KV cache and with an
+    F32 one (envsuite's), each after checking its logits against the torch model's."""
     from _llama_cpp import LlamaCpp
 
-    llama = LlamaCpp(threads)
     vocab = int(model.config.vocab_size)
-    try:
-        probe = _prompts(1, args.prompt_tokens, vocab, seed=7)[0]
-        with torch.inference_mode():
-            ours = model(torch.tensor([probe])).logits[0, -1].float().numpy()
-        theirs = llama.last_logits(probe)
-        curve = {
-            batch: llama.batched_ms(
-                _prompts(batch, args.prompt_tokens, vocab, seed=batch), args.steps * args.repeats
+    probe = _prompts(1, args.prompt_tokens, vocab, seed=7)[0]
+    with torch.inference_mode():
+        ours = model(torch.tensor([probe])).logits[0, -1].float().numpy()
+    result: dict[str, Any] = {"threads": threads}
+    for kv_cache in ("F16", "F32"):
+        llama = LlamaCpp(threads, kv_f16=kv_cache == "F16")
+        result["weights"] = f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)"
+        try:
+            theirs = llama.last_logits(probe)
+            curve = {
+                batch: llama.batched_ms(
+                    _prompts(batch, args.prompt_tokens, vocab, seed=batch), args.steps * args.repeats
+                )
+                for batch in batches
+            }
+            one_at_a_time = llama.one_at_a_time_tokens_per_s(
+                _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
             )
-            for batch in batches
+        finally:
+            llama.close()
+        result[f"kv_{kv_cache.lower()}"] = {
+            "logits_max_abs_diff": float(abs(ours - theirs).max()),
+            "same_argmax": bool(ours.argmax() == theirs.argmax()),
+            "curve_ms": curve,
+            "one_at_a_time_tokens_per_s": one_at_a_time,
         }
-        one_at_a_time = llama.one_at_a_time_tokens_per_s(
-            _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
-        )
-    finally:
-        llama.close()
-    return {
-        "weights": f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)",
-        "threads": threads,
-        "logits_max_abs_diff": float(abs(ours - theirs).max()),
-        "same_argmax": bool(ours.argmax() == theirs.argmax()),
-        "curve_ms": curve,
-        "one_at_a_time_tokens_per_s": one_at_a_time,
-    }
+    return result
 
 
 def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | None, path: Path) -> None:
@@ -326,8 +330,12 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     )
     ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
     if llama:
-        curve = sorted(llama["curve_ms"].items())
-        ax.plot([b for b, _ in curve], [ms for _, ms in curve], "s-", label="llama.cpp F32, batched (greedy)")
+        for kv_cache in ("F16", "F32"):
+            curve = sorted(llama[f"kv_{kv_cache.lower()}"]["curve_ms"].items())
+            label = f"llama.cpp, F32 weights, {kv_cache} KV cache" + (
+                " (its default)" if kv_cache == "F16" else ""
+            )
+            ax.plot([b for b, _ in curve], [ms for _, ms in curve], "s--", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("rows decoded together (batch)")
@@ -396,15 +404,17 @@ def main() -> None:
         llama_cpp_curve(model, [p.batch for p in points], machine.threads, args) if args.llama_cpp else None
     )
     if llama is not None:
-        for batch, ms in llama["curve_ms"].items():
-            envsuite_ms = next(p.lean_ms for p in points if p.batch == batch)
+        for kv_cache in ("F16", "F32"):
+            run = llama[f"kv_{kv_cache.lower()}"]
+            for batch, ms in run["curve_ms"].items():
+                envsuite_ms = next(p.lean_ms for p in points if p.batch == batch)
+                print(
+                    f"llama.cpp ({kv_cache} KV) batch {batch:3d}: {ms:6.1f} ms per step (envsuite {envsuite_ms:6.1f} ms)"
+                )
             print(
-                f"llama.cpp batch {batch:3d}: {ms:6.1f} ms per step (envsuite default {envsuite_ms:6.1f} ms)"
+                f"llama.cpp ({kv_cache} KV) one request at a time: {run['one_at_a_time_tokens_per_s']:.1f} tokens/s; "
+                f"logits vs torch: max |diff| {run['logits_max_abs_diff']:.2e}, same argmax {run['same_argmax']}"
             )
-        print(
-            f"llama.cpp one request at a time: {llama['one_at_a_time_tokens_per_s']:.1f} tokens/s; "
-            f"logits vs torch: max |diff| {llama['logits_max_abs_diff']:.2e}, same argmax {llama['same_argmax']}"
-        )
     result = {
         "model": MODEL,
         "machine": asdict(machine),
