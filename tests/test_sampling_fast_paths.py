@@ -567,7 +567,12 @@ def test_reordering_leaves_shared_and_tied_weights_plain() -> None:
     route_linears_through_onednn(model)
     gates = [layer.mlp.gate_proj for layer in model.model.layers]
     shared = {id(gate.weight) for gate in gates}
+    memory_before = {name: p.data_ptr() for name, p in model.named_parameters()}
     report = reorder_frozen_linears(model, shared=shared)
+    # The rest (embedding, norms) moved out of the checkpoint's memory map, so the map can go; the
+    # shared weights did not move.
+    moved = {name for name, p in model.named_parameters() if p.data_ptr() != memory_before[name]}
+    assert moved == {name for name, p in model.named_parameters() if id(p) not in shared}
     layers = len(gates)
     assert report == ReorderReport(reordered=6 * layers, fused_blocks=layers, kept=layers + 1)
     for layer, gate in zip(model.model.layers, gates, strict=True):

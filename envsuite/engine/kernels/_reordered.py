@@ -148,7 +148,8 @@ def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ())
             reordered += 1
         else:
             kept += 1
-    _copy_out_of_file_mappings(model, shared)
+    if reordered:
+        _copy_out_of_file_mappings(model, shared)
     return ReorderReport(reordered=reordered, fused_blocks=fused_blocks, kept=kept)
 
 
