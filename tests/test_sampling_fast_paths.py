@@ -580,3 +580,30 @@ def test_reordering_leaves_shared_and_tied_weights_plain() -> None:
         assert isinstance(layer.mlp.up_proj, ReorderedLinear) and isinstance(
             layer.self_attn.k_proj, FusedPart
         )
+
+
+def test_lora_snapshots_reorder_only_the_layers_they_own(tmp_path: Path) -> None:
+    """A LoRA run's sampling snapshot owns its merged layers (reordered) and shares the frozen base of
+    the rest with the trainer (left plain: a reordered copy would only add memory); training goes on."""
+    service = LocalServiceClient(log_dir=tmp_path)
+    trainer = service.create_lora_training_client(MODEL, rank=4, seed=0, train_mlp=False).result()
+    tok = trainer.get_tokenizer()
+    tokens = tok.encode("User: hello there\nA: general kenobi")
+    datum = tinker.Datum(
+        model_input=_prompt(tokens[:-1]), loss_fn_inputs={"target_tokens": np.array(tokens[1:])}
+    )
+    for _ in range(2):
+        trainer.forward_backward([datum], "cross_entropy").result()
+        trainer.optim_step(tinker.AdamParams(learning_rate=1e-2)).result()
+        sampler = trainer.save_weights_and_get_sampling_client().result()
+        response = sampler.sample(
+            _prompt(tokens[:4]), 2, tinker.SamplingParams(max_tokens=4, seed=0)
+        ).result()
+        assert len(response.sequences) == 2
+        layers = 2  # the tiny model's
+        # attention (q/k/v fused, o) and the adapted, untied LM head reordered; gate/up/down shared
+        assert sampler.reorder_report() == ReorderReport(
+            reordered=4 * layers + 1, fused_blocks=layers, kept=3 * layers
+        )
+        sampler.close()
+    trainer.close()

@@ -28,6 +28,7 @@ from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClie
 from envsuite.backends.local._futures import LocalFuture, failed_future
 from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import limit_heap_fragmentation
+from envsuite.engine.kernels import ReorderReport
 from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
@@ -199,6 +200,11 @@ class LocalSamplingClient:
     def kv_stats(self) -> KVStats:
         """What the engine's running batch took in KV cache (peaks, and admissions the budget held back)."""
         return self._engine.kv_stats()
+
+    def reorder_report(self) -> ReorderReport | None:
+        """Which of the model's linear layers the engine put on reordered weights and which it left plain
+        (``EngineConfig.reorder_weights``); None where it did not try (``onednn_products`` off)."""
+        return self._engine.reorder_report
 
     def sample(
         self,

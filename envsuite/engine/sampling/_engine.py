@@ -38,7 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from envsuite.engine._memory import release_free_memory
-from envsuite.engine.kernels import reorder_frozen_linears, route_linears_through_onednn
+from envsuite.engine.kernels import ReorderReport, reorder_frozen_linears, route_linears_through_onednn
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -85,10 +85,12 @@ class SamplingEngine:
     ) -> None:
         self.model = model.eval()
         self.config = config or EngineConfig()
+        self.reorder_report: ReorderReport | None = None
+        """What ``EngineConfig.reorder_weights`` replaced in the model (None: nothing was tried)."""
         if self.config.onednn_products:
             route_linears_through_onednn(model)  # the engine owns its model (see the client)
             if self.config.reorder_weights:
-                reorder_frozen_linears(model, shared=shared_weights)
+                self.reorder_report = reorder_frozen_linears(model, shared=shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
         self._decoder = (
             llama_decoder(model, onednn=self.config.onednn_products) if self.config.lean_decode else None
