@@ -19,12 +19,12 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    oneDNN on the reordered weights that replace the plain ones in the engine's model (the default;
    a second copy of the model here, reordered as the engine does it).
 3. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
-   the real weights (the 150 layer matmuls: fused query/key/value, output, gate, up and down
+   the real weights (the 120 layer matmuls: fused query/key/value, output, fused gate/up and down
    projections per layer; the LM head, attention, sampling); the remainder is norms, rotary
    embeddings, activations, KV appends and Python. Next to it, the same layer products through
-   ``F.linear`` and on the plain weights, as 210 separate products (query, key and value each its
-   own reordered weight: the step before the fusion) and with gate and up fused too (120 reordered
-   products), replayed alternately with the shipped ones.
+   ``F.linear`` and on the plain weights (150 products: gate and up separate there), and on
+   reordered weights as 210 separate products (no fusion at all) and with gate and up separate
+   (150 products, the default before the gate/up fusion), replayed alternately with the shipped ones.
 4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
    same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
    exactly what envsuite converts to fp32 safetensors), with llama.cpp's default F16 KV cache and
@@ -94,9 +94,9 @@ class Breakdown:
     plain_layer_matmuls_ms: float
     """The same layer products through oneDNN on the plain weights (``reorder_weights=False``)."""
     separate_matmuls_ms: float
-    """The same layer products as 210 separate products (not part of the step; for comparison)."""
-    gate_up_fused_matmuls_ms: float
-    """The same layer products with gate and up fused too, 120 products (not part of the step)."""
+    """The same layer products as 210 separate reordered products (not part of the step; for comparison)."""
+    gate_up_separate_matmuls_ms: float
+    """The same layer products with gate and up separate, 150 reordered products (not part of the step)."""
     lm_head_ms: float
     attention_ms: float
     sampling_ms: float
@@ -230,20 +230,20 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
 
         q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
         weights = [
-            (w.qkv.weight, w.o.weight, w.gate.weight, w.up.weight, w.down.weight)
+            (w.qkv.weight, w.o.weight, *(p.weight for p in w.mlp_in), w.down.weight)
             for w in decoders.plain.layers
         ]
-        layer_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoder.layers])
-        linear_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.linear.layers])
-        plain_matmuls = matmuls([(w.qkv, w.o, w.gate, w.up, w.down) for w in decoders.plain.layers])
+        layer_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoder.layers])
+        linear_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoders.linear.layers])
+        plain_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoders.plain.layers])
         separate_matmuls = matmuls(
             [
                 tuple(map(product, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
                 for qkv, o, g, u, d in weights
             ]
         )
-        gate_up_matmuls = matmuls(
-            [tuple(map(product, (qkv, o, torch.cat([g, u]), d))) for qkv, o, g, u, d in weights]
+        gate_up_separate_matmuls = matmuls(
+            [tuple(map(product, (qkv, o, g, u, d))) for qkv, o, g, u, d in weights]
         )
 
         mask = kv.mask_B_L.bool()[:, None, None, :]
@@ -261,7 +261,7 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
             "linear_layer_matmuls": linear_matmuls,
             "plain_layer_matmuls": plain_matmuls,
             "separate_matmuls": separate_matmuls,
-            "gate_up_fused_matmuls": gate_up_matmuls,
+            "gate_up_separate_matmuls": gate_up_separate_matmuls,
         }
         product_ms: dict[str, list[float]] = {name: [] for name in products}
         for _ in range(args.repeats):
@@ -397,8 +397,8 @@ def main() -> None:
         f"  oneDNN plain weights: step {parts.plain_step_ms:.1f} ms, layer products {parts.plain_layer_matmuls_ms:.1f} ms"
     )
     print(
-        f"  (the layer products as 210 separate products: {parts.separate_matmuls_ms:.1f} ms; "
-        f"with gate/up fused too, 120 products: {parts.gate_up_fused_matmuls_ms:.1f} ms)"
+        f"  (reordered, as 210 separate products: {parts.separate_matmuls_ms:.1f} ms; "
+        f"with gate and up separate, 150 products: {parts.gate_up_separate_matmuls_ms:.1f} ms)"
     )
     llama = (
         llama_cpp_curve(model, [p.batch for p in points], machine.threads, args) if args.llama_cpp else None

@@ -181,51 +181,57 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
 @pytest.mark.parametrize("reordered", [False, True], ids=["model-weights", "reordered-weights"])
 def test_onednn_products_equal_plain_products_for_any_row_count(reordered: bool) -> None:
     """The decoder's oneDNN products, on the model's weights or on the reordered ones that replaced
-    them, give ``F.linear``'s values (on the weights as loaded) for every batch the engine decodes
-    (and prefill-sized inputs), with a bias too."""
+    them (query/key/value and gate/up fused), give ``F.linear``'s values on the weights as loaded for
+    every batch the engine decodes (and prefill-sized inputs), with a bias too."""
     model = load_sampling_model(base_model=MODEL).model
     plain = _plain_layer_weights(model)
     route_linears_through_onednn(model)
     if reordered:
         report = reorder_frozen_linears(model)
-        assert report.fused_blocks == model.config.num_hidden_layers  # x86 wheels have oneDNN
+        assert report.fused_blocks == 2 * model.config.num_hidden_layers  # x86 wheels have oneDNN
     decoder = llama_decoder(model)
     assert decoder is not None and decoder.onednn
     generator = torch.Generator().manual_seed(0)
     layer = decoder.layers[0]
-    bias = torch.randn(layer.gate.weight.shape[0], generator=generator)
-    biased = replace(layer.gate, bias=bias)
-    expected_weights = [*plain, plain[2]]  # qkv, o, gate, up, down, lm_head; the biased gate
-    for product, weight in zip(
-        (layer.qkv, layer.o, layer.gate, layer.up, layer.down, decoder.lm_head, biased),
-        expected_weights,
-        strict=True,
-    ):
+    bias = torch.randn(layer.o.weight.shape[0], generator=generator)
+    biased = replace(layer.o, bias=bias)
+    mlp_in = ["gate_up"] if reordered else ["gate", "up"]
+    expected = ["qkv", "o", *mlp_in, "down", "lm_head", "o"]
+    products = (layer.qkv, layer.o, *layer.mlp_in, layer.down, decoder.lm_head, biased)
+    for product, name in zip(products, expected, strict=True):
         assert product.onednn and product.weight.is_mkldnn == (reordered and product is not decoder.lm_head)
+        weight = plain[name]
         for rows in (1, 2, 7, 16, 17, 32, 33, 64, 300):
             x = torch.randn(rows, 1, weight.shape[1], generator=generator)
-            expected = torch.nn.functional.linear(x, weight, bias if product is biased else None)
-            torch.testing.assert_close(product(x), expected)
+            wanted = torch.nn.functional.linear(x, weight, bias if product is biased else None)
+            torch.testing.assert_close(product(x), wanted)
 
 
-def _plain_layer_weights(model: Any) -> list[torch.Tensor]:
-    """The first layer's products' weights as loaded (query/key/value stacked) and the LM head's, copied."""
+def _plain_layer_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The first layer's products' weights as loaded (fused ones stacked) and the LM head's, copied."""
     attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
-    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-    weights = [qkv, attn.o_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
-    return [w.detach().clone() for w in [*weights, model.lm_head.weight]]
+    weights = {
+        "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+        "o": attn.o_proj.weight,
+        "gate": mlp.gate_proj.weight,
+        "up": mlp.up_proj.weight,
+        "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        "down": mlp.down_proj.weight,
+        "lm_head": model.lm_head.weight,
+    }
+    return {name: w.detach().clone() for name, w in weights.items()}
 
 
 async def test_reordered_model_forward_gives_the_forward_of_the_model_as_loaded() -> None:
     """With no lean step, the engine's prefill and decode run the reordered model's own forward (its
-    query/key/value projections one fused product): same tokens and logprobs as the model as loaded.
+    query/key/value projections one fused product, gate and up another): same tokens and logprobs as the model as loaded.
     Only the tied LM head keeps a plain weight, and no reordered layer keeps a parameter."""
     reference, _ = _client(FORWARD)
     reordered, model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
     layers = model.config.num_hidden_layers
-    assert sum(isinstance(m, FusedPart) for m in model.modules()) == 3 * layers
-    # o, gate, up and down per layer (the fused query/key/value product lives in its parts)
-    assert sum(isinstance(m, ReorderedLinear) for m in model.modules()) == 4 * layers
+    # query/key/value and gate/up as parts of two fused products; o and down on their own
+    assert sum(isinstance(m, FusedPart) for m in model.modules()) == 5 * layers
+    assert sum(isinstance(m, ReorderedLinear) for m in model.modules()) == 2 * layers
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert linears == [model.lm_head] and model.lm_head.weight is model.get_input_embeddings().weight
     expected, got = await _mixed_batch(reference), await _mixed_batch(reordered)

@@ -15,7 +15,7 @@ frozen model can hold the reordered copy *instead of* the plain one: the speed a
 * an attention block's query, key and value projections, which read the same input, become one
   reordered product (:class:`FusedProjections`): the block calls the three modules one after the
   other with the same tensor, and the first call computes all three outputs (one product instead of
-  three, as the lean decode step does);
+  three, as the lean decode step does); a gated MLP's gate and up projections likewise;
 * the parameters left (embedding, norms) are copied out of the checkpoint file the model was
   memory-mapped from, so that the mapping, whose pages of the replaced weights were read while
   reordering, is released with them.
@@ -105,12 +105,15 @@ class ReorderReport:
     reordered: int
     """Linear layers now on reordered weights (each fused projection counted)."""
     fused_blocks: int
-    """Attention blocks whose query/key/value projections became one product."""
+    """Groups of layers that became one product: an attention block's query/key/value projections, a
+    gated MLP's gate and up projections."""
     kept: int
     """Linear layers left as they were (shared, tied to the embedding, or not fp32 on the CPU)."""
 
 
-_QKV = ("q_proj", "k_proj", "v_proj")
+_FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Layers a block calls one after the other on the same input: attention's query/key/value
+projections, a gated MLP's gate and up projections (in the order the block calls them)."""
 
 
 def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ()) -> ReorderReport:
@@ -132,14 +135,15 @@ def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ())
 
     fused_blocks = reordered = kept = 0
     for block in list(model.modules()):
-        projections = [getattr(block, name, None) for name in _QKV]
-        linears = [p for p in projections if isinstance(p, torch.nn.Linear) and movable(p)]
-        if len(linears) == len(_QKV) and len({linear.in_features for linear in linears}) == 1:
-            fused = FusedProjections(linears)
-            for index, name in enumerate(_QKV):
-                setattr(block, name, fused.part(index))
-            fused_blocks += 1
-            reordered += len(_QKV)
+        for names in _FUSED_GROUPS:
+            projections = [getattr(block, name, None) for name in names]
+            linears = [p for p in projections if isinstance(p, torch.nn.Linear) and movable(p)]
+            if len(linears) == len(names) and len({linear.in_features for linear in linears}) == 1:
+                fused = FusedProjections(linears)
+                for index, name in enumerate(names):
+                    setattr(block, name, fused.part(index))
+                fused_blocks += 1
+                reordered += len(names)
     for name, module in list(model.named_modules()):
         if not isinstance(module, torch.nn.Linear):
             continue
