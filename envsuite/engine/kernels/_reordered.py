@@ -11,7 +11,8 @@ frozen model can hold the reordered copy *instead of* the plain one: the speed a
 
 * every ``OneDnnLinear`` becomes a :class:`ReorderedLinear` (inference only: no parameters, no
   gradients), except weights the caller still shares with another model (a training run's frozen
-  base) and a weight tied to the input embedding (the embedding looks rows up in it);
+  base), a weight tied to the input embedding (the embedding looks rows up in it), and the other
+  members of a fusable group (below) one of whose members stays plain;
 * an attention block's query, key and value projections, which read the same input, become one
   reordered product (:class:`FusedProjections`): the block calls the three modules one after the
   other with the same tensor, and the first call computes all three outputs (one product instead of
@@ -134,20 +135,26 @@ def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ())
         )
 
     fused_blocks = reordered = kept = 0
+    pinned: set[int] = set()
     for block in list(model.modules()):
         for names in _FUSED_GROUPS:
             projections = [getattr(block, name, None) for name in names]
-            linears = [p for p in projections if isinstance(p, torch.nn.Linear) and movable(p)]
-            if len(linears) == len(names) and len({linear.in_features for linear in linears}) == 1:
-                fused = FusedProjections(linears)
-                for index, name in enumerate(names):
-                    setattr(block, name, fused.part(index))
-                fused_blocks += 1
-                reordered += len(names)
+            linears = [p for p in projections if isinstance(p, torch.nn.Linear)]
+            if len(linears) < len(names):
+                continue
+            if not all(movable(p) for p in linears) or len({p.in_features for p in linears}) != 1:
+                # A group stays plain as a whole: the lean step fuses plain groups itself.
+                pinned.update(id(p) for p in linears)
+                continue
+            fused = FusedProjections(linears)
+            for index, name in enumerate(names):
+                setattr(block, name, fused.part(index))
+            fused_blocks += 1
+            reordered += len(names)
     for name, module in list(model.named_modules()):
         if not isinstance(module, torch.nn.Linear):
             continue
-        if movable(module):
+        if movable(module) and id(module) not in pinned:
             model.set_submodule(name, ReorderedLinear(module.weight, module.bias))
             reordered += 1
         else:
