@@ -19,6 +19,7 @@ from envsuite.engine.kernels._reordered import (
     ReorderedLinear,
     ReorderReport,
     reorder_frozen_linears,
+    zero_filled_biases,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ReorderReport",
     "ReorderedLinear",
     "reorder_frozen_linears",
+    "zero_filled_biases",
     # the products themselves
     "onednn_available",
     "onednn_fits",

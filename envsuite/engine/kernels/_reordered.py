@@ -27,7 +27,7 @@ weights and cannot be trained or moved to another device.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +64,8 @@ class FusedProjections:
     def __init__(self, linears: list[torch.nn.Linear]) -> None:
         weights = [linear.weight.detach() for linear in linears]
         self.sizes = [int(w.shape[0]) for w in weights]
-        self.product = ReorderedLinear(torch.cat(weights), _stacked_bias(linears))
+        biases = zero_filled_biases(linears)
+        self.product = ReorderedLinear(torch.cat(weights), None if biases is None else torch.cat(biases))
         self._input: torch.Tensor | None = None
         self._output: torch.Tensor | None = None
         self._served: set[int] = set()
@@ -164,15 +165,15 @@ def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ())
     return ReorderReport(reordered=reordered, fused_blocks=fused_blocks, kept=kept)
 
 
-def _stacked_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
+def zero_filled_biases(linears: Sequence[torch.nn.Linear]) -> list[torch.Tensor] | None:
+    """The biases of linear layers to be fused into one product, zeros for a layer without one; None
+    when no layer has a bias (the fused product then has none either)."""
     if all(linear.bias is None for linear in linears):
         return None
-    return torch.cat(
-        [
-            linear.weight.new_zeros(linear.out_features) if linear.bias is None else linear.bias.detach()
-            for linear in linears
-        ]
-    )
+    return [
+        linear.weight.new_zeros(linear.out_features) if linear.bias is None else linear.bias.detach()
+        for linear in linears
+    ]
 
 
 def _copy_out_of_file_mappings(model: torch.nn.Module, shared: Collection[int]) -> None:

@@ -33,6 +33,7 @@ from envsuite.engine.kernels import (
     onednn_available,
     onednn_fits,
     onednn_linear,
+    zero_filled_biases,
 )
 
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
@@ -134,9 +135,7 @@ def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder |
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
     # A GPU or half-precision model keeps F.linear.
-    head: Any = model.get_output_embeddings()
-    head_weight: torch.Tensor = head.packed if isinstance(head, ReorderedLinear) else head.weight
-    onednn = onednn and onednn_available() and onednn_fits(head_weight)
+    onednn = onednn and onednn_available() and onednn_fits(_product(model.get_output_embeddings()).weight)
     return LlamaDecoder(model, onednn=onednn)
 
 
@@ -150,8 +149,8 @@ class LlamaDecoder:
 
     With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`).
     Where the engine replaced the model's layers by reordered ones (``reorder_frozen_linears``: a
-    step ~15% faster again at batch 32, docs/benchmarks.md), the step multiplies the same reordered
-    tensors, and the query/key/value projections' one fused product.
+    step ~20% faster again at batch 32, docs/benchmarks.md), the step multiplies the same reordered
+    tensors, and the fused products of the query/key/value and the gate/up projections.
     """
 
     def __init__(self, model: PreTrainedModel, onednn: bool = False) -> None:
@@ -364,10 +363,8 @@ def _fuse(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
     if fused is None:
         fused = torch.cat(weights)
     fused_bias = None
-    if any(b is not None for b in biases):
-        bias_parts = [
-            w.new_zeros(w.shape[0]) if b is None else b for w, b in zip(weights, biases, strict=True)
-        ]
+    bias_parts = zero_filled_biases(linears)
+    if bias_parts is not None:
         fused_bias = _stacked_view(bias_parts)
         if fused_bias is None:
             fused_bias = torch.cat(bias_parts)

@@ -49,9 +49,9 @@ class EngineConfig:
     ~1.7x and a prefill pass's products ~2.2x faster (docs/benchmarks.md, Decoding)."""
     reorder_weights: bool = True
     """Replace the model's linear layers by ones on oneDNN-reordered weights (``reorder_frozen_linears``;
-    the query/key/value projections become one product): the engine owns its frozen model, so the
-    reordered tensors take the plain ones' place and memory stays the same, while a decode step at
-    batch 32 is ~15% faster (docs/benchmarks.md, Decoding). Weights the model shares with a training
+    the query/key/value projections become one product, the gate/up projections another): the engine
+    owns its frozen model, so the reordered tensors take the plain ones' place and memory stays the
+    same, while a decode step at batch 32 is ~20% faster (docs/benchmarks.md, Decoding). Weights the model shares with a training
     run, and an LM head tied to the input embedding, stay plain. Needs ``onednn_products``."""
     prefix_cache_bytes: int = 1 << 30
     """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
