@@ -49,7 +49,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy
+	$(PY) tools/typecheck.py
 
 pytest: $(STAMP) postgres-server jemalloc
 	$(VENV)/bin/pytest -q

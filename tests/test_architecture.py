@@ -1,5 +1,11 @@
 """The package's shape: one installed import name, layers that import only downward, no import cycles.
 
+The middle layer's folders sit at the top of the repository and install as subpackages of ``envsuite``
+(pyproject.toml's ``package-dir`` table). The wheel, the editable install, mypy (``tools/typecheck.py``)
+and the import graph all have to see the same modules at the same files; the tests below check that.
+grimp walks a package's folder on disk, so it reads the installed wheel (one ``envsuite`` folder, as
+users get it), not the checkout.
+
 Layers (``envsuite/__init__.py`` says the same): the core (everything in ``envsuite`` not named below)
 <- ``envsuite.games``, ``envsuite.evals``, ``envsuite.trainers``, ``envsuite.leaderboard`` <- the CLI
 (``envsuite.cli``). Imports inside functions and under ``TYPE_CHECKING`` count: a lazy upward import
@@ -9,6 +15,8 @@ is still an upward dependency.
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import subprocess
 import sys
 import zipfile
@@ -36,9 +44,33 @@ def _layer(module: str) -> int:
     return 2 if _within(module, MIDDLE) else 1
 
 
+_GRAPH_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import grimp
+graph = grimp.build_graph("envsuite", include_external_packages=True, cache_dir=None)
+edges = [[a, b] for a in sorted(graph.modules) for b in sorted(graph.find_modules_directly_imported_by(a))]
+print(json.dumps({"modules": sorted(graph.modules), "edges": edges}))
+"""
+
+
 @pytest.fixture(scope="module")
-def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("envsuite", include_external_packages=True, cache_dir=None)
+def graph(installed: Path) -> grimp.ImportGraph:
+    """The import graph of the installed wheel (built in a fresh interpreter that imports it first)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _GRAPH_PROBE, str(installed)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=installed,
+    )
+    found = json.loads(done.stdout)
+    built = grimp.ImportGraph()
+    for module in found["modules"]:
+        built.add_module(module)
+    for importer, imported in found["edges"]:
+        built.add_import(importer=importer, imported=imported)
+    return built
 
 
 def _internal_imports(graph: grimp.ImportGraph) -> Iterator[tuple[str, str]]:
@@ -178,6 +210,70 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (built,) = out.glob("envsuite-*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel installed into a directory of its own (what ``pip install envsuite`` puts on sys.path)."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return target
+
+
+def _checked_modules() -> dict[str, Path]:
+    """mypy's view: the modules ``tools/typecheck.py`` names, with their files in the checkout."""
+    loaded = importlib.util.spec_from_file_location("_typecheck", ROOT / "tools" / "typecheck.py")
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    modules: dict[str, Path] = module.installed_modules()
+    return modules
+
+
+def test_no_symlinks_in_the_package_folders() -> None:
+    links = [
+        str(path.relative_to(ROOT))
+        for folder in ("envsuite", *FOLDERS_AT_TOP_LEVEL)
+        for path in (ROOT / folder).rglob("*")
+        if path.is_symlink()
+    ]
+    assert links == []
+
+
+def test_every_package_folder_is_in_the_package_table() -> None:
+    """A folder with an ``__init__.py`` missing from pyproject's list would be left out of the wheel."""
+    checked = _checked_modules()
+    packages = {name for name, path in checked.items() if path.name == "__init__.py"}
+    on_disk = {
+        ("envsuite." if folder != "envsuite" else "") + ".".join(init.parent.relative_to(ROOT).parts)
+        for folder in ("envsuite", *FOLDERS_AT_TOP_LEVEL)
+        for init in (ROOT / folder).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert packages == on_disk
+
+
+def test_wheel_mypy_grimp_and_the_editable_install_see_the_same_modules(
+    wheel: Path, graph: grimp.ImportGraph
+) -> None:
+    checked = _checked_modules()
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = {
+            name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            for name in archive.namelist()
+            if name.endswith(".py")
+        }
+    assert in_wheel == set(checked)
+    assert {m for m in graph.modules if m == "envsuite" or m.startswith("envsuite.")} == set(checked)
+    # The editable install (setuptools' finder) resolves every module to the file mypy checks.
+    for name, path in checked.items():
+        found = importlib.util.find_spec(name)
+        assert found is not None and found.origin is not None, name
+        assert Path(found.origin).resolve() == path.resolve(), name
 
 
 def test_wheel_installs_one_top_level_name(wheel: Path) -> None:
