@@ -4,6 +4,11 @@ Names are consistent: ``make_env`` (one single-use :class:`~envsuite.core.Env`),
 (an :class:`~envsuite.core.EnvGroupBuilder` of ``group_size`` envs sharing one episode),
 ``make_dataset_builder`` (an :class:`~envsuite.core.RLDatasetBuilder` of batches of groups) and ``make``
 (a ``gymnasium.Env``, in ``envsuite.adapters``). All of them are plain data and pickle.
+
+Each takes a catalog id or the :class:`~envsuite.registration.EnvSpec` it resolved to. The id is resolved
+once, where a caller starts (a training run, a bench), and the spec travels from there: builders carry
+it, so making a group or an env never looks the id up again (and a worker process makes envs of specs
+registered only in the process that sent them).
 """
 
 from __future__ import annotations
@@ -54,9 +59,14 @@ def _build_renderer(model_name: str, renderer_name: str) -> Renderer:
     return get_renderer(renderer_name, cast("Tokenizer", get_tokenizer(model_name)))
 
 
-def available_spec(env_id: str) -> EnvSpec:
-    """The spec for ``env_id``, refusing envs the catalog lists as unable to run here."""
-    env_spec = spec(env_id)
+EnvRef = str | EnvSpec
+"""A catalog id (``[namespace/]name[-vN]``), or the spec an earlier lookup resolved it to."""
+
+
+def available_spec(env_id: EnvRef) -> EnvSpec:
+    """The spec for ``env_id`` (looked up only when it is an id), refusing envs the catalog lists as
+    unable to run here."""
+    env_spec = env_id if isinstance(env_id, EnvSpec) else spec(env_id)
     if env_spec.unavailable:
         raise UnavailableEnvError(f"{env_spec.id} cannot run here: {env_spec.unavailable}")
     return env_spec
@@ -88,7 +98,7 @@ def _renderer_config(renderer: RendererConfig | str | None, model: str | None) -
 
 
 def make_env(
-    env_id: str,
+    env_id: EnvRef,
     *,
     seed: int = 0,
     split: Split = "train",
@@ -100,7 +110,7 @@ def make_env(
     """One single-use async env for ``env_id`` playing the episode chosen by ``seed``."""
     env_spec = available_spec(env_id)
     return CatalogGroupBuilder(
-        env_id=env_spec.id,
+        env_spec=env_spec,
         env_kwargs=env_spec.resolve_kwargs(env_kwargs),
         seed=seed,
         group_size=1,
@@ -111,7 +121,7 @@ def make_env(
 
 
 def make_group_builder(
-    env_id: str,
+    env_id: EnvRef,
     *,
     group_size: int,
     seed: int = 0,
@@ -123,14 +133,36 @@ def make_group_builder(
 ) -> EnvGroupBuilder:
     """An EnvGroupBuilder of ``group_size`` envs that all play the episode chosen by ``seed``."""
     env_spec = available_spec(env_id)
-    builder_cls = env_spec.load_group_builder() or CatalogGroupBuilder
-    builder = builder_cls(
-        env_id=env_spec.id,
-        env_kwargs=env_spec.resolve_kwargs(env_kwargs),
+    return _group_builder(
+        env_spec,
+        env_spec.resolve_kwargs(env_kwargs),
         seed=seed,
         group_size=group_size,
         split=split,
         renderer=_renderer_config(renderer, model),
+        max_context_tokens=max_context_tokens,
+    )
+
+
+def _group_builder(
+    env_spec: EnvSpec,
+    env_kwargs: Mapping[str, Any],
+    *,
+    seed: int,
+    group_size: int,
+    split: Split,
+    renderer: RendererConfig,
+    max_context_tokens: int,
+) -> EnvGroupBuilder:
+    """The spec's group builder (its own class, or :class:`CatalogGroupBuilder`) over resolved kwargs."""
+    builder_cls = env_spec.load_group_builder() or CatalogGroupBuilder
+    builder = builder_cls(
+        env_spec=env_spec,
+        env_kwargs=env_kwargs,
+        seed=seed,
+        group_size=group_size,
+        split=split,
+        renderer=renderer,
         max_context_tokens=max_context_tokens,
     )
     if not isinstance(builder, EnvGroupBuilder):
@@ -139,7 +171,7 @@ def make_group_builder(
 
 
 def make_dataset_builder(
-    env_id: str,
+    env_id: EnvRef,
     *,
     batch_size: int,
     group_size: int,
@@ -156,7 +188,7 @@ def make_dataset_builder(
         raise ValueError("batch_size, group_size and n_batches must be >= 1 and n_test_groups >= 0")
     env_spec = available_spec(env_id)
     return CatalogDatasetBuilder(
-        env_id=env_spec.id,
+        env_spec=env_spec,
         env_kwargs=env_spec.resolve_kwargs(env_kwargs),
         batch_size=batch_size,
         group_size=group_size,
@@ -170,10 +202,16 @@ def make_dataset_builder(
 
 @dataclass(frozen=True)
 class CatalogGroupBuilder(EnvGroupBuilder):
-    """The default group builder: ``group_size`` copies of one catalog env on one seed."""
+    """The default group builder: ``group_size`` copies of one catalog env on one seed.
 
-    env_id: str
+    A spec's own group builder (``group_builder_entry_point``) is built with these same fields; the
+    multi-agent and cookbook builders subclass this one.
+    """
+
+    env_spec: EnvSpec
+    """The env, resolved once by whoever made the builder (its id is :attr:`env_id`)."""
     env_kwargs: Mapping[str, Any]
+    """The constructor's keyword arguments, already merged with the spec's defaults and checked."""
     seed: int
     group_size: int
     split: Split = "train"
@@ -181,8 +219,9 @@ class CatalogGroupBuilder(EnvGroupBuilder):
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
 
     @property
-    def env_spec(self) -> EnvSpec:
-        return spec(self.env_id)
+    def env_id(self) -> str:
+        """The versioned catalog id."""
+        return self.env_spec.id
 
     def make_env(self) -> Env:
         env_spec = self.env_spec
@@ -213,14 +252,14 @@ class CatalogDataset(RLDataset):
             raise IndexError(f"batch {index} out of range for {self.n_batches} batches")
         b = self.builder
         return [
-            make_group_builder(
-                b.env_id,
+            _group_builder(
+                b.env_spec,
+                b.env_kwargs,
                 group_size=b.group_size if self.split == "train" else 1,
                 seed=episode_seed(b.seed, self.split, index, problem),
                 split=self.split,
                 renderer=b.renderer,
                 max_context_tokens=b.max_context_tokens,
-                **b.env_kwargs,
             )
             for problem in range(self.batch_size)
         ]
@@ -233,8 +272,9 @@ class CatalogDataset(RLDataset):
 class CatalogDatasetBuilder(RLDatasetBuilder):
     """Config for a catalog env's train and test datasets (test groups have one member each)."""
 
-    env_id: str
+    env_spec: EnvSpec
     env_kwargs: Mapping[str, Any]
+    """Merged with the spec's defaults and checked once, when the builder was made."""
     batch_size: int
     group_size: int
     seed: int = 0
@@ -242,6 +282,11 @@ class CatalogDatasetBuilder(RLDatasetBuilder):
     n_test_groups: int = 32
     renderer: RendererConfig = field(default_factory=RendererConfig)
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+
+    @property
+    def env_id(self) -> str:
+        """The versioned catalog id."""
+        return self.env_spec.id
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         train = CatalogDataset(self, "train", self.n_batches, self.batch_size)

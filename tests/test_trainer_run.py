@@ -177,6 +177,21 @@ def test_step_metrics_cover_the_documented_fields(tmp_path: Path) -> None:
     assert steps == [1, 2]
 
 
+def test_a_run_looks_its_env_id_up_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec is resolved by the preflight and carried by the dataset and every group builder."""
+    looked_up: list[str] = []
+    lookup = registry.spec
+
+    def counting(env_id: str) -> object:
+        looked_up.append(env_id)
+        return lookup(env_id)
+
+    monkeypatch.setattr(registry, "spec", counting)
+    config = _config(tmp_path, n_steps=2, eval_every=1, save_every=2)
+    assert run_training(config, show_progress=False).steps_completed == 2
+    assert looked_up == [TOY_ID]
+
+
 def test_full_fine_tune_trains_every_weight_and_resumes(tmp_path: Path) -> None:
     config = _config(tmp_path, n_steps=2, lora_rank=0, learning_rate=1e-4, save_every=1, eval_every=0)
     assert run_training(config, show_progress=False).cause is StopCause.COMPLETED

@@ -43,6 +43,7 @@ from envsuite.trainers._transcripts import write_transcripts
 
 if TYPE_CHECKING:
     from envsuite.core import TokenCompleter
+    from envsuite.registration import EnvSpec
 
 
 class StopCause(enum.StrEnum):
@@ -111,7 +112,7 @@ class Trainer:
 
     async def run(self) -> TrainResult:
         config = self.config
-        preflight(config)
+        env_spec = preflight(config)
         check_and_record_config(config, self.log_dir)
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
@@ -122,7 +123,7 @@ class Trainer:
             announce(
                 self.show_progress, f"GRPO on {config.env_id} with {config.model}: {where}; loading the model"
             )
-            train_data, test_data = await _datasets(config)
+            train_data, test_data = await _datasets(config, env_spec)
             self._clients = await PolicyClients.create(
                 make_service(config), config, resume.state_path if resume else None
             )
@@ -330,11 +331,11 @@ def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int)
     }
 
 
-async def _datasets(config: TrainConfig) -> tuple[RLDataset, RLDataset | None]:
+async def _datasets(config: TrainConfig, env_spec: EnvSpec) -> tuple[RLDataset, RLDataset | None]:
     from envsuite import make_dataset_builder
 
     builder = make_dataset_builder(
-        config.env_id,
+        env_spec,
         batch_size=config.batch_size,
         group_size=config.group_size,
         seed=config.seed,

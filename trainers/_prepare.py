@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envsuite.trainers._config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    from envsuite.registration import EnvSpec
 
 RESUME_MAY_CHANGE = frozenset(
     {
@@ -23,8 +27,9 @@ RESUME_MAY_CHANGE = frozenset(
 """Fields a resumed run may change; any other difference means a different experiment."""
 
 
-def preflight(config: TrainConfig) -> None:
+def preflight(config: TrainConfig) -> EnvSpec:
     """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError.
+    Returns the env's spec: the run's one lookup of its id (datasets and builders carry it from here).
 
     Cheap checks go first: the env (and its test split, when the run evaluates) is built before the
     embedded model is materialized (about 20 s the first time), so a bad dataset fails in seconds.
@@ -40,7 +45,7 @@ def preflight(config: TrainConfig) -> None:
             f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
         ) from None
     try:
-        spec(config.env_id)
+        env_spec = spec(config.env_id)
     except (RegistryError, ValueError) as exc:
         raise ConfigError(f"env_id: {exc}") from None
     local = config.backend == "local"
@@ -48,9 +53,10 @@ def preflight(config: TrainConfig) -> None:
 
     if local and config.model not in KNOWN_MODELS:
         _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
-    _check_env_builds(config)
+    _check_env_builds(config, env_spec)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
+    return env_spec
 
 
 def _check_model(name: str) -> None:
@@ -62,14 +68,14 @@ def _check_model(name: str) -> None:
         raise ConfigError(f"model: {exc}") from None
 
 
-def _check_env_builds(config: TrainConfig) -> None:
+def _check_env_builds(config: TrainConfig, env_spec: EnvSpec) -> None:
     from envsuite import make_env
 
     splits = ["train", "test"] if config.eval_every and config.n_test_groups else ["train"]
     for split in splits:
         try:
             make_env(
-                config.env_id,
+                env_spec,
                 seed=config.seed,
                 split=split,  # type: ignore[arg-type]
                 model=config.model,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context, make_env, spec
+from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, CatalogGroupBuilder, RendererConfig, env_context
 from envsuite.core import Env, EnvGroupBuilder, Split
 from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
@@ -125,10 +125,10 @@ def _envs_against(
 
 
 @dataclass(frozen=True)
-class CatalogSelfPlayBuilder(EnvGroupBuilder):
+class CatalogSelfPlayBuilder(CatalogGroupBuilder):
     """A catalog game env in self-play: the group builder behind ids like ``tictactoe_selfplay-v0``.
 
-    Built by the catalog like any group builder (same fields as its default one). On the train split,
+    Built by the catalog like any group builder (it is the default one with other groups). On the train split,
     the group is every seat of ``group_size // num_players`` games of the same seed, so both sides learn
     from every game; when ``group_size`` is not a multiple of the seats, one more game fills the rest
     of the group with its first seats and gives its other seats to the env's ``opponent``. Other splits play the env as registered, one seat against its
@@ -138,28 +138,10 @@ class CatalogSelfPlayBuilder(EnvGroupBuilder):
     ``legal_move_reward`` in ``env_kwargs`` apply to every seat, as they would to the single seat.
     """
 
-    env_id: str
-    env_kwargs: Mapping[str, Any]
-    seed: int
-    group_size: int
-    split: Split = "train"
-    renderer: RendererConfig = field(default_factory=RendererConfig)
-    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
-
     async def make_envs(self) -> Sequence[Env]:
         if self.split != "train":
-            return [
-                make_env(
-                    self.env_id,
-                    seed=self.seed,
-                    split=self.split,
-                    renderer=self.renderer,
-                    max_context_tokens=self.max_context_tokens,
-                    **self.env_kwargs,
-                )
-                for _ in range(self.group_size)
-            ]
-        env_cls: Any = spec(self.env_id).load()
+            return [self.make_env() for _ in range(self.group_size)]
+        env_cls: Any = self.env_spec.load()
         factory: GameFactory = env_cls.game_factory(self.env_kwargs)
         ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
         options = seat_options(self.env_kwargs)
@@ -175,7 +157,7 @@ class CatalogSelfPlayBuilder(EnvGroupBuilder):
         return envs
 
     def logging_tags(self) -> list[str]:
-        return [spec(self.env_id).base_id, "selfplay"]
+        return [self.env_spec.base_id, "selfplay"]
 
 
 def seat_options(env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
