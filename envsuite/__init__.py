@@ -36,6 +36,7 @@ from envsuite.core import (
     EnvContext,
     EnvGroupBuilder,
     InitialObservationOverflow,
+    InvalidActionError,
     Message,
     MessageCompleter,
     Observation,
@@ -51,6 +52,7 @@ from envsuite.core import (
     TrajectoryGroup,
     Transition,
     stop_reason_from_metrics,
+    tokens_outside_vocabulary,
 )
 from envsuite.registration import (
     DeprecatedEnvError,
@@ -88,6 +90,7 @@ __all__ = [
     "EnvContext",
     "EnvGroupBuilder",
     "InitialObservationOverflow",
+    "InvalidActionError",
     "Message",
     "MessageCompleter",
     "Observation",
@@ -103,6 +106,7 @@ __all__ = [
     "TrajectoryGroup",
     "Transition",
     "stop_reason_from_metrics",
+    "tokens_outside_vocabulary",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",

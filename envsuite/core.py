@@ -229,6 +229,25 @@ class StepResult:
         )
 
 
+class InvalidActionError(ValueError):
+    """An action that is not a sequence of token ids of the env's vocabulary (raised at API boundaries:
+    the gymnasium adapter, the OpenEnv server; :meth:`Env.step` itself ends the episode instead)."""
+
+
+def tokens_outside_vocabulary(tokens: Sequence[int], vocab_size: int) -> str | None:
+    """Why ``tokens`` are not ids of a vocabulary of ``vocab_size`` tokens, or None when they all are.
+
+    The message names the first offending id and its position, so a client sees what it sent wrong.
+    """
+    for position, token in enumerate(tokens):
+        if not 0 <= token < vocab_size:
+            return (
+                f"token id {token} at position {position} is outside the vocabulary "
+                f"(ids 0..{vocab_size - 1}); {len(tokens)} token(s) sent"
+            )
+    return None
+
+
 # --------------------------------------------------------------------------------------------------
 # Policies
 # --------------------------------------------------------------------------------------------------
@@ -309,7 +328,10 @@ class Env(ABC):
         ignore it. Called after :meth:`initial_observation` and after each non-final step. Any token sequence is a
         legal argument: empty, random ids, ten thousand tokens, ids that decode to invalid UTF-8. Such
         input yields a defined outcome (usually ``StopReason.PARSE_ERROR`` with a penalty), never an
-        exception. The final result must be built with :meth:`StepResult.final`.
+        exception. Ids outside the tokenizer's vocabulary (no sampler produces them) end the episode
+        with ``StopReason.PARSE_ERROR``, the env's penalty for an unreadable reply, and the reason in
+        ``logs["error"]`` (:func:`tokens_outside_vocabulary`); the observation is not extended with them.
+        The final result must be built with :meth:`StepResult.final`.
         """
 
     def conversation(self) -> list[Message]:

@@ -84,8 +84,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
         self.max_context_tokens = max_context_tokens
         self.renderer_config = _renderer_config(renderer, model)
         self._renderer = self.renderer_config.build()
-        tokenizer = self._renderer.tokenizer
-        vocab_size = len(tokenizer)  # type: ignore[arg-type]
+        vocab_size = self._renderer.vocab_size
         self.max_observation_tokens = 2 * max_context_tokens
         if mode == "tokens":
             self.observation_space: TokenSequence | PromptText = TokenSequence(
@@ -190,7 +189,8 @@ class GymEnv(gymnasium.Env[Any, Any]):
 
     def _action_tokens(self, action: Any) -> list[int]:
         if self.mode == "tokens":
-            return [int(t) for t in np.asarray(action, dtype=np.int64).reshape(-1)]
+            # object dtype keeps ids too large for int64 as Python ints, so the env can name them
+            return [int(t) for t in np.asarray(action, dtype=object).reshape(-1)]
         if not isinstance(action, str):
             raise TypeError(f"text mode expects a str action, got {type(action).__name__}")
         return reply_to_tokens(self._renderer, action, self._stop)

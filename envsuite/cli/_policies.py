@@ -79,7 +79,7 @@ def build_policy(
     from envsuite.completers import RandomTokenCompleter, SamplingTokenCompleter
 
     if name == "random":
-        vocab_size = len(renderer.build().tokenizer)  # type: ignore[arg-type]
+        vocab_size = renderer.build().vocab_size
         tokens = RandomTokenCompleter(vocab_size=vocab_size, max_tokens=min(max_tokens, 32), seed=seed)
         if legal_moves is None:
             return tokens

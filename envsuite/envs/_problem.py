@@ -31,6 +31,7 @@ from envsuite.core import (
     StepResult,
     StopCondition,
     StopReason,
+    tokens_outside_vocabulary,
 )
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 
@@ -142,6 +143,11 @@ class ProblemEnv(Env):
         return model_input, self.renderer.get_stop_sequences()
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        outside = tokens_outside_vocabulary(action, self.renderer.vocab_size)
+        if outside is not None:
+            result = self._final([], "", StopReason.PARSE_ERROR, None, "unreadable reply")
+            result.logs["error"] = outside
+            return result
         parsed = self._parse(action)
         reply = parsed.message["content"] if parsed is not None else ""
         self._reply = reply

@@ -42,6 +42,8 @@ class Tokenizer(Protocol):
 
     def convert_tokens_to_ids(self, tokens: str) -> int | list[int]: ...
 
+    def __len__(self) -> int: ...
+
 
 class TrainOnWhat(enum.StrEnum):
     """Which tokens of a supervised example get loss weight 1."""
@@ -143,6 +145,11 @@ class Renderer(ABC):
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the tokenizer decodes (ids ``0 .. vocab_size - 1``, added tokens included)."""
+        return len(self.tokenizer)
 
     @abstractmethod
     def build_generation_prompt(self, messages: list[Message], role: Role = "assistant") -> tinker.ModelInput:

@@ -135,7 +135,7 @@ def text_actions(renderer: Renderer, replies: Sequence[str]) -> ActionSource:
 def _invalid_utf8_ids(renderer: Renderer) -> tuple[int, ...]:
     """Token ids that decode, alone, to invalid UTF-8 (lone byte tokens of multi-byte characters)."""
     found: list[int] = []
-    vocab = len(renderer.tokenizer)  # type: ignore[arg-type]
+    vocab = renderer.vocab_size
     for token_id in range(min(vocab, 5000)):
         if "\ufffd" in renderer.tokenizer.decode([token_id]):
             found.append(token_id)
@@ -146,7 +146,7 @@ def _invalid_utf8_ids(renderer: Renderer) -> tuple[int, ...]:
 
 def garbage_actions(renderer: Renderer, seed: int) -> dict[str, ActionSource]:
     """Named families of malformed actions every env must survive."""
-    vocab = len(renderer.tokenizer)  # type: ignore[arg-type]
+    vocab = renderer.vocab_size
     rng = random.Random(seed)
     random_ids = [rng.randrange(vocab) for _ in range(48)]
     huge = [rng.randrange(vocab) for _ in range(10_000)]

@@ -27,6 +27,7 @@ from envsuite.core import (
     StepResult,
     StopCondition,
     StopReason,
+    tokens_outside_vocabulary,
 )
 from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
@@ -106,6 +107,11 @@ class SeatEnv(Env):
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if self._prompt is None:
             raise RuntimeError("step() called before initial_observation() (or after the episode ended)")
+        outside = tokens_outside_vocabulary(action, self.ctx.renderer.vocab_size)
+        if outside is not None:  # no sampler sends these: the game ends, the prompt is not extended
+            self._turns += 1
+            await self.coordinator.abort(StopReason.PARSE_ERROR, f"seat {self.seat}: {outside}")
+            return self._final(self._prompt, {"truncated": 0.0}, {"error": outside}, 0.0)
         parsed = self.ctx.renderer.parse_response(list(action))
         reply = parsed.message.get("content", "")
         self._messages.append({"role": "assistant", "content": reply})

@@ -37,6 +37,7 @@ from envsuite.core import (
     StepResult,
     StopCondition,
     StopReason,
+    tokens_outside_vocabulary,
 )
 from envsuite.games.twenty_questions._answer import Answer, Answerer, CompleterAnswerer
 from envsuite.games.twenty_questions._kb import load_knowledge_base, normalize_phrase
@@ -204,6 +205,14 @@ class TwentyQuestionsEnv(Env):
         if self._prompt is None:
             raise RuntimeError("call initial_observation() before step()")
         self._turns += 1
+        outside = tokens_outside_vocabulary(action, self.ctx.renderer.vocab_size)
+        if outside is not None:  # no sampler sends these: the episode ends, the prompt is not extended
+            logs: dict[str, str | int | float] = {"secret": self.secret, "error": outside}
+            reward = self.listed_guess_reward * len(self._tally.listed_guesses)
+            metrics = self._metrics(won=False)
+            return StepResult.final(
+                reward, StopReason.PARSE_ERROR, self._prompt, self.stop_condition, metrics, logs
+            )
         parsed = self.ctx.renderer.parse_response(list(action))
         text = parsed.message.get("content", "")
         malformed = not parsed.clean_stop or not parsed.valid_utf8 or is_empty_turn(text)

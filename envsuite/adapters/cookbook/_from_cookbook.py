@@ -33,7 +33,9 @@ from envsuite.core import (
     Observation,
     StepResult,
     StopCondition,
+    StopReason,
     Trajectory,
+    tokens_outside_vocabulary,
 )
 from envsuite.registration import EnvSpec
 
@@ -94,6 +96,8 @@ class CookbookCatalogEnv(Env):
         self.inner: Any = None
         """The cookbook env, once built."""
         self.builder: CookbookGroupBuilderLike | None = None
+        self.last_observation: tuple[Observation, StopCondition] | None = None
+        """The latest prompt and stop condition: what a final step with an invalid action shows."""
 
     async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
         self.builder = build_cookbook_group(self.ctx, 1, self._factory, self._factory_kwargs)
@@ -104,12 +108,21 @@ class CookbookCatalogEnv(Env):
         start = await self.inner.initial_observation()
         if isinstance(start, tuple) and start[0].length > self.ctx.max_context_tokens:
             return InitialObservationOverflow.prompt_too_long(start[0].length, self.ctx.max_context_tokens)
+        if isinstance(start, tuple):
+            self.last_observation = (start[0], start[1])
         return cast("tuple[Observation, StopCondition] | InitialObservationOverflow", start)
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         if self.inner is None:
             raise RuntimeError("step() called before initial_observation()")
-        return cast("StepResult", await self.inner.step(action, extra=extra))
+        outside = tokens_outside_vocabulary(action, self.ctx.renderer.vocab_size)
+        if outside is not None:  # cookbook envs decode without checking; reward 0, the reason logged
+            assert self.last_observation is not None
+            observation, stop = self.last_observation
+            return StepResult.final(0.0, StopReason.PARSE_ERROR, observation, stop, logs={"error": outside})
+        result = cast("StepResult", await self.inner.step(action, extra=extra))
+        self.last_observation = (result.next_observation, result.next_stop_condition)
+        return result
 
     def conversation(self) -> list[Any]:
         inner_conversation = getattr(self.inner, "conversation", None)

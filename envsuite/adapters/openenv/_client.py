@@ -37,6 +37,7 @@ from envsuite.core import (
     Observation,
     StepResult,
     StopReason,
+    tokens_outside_vocabulary,
 )
 from envsuite.registration import EnvKind, EnvSpec
 
@@ -87,6 +88,12 @@ class OpenEnvEnv(Env):
         return prompt, self._stop
 
     async def step(self, action: list[int], *, extra: ActionExtra | None = None) -> StepResult:
+        outside = tokens_outside_vocabulary(action, self.ctx.renderer.vocab_size)
+        if outside is not None:  # never sent to the server: no sampler produces these ids
+            await self._close()
+            return StepResult.final(
+                0.0, StopReason.PARSE_ERROR, self._prompt(), self._stop, logs={"error": outside}
+            )
         reply = self.ctx.renderer.parse_response(list(action))
         text = str(reply.message["content"])
         try:

@@ -24,12 +24,14 @@ from envsuite._make import DEFAULT_MODEL, RendererConfig, available_spec, make_e
 from envsuite.adapters.openenv._models import EnvsuiteAction, EnvsuiteObservation, EnvsuiteState
 from envsuite.core import (
     Env,
+    InvalidActionError,
     Split,
     StepResult,
     StopCondition,
     StopReason,
     as_overflow,
     stop_reason_from_metrics,
+    tokens_outside_vocabulary,
 )
 from envsuite.renderers import reply_to_tokens
 
@@ -94,6 +96,12 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
         if self._env is None or self._state.done:
             raise RuntimeError("no episode in progress: call reset first (episodes are single-use)")
         renderer = self.settings.renderer.build()
+        if action.tokens is not None:
+            outside = tokens_outside_vocabulary(action.tokens, renderer.vocab_size)
+            if outside is not None:
+                # Refused before the env sees it: the client gets the reason as the step's error and the
+                # episode goes on (a client bug, not a move).
+                raise InvalidActionError(f"invalid action: {outside}")
         tokens = (
             action.tokens
             if action.tokens is not None

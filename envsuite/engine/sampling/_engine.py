@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import torch
 from transformers import PreTrainedModel
 
+from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._memory import release_free_memory
 from envsuite.engine.kernels import ReorderReport, reorder_frozen_linears, route_linears_through_onednn
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
@@ -182,9 +183,9 @@ class SamplingEngine:
                 f"the prompt has {len(prompt)} tokens but the model context is {self.max_context} tokens "
                 "(prompt plus at least one new token must fit)"
             )
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            return ValueError(f"prompt token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        outside = tokens_outside_vocabulary(prompt, self.vocab_size)
+        if outside is not None:
+            return ValueError(f"prompt: {outside}")
         return None
 
     def _run(self) -> None:

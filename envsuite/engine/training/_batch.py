@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from tinker import types
 
+from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._token_tree import plan_rows, tree_layout
 from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError
 
@@ -117,10 +118,12 @@ def check_data(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int) ->
         for i, (datum, tokens) in enumerate(zip(data, tokens_D, strict=True))
     ]
     for i, (tokens, inputs) in enumerate(zip(tokens_D, inputs_D, strict=True)):
-        ids = torch.tensor(tokens)
-        for name, values in (("model_input", ids), ("target_tokens", inputs["target_tokens"])):
-            if bool(((values < 0) | (values >= vocab_size)).any()):
-                raise LossInputError(f"datum {i}: {name} has token ids outside [0, {vocab_size})")
+        # Checked as Python ints: an id too large for int64 must be named, not overflow a tensor.
+        targets = [int(t) for t in inputs["target_tokens"].tolist()]
+        for name, values in (("model_input", tokens), ("target_tokens", targets)):
+            outside = tokens_outside_vocabulary(values, vocab_size)
+            if outside is not None:
+                raise LossInputError(f"datum {i}: {name}: {outside}")
     float_keys = sorted(set(inputs_D[0]) - {"target_tokens"})
     for i, inputs in enumerate(inputs_D):
         if sorted(set(inputs) - {"target_tokens"}) != float_keys:
