@@ -1,4 +1,4 @@
-"""envsuite.make returns a real gymnasium.Env in token and text mode; both pass gymnasium's checker."""
+"""envsuite.make returns a real gymnasium.Env in token, text and chat mode; each passes gymnasium's checker."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ MATH_IDS = ["arithmetic", "math"]
 
 
 @pytest.mark.parametrize("env_id", MATH_IDS)
-@pytest.mark.parametrize("mode", ["tokens", "text"])
+@pytest.mark.parametrize("mode", ["tokens", "text", "chat"])
 def test_check_env_passes(env_id: str, mode: str) -> None:
     env = envsuite.make(env_id, mode=mode, model=TEST_MODEL)  # type: ignore[arg-type]
     check_env(env, skip_render_check=True)
@@ -46,6 +46,35 @@ def test_text_mode_scores_a_correct_reply() -> None:
     _, reward, terminated, _, info = env.step(str(answer))
     assert terminated and reward == pytest.approx(1.0), info
     assert info["conversation"][-1] == {"role": "assistant", "content": str(answer)}
+
+
+@pytest.mark.parametrize("env_id", ["twenty_questions", "tictactoe"])
+def test_chat_mode_passes_the_checker_on_multi_turn_envs(env_id: str) -> None:
+    env = envsuite.make(env_id, mode="chat", model=TEST_MODEL)
+    check_env(env, skip_render_check=True)
+
+
+def test_chat_mode_plugs_into_a_chat_completions_loop() -> None:
+    """The observation is the messages list an API takes; the API's reply message is the action."""
+    env = envsuite.make("twenty_questions", mode="chat", model=TEST_MODEL)
+    messages, info = env.reset(seed=4)
+    assert isinstance(messages, tuple) and messages[-1]["role"] == "user"
+    assert "<|im_start|>" not in repr(messages)  # no chat template: the API renders its own way
+    secret = env.unwrapped._env.secret  # type: ignore[attr-defined]
+
+    def api(conversation: list[dict[str, str]]) -> dict[str, str]:
+        """A chat-completions endpoint: asks one question, then guesses right."""
+        asked = sum(m["role"] == "assistant" for m in conversation)
+        return {"role": "assistant", "content": "Is it alive?" if asked == 0 else f"Guess: {secret}"}
+
+    rewards, done = [], False
+    while not done:
+        reply = api(list(messages))
+        messages, reward, done, _, info = env.step(reply)
+        rewards.append(reward)
+        assert messages[-2 if not done else -1]["content"] in (reply["content"], "Correct!")
+    assert info["stop_reason"] == "completed" and rewards[-1] > 0
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
 
 
 def _solve(env: gymnasium.Env) -> object:

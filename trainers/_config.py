@@ -115,6 +115,14 @@ class TrainConfig:
     """Worker processes (``process``) or worker tasks (``ray``)."""
     ray_address: str | None = None
     """A running Ray cluster for ``--executor ray`` (default: start a local Ray)."""
+    wandb_project: str | None = None
+    """Also log each step's metrics to this Weights & Biases project (``WANDB_MODE=offline`` logs to
+    files without a network; ``wandb sync`` uploads them later)."""
+    wandb_name: str | None = None
+    """The tracker run's name (W&B and Trackio; default: the log dir's name)."""
+    trackio_project: str | None = None
+    """Also log each step's metrics to this Trackio project (local-first: a SQLite file per project;
+    ``trackio show`` opens the dashboard)."""
 
     # ---------------------------------------------------------------------------------------------
 

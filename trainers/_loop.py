@@ -39,6 +39,7 @@ from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
 from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
+from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class Trainer:
         self._clients: PolicyClients | None = None
         self._sampler: Any = None
         self._pool: WorkerPool | None = None
+        self._trackers = Trackers()
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -127,6 +129,7 @@ class Trainer:
             self._clients = await PolicyClients.create(
                 make_service(config), config, resume.state_path if resume else None
             )
+            self._trackers = open_trackers(config, self.log_dir)
             try:
                 async with open_pool(config.executor_config()) as pool:
                     self._pool = pool
@@ -135,6 +138,7 @@ class Trainer:
             finally:
                 self._pool = None
                 self._clients.close()
+                self._trackers.close()
             LOGGER.info(result.message)
             return result
 
@@ -152,6 +156,7 @@ class Trainer:
                 except NonFiniteLoss as exc:
                     return self._finish(StopCause.NON_FINITE, done, last, f"stopped at step {step}: {exc}")
                 self.metrics.append(row)
+                self._trackers.log(row)
                 done = step + 1
                 if done % config.save_every == 0 or done == config.n_steps:
                     last = await self._save(done)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envsuite.trainers._config import ConfigError, TrainConfig
+from envsuite.trainers._trackers import check_trackers
 
 if TYPE_CHECKING:
     from envsuite.registration import EnvSpec
@@ -22,6 +23,10 @@ RESUME_MAY_CHANGE = frozenset(
         "executor",
         "workers",
         "ray_address",
+        # nor do where its metrics are also logged
+        "wandb_project",
+        "wandb_name",
+        "trackio_project",
     }
 )
 """Fields a resumed run may change; any other difference means a different experiment."""
@@ -35,6 +40,7 @@ def preflight(config: TrainConfig) -> EnvSpec:
     embedded model is materialized (about 20 s the first time), so a bad dataset fails in seconds.
     """
     config.validate()
+    check_trackers(config)
     from envsuite.backends import Backend
     from envsuite.registration import RegistryError, spec
 

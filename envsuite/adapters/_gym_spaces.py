@@ -55,6 +55,55 @@ class PromptText(spaces.Text):
         )
 
 
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+class ChatMessages(spaces.Sequence):
+    """A conversation: a tuple of ``{"role": ..., "content": ...}`` messages, at most ``max_messages`` of
+    them, each role one of :data:`CHAT_ROLES` and each content at most ``max_chars`` characters.
+
+    The observation of the adapter's chat mode: what a chat-completions API takes as ``messages``.
+    gymnasium keeps no fixed-size slot for a sequence of dicts, so vector envs in chat mode pass
+    observations by pickling (``shared_memory=False``).
+    """
+
+    def __init__(self, max_messages: int, max_chars: int, seed: int | None = None) -> None:
+        self.content_space = PromptText(max_chars)
+        role = spaces.Text(max_length=9, min_length=4, charset="acdeilmnorstuy")
+        super().__init__(spaces.Dict({"role": role, "content": self.content_space}), stack=False, seed=seed)
+        self.max_messages = max_messages
+        self.max_chars = max_chars
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, tuple)
+            and len(x) <= self.max_messages
+            and all(
+                isinstance(m, dict)
+                and set(m) == {"role", "content"}
+                and m["role"] in CHAT_ROLES
+                and self.content_space.contains(m["content"])
+                for m in x
+            )
+        )
+
+    def sample(self, mask: Any = None, probability: Any = None) -> tuple[Any, ...]:
+        """A random conversation of valid roles (gymnasium's Text would draw roles letter by letter)."""
+        if mask is not None or probability is not None:
+            raise NotImplementedError("ChatMessages.sample takes no mask")
+        length = int(self.np_random.integers(0, min(self.max_messages, 8) + 1))
+        return tuple(
+            {
+                "role": CHAT_ROLES[int(self.np_random.integers(len(CHAT_ROLES)))],
+                "content": self.content_space.sample(),
+            }
+            for _ in range(length)
+        )
+
+    def __repr__(self) -> str:
+        return f"ChatMessages(max_messages={self.max_messages}, max_chars={self.max_chars})"
+
+
 VariableSpace = TokenSequence | PromptText
 
 

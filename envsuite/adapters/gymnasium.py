@@ -1,11 +1,15 @@
 """A catalog env as a real ``gymnasium.Env``, for users' own reset/step loops.
 
-Two modes:
+Three modes:
 
 * ``mode="tokens"`` (default): observation = prompt token ids (``np.int64`` array), action = the reply's
   token ids (include the end-of-turn token for a clean stop, as a sampler would).
 * ``mode="text"``: observation = the rendered prompt text, action = the reply text (the adapter tokenizes
   it and appends the renderer's end-of-turn token, so a text reply is always a clean stop).
+* ``mode="chat"``: observation = the conversation as a tuple of ``{"role", "content"}`` messages (what a
+  chat-completions API takes), action = the reply text or an assistant message dict; for loops that
+  drive an API model, which renders the conversation its own way. Vector envs in chat mode pass
+  observations by pickling (``shared_memory=False``).
 
 Observations are bounded (``observation_space.max_length``: ``2 * max_context_tokens`` tokens, or 32
 characters per token in text mode). Only a final observation can be longer (the conversation plus the
@@ -30,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, Literal, TypeVar
 
 import gymnasium
@@ -38,7 +42,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
-from envsuite.adapters._gym_spaces import PromptText, TokenSequence
+from envsuite.adapters._gym_spaces import ChatMessages, PromptText, TokenSequence
 from envsuite.core import (
     Env,
     InitialObservationOverflow,
@@ -49,10 +53,11 @@ from envsuite.core import (
 from envsuite.registration import EnvSpec, spec
 from envsuite.renderers import reply_to_tokens
 
-Mode = Literal["tokens", "text"]
+Mode = Literal["tokens", "text", "chat"]
 _T = TypeVar("_T")
 GYM_NAMESPACE = "envsuite"
 _CHARS_PER_TOKEN_BOUND = 32
+_CHAT_MESSAGES_BESIDE_TURNS = 8
 
 
 class GymEnv(gymnasium.Env[Any, Any]):
@@ -72,8 +77,8 @@ class GymEnv(gymnasium.Env[Any, Any]):
         render_mode: str | None = None,
         **env_kwargs: Any,
     ) -> None:
-        if mode not in ("tokens", "text"):
-            raise ValueError(f"mode must be 'tokens' or 'text', not {mode!r}")
+        if mode not in ("tokens", "text", "chat"):
+            raise ValueError(f"mode must be 'tokens', 'text' or 'chat', not {mode!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         self.env_spec: EnvSpec = spec(env_id)
@@ -87,10 +92,17 @@ class GymEnv(gymnasium.Env[Any, Any]):
         vocab_size = self._renderer.vocab_size
         self.max_observation_tokens = 2 * max_context_tokens
         if mode == "tokens":
-            self.observation_space: TokenSequence | PromptText = TokenSequence(
+            self.observation_space: TokenSequence | PromptText | ChatMessages = TokenSequence(
                 vocab_size, self.max_observation_tokens
             )
             self.action_space: spaces.Space[Any] = spaces.Sequence(spaces.Discrete(vocab_size), stack=True)
+        elif mode == "chat":
+            # A turn adds at most two messages (the reply and what answers it), besides a system prompt
+            # and the first user message.
+            max_messages = 2 * (self.env_spec.max_turns or 1) + _CHAT_MESSAGES_BESIDE_TURNS
+            chars = self.max_observation_tokens * _CHARS_PER_TOKEN_BOUND
+            self.observation_space = ChatMessages(max_messages, chars)
+            self.action_space = PromptText(max_context_tokens * _CHARS_PER_TOKEN_BOUND)
         else:
             self.observation_space = PromptText(self.max_observation_tokens * _CHARS_PER_TOKEN_BOUND)
             self.action_space = PromptText(max_context_tokens * _CHARS_PER_TOKEN_BOUND)
@@ -153,10 +165,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
             info["stop_reason"] = getattr(result, "stop_reason", None) or stop_reason_from_metrics(
                 result.metrics
             )
-        obs = self._encode_observation(result.next_observation.to_ints())
-        if len(obs) > self.observation_space.max_length:
-            info["observation_cut_from"] = len(obs)
-            obs = obs[: self.observation_space.max_length]
+        obs = self._bounded(self._encode_observation(result.next_observation.to_ints()), info)
         return obs, float(result.reward), result.episode_done, False, info
 
     def render(self) -> str | None:
@@ -185,14 +194,36 @@ class GymEnv(gymnasium.Env[Any, Any]):
     def _encode_observation(self, tokens: list[int]) -> Any:
         if self.mode == "tokens":
             return np.asarray(tokens, dtype=np.int64)
+        if self.mode == "chat":
+            if self._overflow is not None or self._env is None:
+                return ()
+            return tuple(
+                {"role": str(m.get("role", "user")), "content": str(m.get("content") or "")}
+                for m in self._env.conversation()
+            )
         return self._renderer.tokenizer.decode(tokens, skip_special_tokens=False)
+
+    def _bounded(self, obs: Any, info: dict[str, Any]) -> Any:
+        """``obs`` cut to the observation space's bound (only a final observation can exceed it)."""
+        space = self.observation_space
+        if isinstance(space, ChatMessages):
+            cut = tuple({**m, "content": m["content"][: space.max_chars]} for m in obs[-space.max_messages :])
+            if cut != obs:
+                info["observation_cut_from"] = len(obs)
+            return cut
+        if len(obs) > space.max_length:
+            info["observation_cut_from"] = len(obs)
+            return obs[: space.max_length]
+        return obs
 
     def _action_tokens(self, action: Any) -> list[int]:
         if self.mode == "tokens":
             # object dtype keeps ids too large for int64 as Python ints, so the env can name them
             return [int(t) for t in np.asarray(action, dtype=object).reshape(-1)]
+        if self.mode == "chat" and isinstance(action, Mapping):
+            action = action.get("content")
         if not isinstance(action, str):
-            raise TypeError(f"text mode expects a str action, got {type(action).__name__}")
+            raise TypeError(f"{self.mode} mode expects a str action, got {type(action).__name__}")
         return reply_to_tokens(self._renderer, action, self._stop)
 
     def _conversation_text(self) -> str:

@@ -49,6 +49,14 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
     ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
+    (
+        "--wandb-project",
+        "wandb_project",
+        str,
+        "also log metrics to this W&B project (WANDB_MODE=offline works)",
+    ),
+    ("--wandb-name", "wandb_name", str, "tracker run name (W&B and Trackio; default: the log dir's name)"),
+    ("--trackio-project", "trackio_project", str, "also log metrics to this Trackio project (local SQLite)"),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
