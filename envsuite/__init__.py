@@ -52,6 +52,7 @@ from envsuite.core import (
     Transition,
     stop_reason_from_metrics,
 )
+from envsuite.errors import UsageError
 from envsuite.registration import (
     DeprecatedEnvError,
     EnvFamily,
@@ -103,6 +104,8 @@ __all__ = [
     "TrajectoryGroup",
     "Transition",
     "stop_reason_from_metrics",
+    # errors a user can fix (the CLI shows them as one line)
+    "UsageError",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",
