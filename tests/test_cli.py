@@ -233,6 +233,11 @@ def test_a_user_mistake_is_one_line_and_a_fault_shows_its_traceback(
     assert code == 2 and out.strip() == (
         "envsuite show: error: no env registered as 'nosuch'. Run `envsuite list` to see the catalog."
     )
+    # A value the env refuses (its constructor's ValueError) is the user's mistake too.
+    code, out = _run(["play", "tictactoe", "--env-arg", "max_turns=-1", "--model", TEST_MODEL], capsys)
+    assert code == 2 and out.strip() == (
+        "envsuite play: error: tictactoe-v0 refused its keyword arguments (max_turns=-1): max_turns must be >= 1"
+    )
     for debug in (["show", "nosuch", "--debug"], ["--debug", "show", "nosuch"]):
         code, out = _run(debug, capsys)
         assert code == 2 and "Traceback" in out and "UnknownEnvError" in out
