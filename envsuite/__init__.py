@@ -54,6 +54,7 @@ from envsuite.core import (
     stop_reason_from_metrics,
     tokens_outside_vocabulary,
 )
+from envsuite.errors import UsageError
 from envsuite.registration import (
     DeprecatedEnvError,
     EnvFamily,
@@ -107,6 +108,8 @@ __all__ = [
     "Transition",
     "stop_reason_from_metrics",
     "tokens_outside_vocabulary",
+    # errors a user can fix (the CLI shows them as one line)
+    "UsageError",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
-from envsuite.registration import EnvSpec, UnavailableEnvError, spec
+from envsuite.errors import UsageError
+from envsuite.registration import EnvKwargsError, EnvSpec, UnavailableEnvError, spec
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import Renderer
@@ -107,9 +108,13 @@ def make_env(
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
     **env_kwargs: Any,
 ) -> Env:
-    """One single-use async env for ``env_id`` playing the episode chosen by ``seed``."""
+    """One single-use async env for ``env_id`` playing the episode chosen by ``seed``.
+
+    A value the env refuses among ``env_kwargs`` (its constructor's ``ValueError`` or ``TypeError``) is
+    an :class:`EnvKwargsError`, a user's mistake, with the env's own message.
+    """
     env_spec = available_spec(env_id)
-    return CatalogGroupBuilder(
+    builder = CatalogGroupBuilder(
         env_spec=env_spec,
         env_kwargs=env_spec.resolve_kwargs(env_kwargs),
         seed=seed,
@@ -117,7 +122,16 @@ def make_env(
         split=split,
         renderer=_renderer_config(renderer, model),
         max_context_tokens=max_context_tokens,
-    ).make_env()
+    )
+    try:
+        return builder.make_env()
+    except UsageError:
+        raise
+    except (ValueError, TypeError) as exc:
+        if not env_kwargs:
+            raise  # nothing the caller passed: the env's own fault
+        given = ", ".join(f"{key}={value!r}" for key, value in env_kwargs.items())
+        raise EnvKwargsError(f"{env_spec.id} refused its keyword arguments ({given}): {exc}") from exc
 
 
 def make_group_builder(

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsuite.errors import UsageError
+
 ENTRY_POINT_GROUP = "envsuite.envs"
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9_]*):(?P<rest>.+)$")
@@ -43,8 +45,8 @@ class EnvKind(enum.StrEnum):
     """A turn-based game with one or more seats (TextArena, chess)."""
 
 
-class RegistryError(LookupError):
-    """Base class of catalog lookup errors."""
+class RegistryError(UsageError, LookupError):
+    """Base class of catalog lookup errors (a user error: the message names what exists)."""
 
 
 class UnknownEnvError(RegistryError):
@@ -59,7 +61,7 @@ class UnavailableEnvError(RegistryError):
     """The env is listed but cannot run on this machine (missing key, data or Python version)."""
 
 
-class EnvKwargsError(TypeError):
+class EnvKwargsError(UsageError, TypeError):
     """An env was given keyword arguments its constructor does not accept."""
 
 

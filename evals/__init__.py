@@ -4,8 +4,9 @@
 ``inspect_ai`` entry point. Importing this package imports inspect_ai.
 """
 
-from envsuite.evals._bench import import_log, run_bench
-from envsuite.evals._bench_config import BenchConfig, BenchReport
+from envsuite.evals._bench import run_bench
+from envsuite.evals._bench_config import RUNNERS, BenchConfig, BenchReport
+from envsuite.evals._bench_rows import import_log
 from envsuite.evals._partners import InspectMessageCompleter
 from envsuite.evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
 
@@ -21,6 +22,7 @@ __all__ = [
     # envsuite bench
     "BenchConfig",
     "BenchReport",
+    "RUNNERS",
     "import_log",
     "run_bench",
 ]

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from envsuite.display import printable
+from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 from envsuite.registration import registry, spec
@@ -58,13 +59,13 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
-            raise ValueError("episodes must be >= 1")
+            raise UsageError("episodes must be >= 1")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
-            raise ValueError("episode_timeout_s must be > 0 (or None for no bound)")
+            raise UsageError("episode_timeout_s must be > 0 (or None for no bound)")
         if self.runner not in RUNNERS:
-            raise ValueError(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
+            raise UsageError(f"unknown runner {self.runner!r}; choose one of {', '.join(RUNNERS)}")
         if self.runner == "direct" and self.local_model() is None:
-            raise ValueError(
+            raise UsageError(
                 f"the direct runner plays envsuite models only; {self.model!r} runs with Inspect"
             )
 
@@ -138,7 +139,7 @@ def _short_name(path: Path) -> str:
 
 
 def check_model(model: str) -> None:
-    """Raise ValueError saying what is wrong with ``model`` (before anything is written).
+    """Raise a UsageError saying what is wrong with ``model`` (before anything is written).
 
     Accepted: an envsuite model name, a model or checkpoint directory, or an Inspect model
     ``provider/name`` whose provider is installed and configured (its API key set, for hosted ones).
@@ -151,14 +152,14 @@ def check_model(model: str) -> None:
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not is_checkpoint_dir(model):
-            raise ValueError(f"{model!r} is a directory but not a model or checkpoint (no config.json in it)")
+            raise UsageError(f"{model!r} is a directory but not a model or checkpoint (no config.json in it)")
         return
     if model.startswith((".", "/", "~")) or path.exists():
-        raise ValueError(f"no model directory at {model!r}")
+        raise UsageError(f"no model directory at {model!r}")
     if "/" not in model:
         close = difflib.get_close_matches(model, list(KNOWN_MODELS), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else "."
-        raise ValueError(
+        raise UsageError(
             f"unknown model {model!r}{hint} Use an envsuite model ({known}), a model or checkpoint "
             "directory, or an Inspect model written provider/name (e.g. openai/gpt-4o-mini, hf/<hub id>)"
         )
@@ -172,7 +173,7 @@ def _check_inspect_model(model: str, known: str) -> None:
         get_model(model)
     except Exception as exc:
         reason = _plain(str(exc)) or type(exc).__name__
-        raise ValueError(
+        raise UsageError(
             f"cannot use the Inspect model {model!r}: {reason} (envsuite models need no key: {known})"
         ) from None
 

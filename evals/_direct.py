@@ -15,8 +15,8 @@ transcript (spans, model-call events); messages, output, scores, usage and timin
 
 Never loses a run: each finished episode is appended to its env's journal (``direct_<env>.jsonl``, one
 flushed line per episode) before it counts. A rerun of the same bench reads the journal and plays only
-the episodes not in it. When an env's last episode is in, its log is written, imported into the store,
-and the journal removed. An episode whose model call fails is retried once; failing again, it leaves the
+the episodes not in it. When an env's last episode is in, its log is written, the journal removed, and
+the episodes played are stored (``evals._bench_rows``; the log is not read back). An episode whose model call fails is retried once; failing again, it leaves the
 env's log written with status ``error`` (not imported; the journal stays), so a rerun plays only it.
 """
 
@@ -53,6 +53,7 @@ from envsuite.registration import spec
 if TYPE_CHECKING:
     from envsuite.evals._bench_config import BenchConfig
     from envsuite.evals._bench_progress import BenchSession
+    from envsuite.evals._bench_rows import BenchRecorder
 
 MODEL_ATTEMPTS = 2
 """Tries per episode when the model call fails (Inspect's eval set retries a failed sample once too)."""
@@ -146,7 +147,8 @@ def env_runs(config: BenchConfig, log_dir: Path, env_ids: list[str]) -> list[Env
 
 
 def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
-    """The successful direct log of ``env_id`` in ``log_dir``, if an earlier bench finished it."""
+    """The successful direct log of ``env_id`` in ``log_dir``, if an earlier bench finished it (read before
+    the bench's event loop starts, so Inspect's synchronous reader is safe here)."""
     from inspect_ai.log import read_eval_log
 
     for candidate in sorted(log_dir.glob(f"*_{stem}_*.json"), reverse=True):
@@ -183,6 +185,7 @@ class DirectBench:
     def __init__(
         self,
         config: BenchConfig,
+        recorder: BenchRecorder,
         session: BenchSession,
         on_episode: Callable[[EnvRun], None] | None = None,
     ) -> None:
@@ -190,6 +193,7 @@ class DirectBench:
         if model is None:
             raise ValueError(f"the direct runner plays envsuite models only, not {config.model!r}")
         self.config = config
+        self.recorder = recorder
         self.session = session
         self.on_episode = on_episode
         self.model = local_model(model, config.base_url)
@@ -221,17 +225,23 @@ class DirectBench:
                 self.on_episode(run)
 
         await asyncio.gather(*(one(seed) for seed in run.pending()))
-        self._finish(run)
+        await self._finish(run)
 
-    def _finish(self, run: EnvRun) -> None:
+    async def _finish(self, run: EnvRun) -> None:
+        """Write the env's log; when every episode is in, drop the journal and store what was played."""
         run.close_journal()
         complete = not run.pending()
         status: Literal["success", "error"] = "success" if complete else "error"
         ordered = [run.records.get(seed) or run.failures[seed] for seed in run.seeds]
-        write_env_log(self.config, run.env_id, run.eval_id, ordered, run.started_at, status, run.log_path)
-        if complete:
-            run.journal.unlink(missing_ok=True)  # the log now holds every episode
-        self.session.task_ended(run.eval_id, str(run.log_path), status)
+        await write_env_log(
+            self.config, run.env_id, run.eval_id, ordered, run.started_at, status, run.log_path
+        )
+        if not complete:
+            self.session.task_failed(run.eval_id, status)
+            return
+        run.journal.unlink(missing_ok=True)  # the log now holds every episode
+        await self.recorder.store_played(run.env_id, run.eval_id, str(run.log_path), ordered)
+        self.session.task_ended(run.eval_id, run.log_path.name)
 
     async def _episode(self, env_id: str, seed: int) -> EpisodeRecord:
         task = EpisodeTask(env_id, seed, self.renderer, None, self.config.partner)

@@ -27,7 +27,7 @@ from inspect_ai.log import (
     EvalScore,
     EvalSpec,
     EvalStats,
-    write_eval_log,
+    write_eval_log_async,
 )
 from inspect_ai.model import (
     ChatCompletionChoice,
@@ -72,7 +72,7 @@ class EpisodeRecord:
         return float(self.result["reward"])
 
 
-def write_env_log(
+async def write_env_log(
     config: BenchConfig,
     env_id: str,
     eval_id: str,
@@ -81,7 +81,10 @@ def write_env_log(
     status: Literal["success", "error"],
     location: Path,
 ) -> None:
-    """Write ``records`` (every episode of the env, finished or failed) as one Inspect log at ``location``."""
+    """Write ``records`` (every episode of the env, finished or failed) as one Inspect log at ``location``.
+
+    Async, on the bench's running loop: Inspect's synchronous ``write_eval_log`` would re-enter that loop
+    (see ``evals._loops``)."""
     samples = [_sample(config, env_id, record) for record in records]
     scored = [s for s in samples if s.error is None]
     log = EvalLog(
@@ -103,7 +106,7 @@ def write_env_log(
         error=_first_error(records),
         samples=samples,
     )
-    write_eval_log(log, str(location), format="json")
+    await write_eval_log_async(log, str(location), format="json")
 
 
 def _generate_config(config: BenchConfig) -> GenerateConfig:

@@ -8,17 +8,9 @@ Producers (``evals/``, a user's loop) write :class:`RunRecord` + :class:`Episode
 from __future__ import annotations
 
 from envsuite.leaderboard._board import Leaderboard, OverallScore, build_leaderboard
-from envsuite.leaderboard._cli import (
-    NoStoreError,
-    StoreChoice,
-    add_arguments,
-    choose_store,
-    cli_main,
-    find_stores,
-    run,
-)
 from envsuite.leaderboard._compare import EnvComparison, HeadToHead, MatrixCell
 from envsuite.leaderboard._db import (
+    DEFAULT_DB_ENV,
     Backend,
     DatabaseURL,
     MissingDriverError,
@@ -29,6 +21,14 @@ from envsuite.leaderboard._db import (
 )
 from envsuite.leaderboard._export import board_dict, board_json
 from envsuite.leaderboard._html import HtmlReport, render_html, write_html
+from envsuite.leaderboard._locate import (
+    STORE_FILE_NAME,
+    STORE_SEARCH_ROOT,
+    NoStoreError,
+    StoreChoice,
+    choose_store,
+    find_stores,
+)
 from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
     AddRunResult,
@@ -82,6 +82,7 @@ __all__ = [
     "StoredEpisode",
     "RunConflictError",
     "Backend",
+    "DEFAULT_DB_ENV",
     "DatabaseURL",
     "MissingDriverError",
     "StoreNotFoundError",
@@ -118,7 +119,7 @@ __all__ = [
     "Rating",
     "compute_ratings",
     "recompute_ratings",
-    # views and CLI
+    # views
     "display_text",
     "FittedTable",
     "render_terminal",
@@ -131,11 +132,11 @@ __all__ = [
     "RangeRequestHandler",
     "board_dict",
     "board_json",
-    "add_arguments",
+    # which store to read
+    "STORE_FILE_NAME",
+    "STORE_SEARCH_ROOT",
     "choose_store",
     "find_stores",
     "StoreChoice",
     "NoStoreError",
-    "cli_main",
-    "run",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from envsuite.errors import UsageError
 from envsuite.leaderboard._compare import (
     EnvComparison,
     HeadToHead,
@@ -145,7 +146,7 @@ def build_leaderboard(
     other model) on the samples both were scored on.
     """
     if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+        raise UsageError(f"n_boot must be >= 1, got {n_boot}")
     env_list = None if env_ids is None else list(env_ids)
     episodes = store.episodes(env_list)
     ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes), catalog_ranges or {})
@@ -178,7 +179,7 @@ def build_leaderboard(
     )
     models = board.models
     if baseline is not None and baseline not in models:
-        raise ValueError(f"baseline {baseline!r} has no results here; models: {', '.join(models)}")
+        raise UsageError(f"baseline {baseline!r} has no results here; models: {', '.join(models)}")
     baselines = {m: baseline if baseline not in (None, m) else default_baseline(models, m) for m in models}
     comparisons = env_comparisons(
         episodes, models, baselines, n_boot=n_boot, confidence=confidence, seed=seed

@@ -16,6 +16,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from envsuite.errors import UsageError
+
 BUSY_TIMEOUT_S = 60.0
 """How long a writer waits for another writer's lock before failing."""
 
@@ -33,15 +35,15 @@ class Backend(StrEnum):
     POSTGRES = "postgresql"
 
 
-class StoreURLError(ValueError):
+class StoreURLError(UsageError):
     """A database URL the store cannot open."""
 
 
-class MissingDriverError(ImportError):
+class MissingDriverError(UsageError, ImportError):
     """The URL needs an optional database driver that is not installed."""
 
 
-class StoreNotFoundError(FileNotFoundError):
+class StoreNotFoundError(UsageError, FileNotFoundError):
     """A store opened for reading (``create=False``) does not exist."""
 
 

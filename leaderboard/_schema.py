@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from envsuite.errors import UsageError
 from envsuite.leaderboard._db import Connection
 from envsuite.leaderboard._records import utc_now
 
@@ -78,7 +79,7 @@ MIGRATIONS: tuple[Migration, ...] = (Migration(1, "keys, runs, episodes, matches
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
-class SchemaTooNewError(RuntimeError):
+class SchemaTooNewError(UsageError, RuntimeError):
     """The database was written by a newer envsuite than this one."""
 
 

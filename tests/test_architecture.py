@@ -28,7 +28,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MIDDLE = ("envsuite.games", "envsuite.evals", "envsuite.trainers", "envsuite.leaderboard")
-TOP = ("envsuite.cli",)
+TOP = ("envsuite.cli", "envsuite.__main__")
+"""The command line; ``python -m envsuite`` (``envsuite/__main__.py``) is the same command."""
 FOLDERS_AT_TOP_LEVEL = ("games", "evals", "trainers", "leaderboard")
 ALLOWED_MIDDLE_EDGES = {("envsuite.evals", "envsuite.leaderboard")}
 """Middle-layer packages that may import each other: ``envsuite bench`` records into the store."""

@@ -9,12 +9,16 @@ plays only what is missing, and keep failed episodes out of the store until they
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import inspect_ai._util._async as inspect_async
 import pytest
 from inspect_ai.log import EvalLog, read_eval_log
 
+import envsuite.evals._bench_rows as rows_module
 import envsuite.evals._direct as direct_module
 from envsuite import register
 from envsuite.evals import BenchConfig, run_bench
@@ -51,6 +55,38 @@ def _stored(db: Path) -> list[tuple[int, float]]:
         store.close()
 
 
+def _rows(db: Path) -> dict[str, list[Any]]:
+    """Every row a store holds, less what names the run itself (its eval id, log path and times)."""
+    with ResultStore(str(db)) as store:
+        runs = [(r.key, dict(r.config), r.reward_range, r.n_episodes) for r in store.runs()]
+        episodes = [
+            (e.key.key_id, e.episode.seed, e.episode.epoch, e.episode.reward, e.episode.success,
+             dict(e.episode.metrics), str(e.episode.transcript_ref).rsplit("#", 1)[1])
+            for e in store.episodes()
+        ]  # fmt: skip
+        matches = [(m.match_id.split(":", 1)[1], m.env_id, m.players, m.ranks) for m in store.matches()]
+    return {"runs": sorted(runs, key=repr), "episodes": sorted(episodes), "matches": sorted(matches)}
+
+
+class _ReenteredLoop(RuntimeError):
+    pass
+
+
+def _refuse_reentering(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make Inspect's sync API fail where it would re-enter a running event loop (nest_asyncio), the way
+    the whole-catalog bench crashed (issue 32.1); returns where it was tried."""
+    tried: list[str] = []
+
+    def refuse() -> None:
+        import traceback
+
+        tried.append("".join(traceback.format_stack(limit=12)))
+        raise _ReenteredLoop("Inspect's synchronous API was called inside a running event loop")
+
+    monkeypatch.setattr(inspect_async, "init_nest_asyncio", refuse)
+    return tried
+
+
 def test_auto_runs_envsuite_models_directly_and_other_models_through_inspect() -> None:
     assert BenchConfig(model=TEST_MODEL).resolved_runner() == "direct"
     assert BenchConfig(model="mockllm/model").resolved_runner() == "inspect"
@@ -82,7 +118,29 @@ def test_direct_and_inspect_runners_record_the_same_episodes(tmp_path: Path) -> 
             assert ours.name == theirs.name
             assert ours.metrics["mean"].value == pytest.approx(theirs.metrics["mean"].value)
             assert ours.metrics["stderr"].value == pytest.approx(theirs.metrics["stderr"].value)
-    assert _stored(tmp_path / "direct" / "board.sqlite") == _stored(tmp_path / "inspect" / "board.sqlite")
+    stored = {runner: _rows(tmp_path / runner / "board.sqlite") for runner in ("direct", "inspect")}
+    assert stored["direct"] == stored["inspect"] and len(stored["direct"]["episodes"]) == 6
+    assert len(stored["direct"]["matches"]) == 3  # tictactoe's episodes, as games against its opponent
+
+
+@pytest.mark.parametrize("runner", ["direct", "inspect"])
+def test_a_bench_never_reenters_its_event_loop_and_stores_what_it_played(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """Issue 32.1: the direct runner wrote and read Inspect logs with Inspect's sync API from inside its
+    running loop (and the Inspect runner's hooks read them inside Inspect's): nest_asyncio re-entered the
+    loop, whose interrupted ``_run_once`` then popped an empty queue. Issue 31.3: the direct runner
+    stores the episodes it played, never reading its own log back."""
+    tried = _refuse_reentering(monkeypatch)
+    if runner == "direct":
+
+        async def no_reading(log_path: str) -> Any:
+            raise AssertionError(f"the direct runner read its log {log_path} back")
+
+        monkeypatch.setattr(rows_module, "logged_env", no_reading)
+    report = run_bench(_config(tmp_path, "arithmetic", "tictactoe", episodes=2, runner=runner))
+    assert tried == []
+    assert report.completed and report.runs_added == 2 and report.episodes_added == 4
 
 
 class _FailingSampler:
@@ -182,8 +240,31 @@ def test_a_terminal_bench_shows_a_bar_per_env_and_the_cli_picks_the_runner(
     assert build_parser().parse_args(["bench", "--model", TEST_MODEL]).runner == "auto"
 
 
-async def test_a_direct_bench_runs_from_inside_a_running_event_loop(tmp_path: Path) -> None:
-    """A notebook calls ``run_bench`` with an event loop already running; the direct runner plays on a
-    loop of its own rather than failing in ``asyncio.run``."""
-    report = run_bench(_config(tmp_path, "arithmetic", episodes=2))
-    assert report.completed and report.episodes_added == 2
+@pytest.mark.parametrize("runner", ["direct", "inspect"])
+async def test_a_bench_runs_from_inside_a_running_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """A notebook calls ``run_bench`` with an event loop already running; the bench runs on a thread of
+    its own rather than failing in ``asyncio.run`` or re-entering the notebook's loop."""
+    tried = _refuse_reentering(monkeypatch)
+    report = run_bench(_config(tmp_path, "arithmetic", episodes=2, runner=runner))
+    assert tried == [] and report.completed and report.episodes_added == 2
+
+
+def test_the_whole_catalog_benches_through_the_envsuite_command(tmp_path: Path) -> None:
+    """Issue 32.1: `envsuite bench --model tiny-random` (every available env) crashed with ``pop from an
+    empty deque`` after a few envs. Run the way the command runs (the console script, which restarts
+    under jemalloc), with one short episode per env."""
+    envsuite_cli = Path(sys.executable).parent / "envsuite"
+    db = tmp_path / "board.sqlite"
+    done = subprocess.run(
+        [str(envsuite_cli), "bench", "--model", TEST_MODEL, "--episodes", "1", "--max-tokens", "16",
+         "--log-dir", str(tmp_path / "logs"), "--db", str(db)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    available = BenchConfig(model=TEST_MODEL).resolved_env_ids()
+    assert len(available) > 50
+    with ResultStore(str(db)) as store:
+        assert sorted({k.versioned_env_id for k in store.keys()}) == sorted(available)  # noqa: SIM118
+        assert len(store.episodes()) == len(available)

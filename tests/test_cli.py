@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +140,182 @@ def test_top_level_help_is_for_users(capsys: pytest.CaptureFixture[str]) -> None
     assert "dispatch" not in out and "Argument parsing" not in out
     assert "envsuite list" in out and "envsuite demo" in out
     assert all(len(line) <= 80 for line in out.splitlines())
+
+
+# -- one command layer (issue 31.2) ----------------------------------------------------------------
+
+
+def test_every_command_is_a_module_with_add_parser_and_run() -> None:
+    import importlib
+
+    from envsuite.cli import COMMANDS, build_parser
+
+    for name, module_name in COMMANDS.items():
+        assert module_name == f"envsuite.cli._{name.replace('-', '_')}_cmd"
+        module = importlib.import_module(module_name)
+        assert callable(module.add_parser) and callable(module.run), name
+    parser = build_parser()
+    listed = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert list(listed) == list(COMMANDS)
+
+
+def test_list_loads_no_model_or_eval_library() -> None:
+    """Only the command that runs is imported: `envsuite list` stays free of torch and inspect_ai."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from envsuite.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['list']) == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'inspect_ai', 'tinker') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_flag_defaults_come_from_the_config_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's flags read BenchConfig (and the executor's config), the demo's DemoPlan: change a
+    config's default and the flag follows."""
+    import dataclasses
+
+    from envsuite.cli import _demo_cmd, build_parser
+    from envsuite.cli._demo_pipeline import DemoPlan
+    from envsuite.evals import BenchConfig
+    from envsuite.executors import ExecutorConfig
+
+    args = build_parser().parse_args(["bench", "--model", TEST_MODEL])
+    config = BenchConfig(model=TEST_MODEL)
+    for name in ("episodes", "seed", "max_tokens", "temperature", "partner", "log_root", "db", "label"):
+        assert getattr(args, name) == getattr(config, name), name
+    assert (args.episode_timeout_s, args.runner, tuple(args.envs)) == (
+        config.episode_timeout_s,
+        config.runner,
+        config.env_ids,
+    )
+    assert (args.executor, args.workers, args.ray_address) == (
+        ExecutorConfig().kind.value,
+        ExecutorConfig().workers,
+        ExecutorConfig().ray_address,
+    )
+    monkeypatch.setattr(BenchConfig.__dataclass_fields__["max_tokens"], "default", 77)
+    assert build_parser().parse_args(["bench", "--model", TEST_MODEL]).max_tokens == 77
+
+    @dataclasses.dataclass(frozen=True)
+    class OtherPlan(DemoPlan):
+        train_steps: int = 5
+        episodes: int = 3
+
+    demo = build_parser().parse_args(["demo"])
+    plan = DemoPlan()
+    assert (demo.model, demo.out_dir, demo.train_steps, demo.bench_episodes, demo.seed) == (
+        plan.model,
+        plan.out_dir,
+        plan.train_steps,
+        plan.episodes,
+        plan.seed,
+    )
+    monkeypatch.setattr(_demo_cmd, "DemoPlan", OtherPlan)
+    demo = build_parser().parse_args(["demo"])
+    assert (demo.train_steps, demo.bench_episodes) == (5, 3)
+
+
+# -- errors: a user's mistake is one line, a fault shows its traceback (issue 32.2) -------------------
+
+
+def test_a_user_mistake_is_one_line_and_a_fault_shows_its_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import envsuite
+    from envsuite import registry
+
+    code, out = _run(["show", "nosuch"], capsys)
+    assert code == 2 and out.strip() == (
+        "envsuite show: error: no env registered as 'nosuch'. Run `envsuite list` to see the catalog."
+    )
+    # A value the env refuses (its constructor's ValueError) is the user's mistake too.
+    code, out = _run(["play", "tictactoe", "--env-arg", "max_turns=-1", "--model", TEST_MODEL], capsys)
+    assert code == 2 and out.strip() == (
+        "envsuite play: error: tictactoe-v0 refused its keyword arguments (max_turns=-1): max_turns must be >= 1"
+    )
+    for debug in (["show", "nosuch", "--debug"], ["--debug", "show", "nosuch"]):
+        code, out = _run(debug, capsys)
+        assert code == 2 and "Traceback" in out and "UnknownEnvError" in out
+        assert out.strip().splitlines()[-1].startswith("envsuite show: error: no env registered")
+    envsuite.register("scratch/buggy-v0", "tests.support.flaky_env:BuggyEnv")
+    try:
+        code, out = _run(["show", "scratch/buggy-v0"], capsys)
+    finally:
+        registry.unregister("scratch/buggy-v0")
+    # An IndexError is a LookupError, which the command once printed as "error: pop from an empty deque".
+    assert code == 1 and "Traceback (most recent call last)" in out and "flaky_env.py" in out
+    assert "envsuite show: unexpected IndexError: pop from an empty deque" in out
+    assert "bug in envsuite" in out
+
+
+def test_user_errors_are_usage_errors_and_keep_their_old_types() -> None:
+    import envsuite
+    from envsuite.evals import BenchConfig
+    from envsuite.leaderboard import StoreURLError, parse_url
+    from envsuite.trainers import ConfigError
+
+    with pytest.raises(envsuite.UnknownEnvError) as unknown:
+        envsuite.spec("nosuch")
+    assert isinstance(unknown.value, envsuite.UsageError) and isinstance(unknown.value, LookupError)
+    with pytest.raises(envsuite.EnvKwargsError) as kwargs:
+        make_env("arithmetic", model=TEST_MODEL, no_such_kwarg=1)
+    assert isinstance(kwargs.value, envsuite.UsageError) and isinstance(kwargs.value, TypeError)
+    with pytest.raises(envsuite.UsageError, match="episodes must be >= 1"):
+        BenchConfig(model=TEST_MODEL, episodes=0)
+    with pytest.raises(StoreURLError):
+        parse_url("mysql://x/y")
+    assert issubclass(ConfigError, envsuite.UsageError) and issubclass(envsuite.UsageError, ValueError)
+
+
+# -- python -m envsuite (issue 32.5) -------------------------------------------------------------------
+
+_ALLOCATOR_PROBE = """\
+import atexit, os, sys
+
+
+def _report() -> None:
+    with open("/proc/self/maps") as maps:
+        mapped = "libjemalloc" in maps.read()
+    sys.stderr.write(f"allocator probe: jemalloc={mapped} restarted={os.environ.get('ENVSUITE_JEMALLOC_TRIED')}\\n")
+
+
+atexit.register(_report)
+"""
+
+
+def test_python_dash_m_envsuite_is_the_envsuite_command(tmp_path: Path) -> None:
+    """Same output and exit codes as the console script, restarted under jemalloc like it."""
+    from envsuite.engine import jemalloc_path
+
+    (tmp_path / "sitecustomize.py").write_text(_ALLOCATOR_PROBE)  # reports from the process that ends
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_PRELOAD", "MALLOC_CONF", "ENVSUITE_JEMALLOC_TRIED")
+    }
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    env.pop("ENVSUITE_ALLOCATOR", None)
+    commands = {
+        "script": [str(Path(sys.executable).parent / "envsuite")],
+        "module": [sys.executable, "-m", "envsuite"],
+    }
+    runs = {}
+    for how, command in commands.items():
+        for args in (["list", "--json"], ["show", "nosuch"]):
+            done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=120)
+            runs[how, args[0]] = done
+    listed, missing = runs["module", "list"], runs["module", "show"]
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["id"]
+    assert listed.stdout == runs["script", "list"].stdout
+    assert missing.returncode == runs["script", "show"].returncode == 2
+    assert "envsuite show: error: no env registered as 'nosuch'" in missing.stderr
+    restarted = (
+        "jemalloc=True restarted=1" if jemalloc_path() is not None else "jemalloc=False restarted=None"
+    )
+    for done in runs.values():
+        assert f"allocator probe: {restarted}" in done.stderr, done.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from envsuite.cli import main
 from envsuite.leaderboard import (
     ALL_GAMES,
     EpisodeResult,
@@ -17,7 +18,6 @@ from envsuite.leaderboard import (
     ResultStore,
     RunRecord,
     build_leaderboard,
-    cli_main,
     compute_ratings,
     paired_comparison,
     recompute_ratings,
@@ -187,10 +187,13 @@ def test_terminal_table_and_cli(
     console.print(table)
     assert "[bold]m1[/bold]" in console.export_text()  # markup in a model name is shown, not applied
     out = tmp_path / "site"
-    assert cli_main(["--db", store.url, "--boot", "50", "--recompute-ratings", "--html", str(out)]) == 0
+    assert (
+        main(["leaderboard", "--db", store.url, "--boot", "50", "--recompute-ratings", "--html", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "m2" in printed and "strong" in printed and (out / "index.html").exists()
-    assert cli_main(["--db", store.url, "--env", "nothing-v9"]) == 0
+    assert main(["leaderboard", "--db", store.url, "--env", "nothing-v9"]) == 0
     assert "no results" in capsys.readouterr().out
-    assert cli_main(["--db", "mysql://x/y"]) == 2
+    assert main(["leaderboard", "--db", "mysql://x/y"]) == 2
     assert "unsupported" in capsys.readouterr().err

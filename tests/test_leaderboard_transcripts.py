@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from envsuite.cli._pipeline_cmd import DemoPlan, _rank
+from envsuite.cli._demo_pipeline import DemoPlan, _rank
 from envsuite.evals import BenchConfig, run_bench
 from envsuite.leaderboard import REDACTED, ResultStore, start_server
 from tests.conftest import TEST_MODEL

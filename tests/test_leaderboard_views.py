@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from envsuite.cli import main
 from envsuite.leaderboard import (
     EpisodeResult,
     MatchResult,
@@ -19,7 +20,6 @@ from envsuite.leaderboard import (
     RunRecord,
     board_dict,
     build_leaderboard,
-    cli_main,
     display_text,
     render_overall,
     render_ratings,
@@ -95,7 +95,7 @@ def test_ids_never_wrap_or_truncate(store: ResultStore, width: int) -> None:
 
 def test_json_for_scripts(store: ResultStore, capsys: pytest.CaptureFixture[str]) -> None:
     _fill(store, (*MODELS, ESC_NAME), ("arithmetic-v0", "tictactoe-v0"))
-    assert cli_main(["--db", store.url, "--boot", "30", "--json"]) == 0
+    assert main(["leaderboard", "--db", store.url, "--boot", "30", "--json"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x00" not in out  # JSON escapes control characters
     doc = json.loads(out)
@@ -122,7 +122,7 @@ def test_control_characters_never_reach_terminal_svg_or_page(
     raw = console.file.getvalue()  # type: ignore[attr-defined]
     assert "\x1b[2J" not in raw and "\x07" not in raw and "\x00" not in raw and "\u202e" not in raw
     assert "\\x1b[2J" in raw
-    assert cli_main(["--db", store.url, "--boot", "30"]) == 0
+    assert main(["leaderboard", "--db", store.url, "--boot", "30"]) == 0
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\\x1b[2J\\x1b[31mred" in printed
     report = write_html(tmp_path / "site", board)
@@ -172,27 +172,27 @@ def test_cli_says_where_results_are_and_never_creates_a_store(
     """Issue 15.15: no --db after `make demo` reads runs/demo/leaderboard.sqlite and says so."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENVSUITE_LEADERBOARD_DB", raising=False)
-    assert cli_main([]) == 1
+    assert main(["leaderboard"]) == 1
     err = capsys.readouterr().err
     assert "no leaderboard store at runs/leaderboard.sqlite" in err and "make demo" in err
     assert not (tmp_path / "runs").exists()  # reading created nothing
-    assert cli_main(["--db", "elsewhere.sqlite"]) == 1
+    assert main(["leaderboard", "--db", "elsewhere.sqlite"]) == 1
     assert "no leaderboard store at elsewhere.sqlite" in capsys.readouterr().err
     assert not (tmp_path / "elsewhere.sqlite").exists()
 
     with ResultStore("runs/demo/leaderboard.sqlite") as demo:
         _fill(demo, MODELS, ("arithmetic-v0",))
-    assert cli_main(["--boot", "20"]) == 0
+    assert main(["leaderboard", "--boot", "20"]) == 0
     out = capsys.readouterr().out
     assert "reading runs/demo/leaderboard.sqlite" in out and MODELS[1] in out
     assert not (tmp_path / "runs" / "leaderboard.sqlite").exists()
 
     with ResultStore("runs/other/leaderboard.sqlite"):
         pass
-    assert cli_main([]) == 1
+    assert main(["leaderboard"]) == 1
     err = capsys.readouterr().err
     assert "--db runs/demo/leaderboard.sqlite" in err and "--db runs/other/leaderboard.sqlite" in err
 
     monkeypatch.setenv("ENVSUITE_LEADERBOARD_DB", "runs/demo/leaderboard.sqlite")
-    assert cli_main(["--boot", "20"]) == 0
+    assert main(["leaderboard", "--boot", "20"]) == 0
     assert "reading" not in capsys.readouterr().out

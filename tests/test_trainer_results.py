@@ -34,10 +34,10 @@ def _toy_env() -> Iterator[None]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from envsuite.cli._train_cmd import add_train_parser
+    from envsuite.cli._train_cmd import add_parser
 
     parser = argparse.ArgumentParser()
-    add_train_parser(parser.add_subparsers(dest="command"))
+    add_parser(parser.add_subparsers(dest="command"))
     return parser
 
 

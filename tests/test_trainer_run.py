@@ -274,24 +274,20 @@ def test_nan_loss_stops_with_a_message_and_writes_no_checkpoint(tmp_path: Path) 
     assert not (Path(config.log_dir) / "checkpoints.jsonl").exists()
 
 
-def test_bad_settings_fail_before_any_work(tmp_path: Path) -> None:
-    import argparse
+def test_bad_settings_fail_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from envsuite.cli import main
 
-    from envsuite.cli._train_cmd import add_train_parser, run_train
-
-    parser = argparse.ArgumentParser()
-    add_train_parser(parser.add_subparsers(dest="command"))
     for extra in (
         ["--group-size", "1"],
         ["--batch-size", "6", "--num-substeps", "4"],
         ["--model", "nope-model"],
     ):
-        args = parser.parse_args(
-            ["train", TOY_ID, "--log-dir", str(tmp_path / "bad"), "--model", "tiny-random", *extra]
+        assert (
+            main(["train", TOY_ID, "--log-dir", str(tmp_path / "bad"), "--model", "tiny-random", *extra]) == 2
         )
-        assert run_train(args) == 2
-    args = parser.parse_args(["train", "no-such-env", "--log-dir", str(tmp_path / "bad")])
-    assert run_train(args) == 2
+    assert main(["train", "no-such-env", "--log-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("envsuite train: error: ") for line in err), err
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
 
 

@@ -15,10 +15,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A training setting that cannot work; the message says which field to change and how."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envsuite.errors import UsageError
 from envsuite.trainers._config import ConfigError, TrainConfig
 from envsuite.trainers._trackers import check_trackers
 
@@ -89,12 +90,12 @@ def _check_env_builds(config: TrainConfig, env_spec: EnvSpec) -> None:
                 max_context_tokens=config.max_context_tokens,
                 **config.env_kwargs,
             )
-        except Exception as exc:
+        except UsageError as exc:  # a setting the env refuses; any other error is a fault of the env
             hint = " (or pass --eval-every 0 to train without evaluations)" if split == "test" else ""
             raise ConfigError(
                 f"env {config.env_id!r} with env_kwargs {config.env_kwargs} cannot build its {split} "
                 f"split: {exc}{hint}"
-            ) from None
+            ) from exc
 
 
 def check_and_record_config(config: TrainConfig, log_dir: Path) -> None:

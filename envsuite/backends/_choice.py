@@ -5,6 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from envsuite.errors import UsageError
+
 if TYPE_CHECKING:
     import tinker
 
@@ -20,6 +22,14 @@ class Backend(StrEnum):
     """The hosted Tinker service; needs ``TINKER_API_KEY``."""
 
 
+def _backend(name: Backend | str) -> Backend:
+    try:
+        return Backend(name)
+    except ValueError:
+        known = ", ".join(repr(b.value) for b in Backend)
+        raise UsageError(f"unknown backend {name!r}; choose one of {known}") from None
+
+
 def make_service_client(
     backend: Backend | str = Backend.LOCAL, **kwargs: Any
 ) -> LocalServiceClient | tinker.ServiceClient:
@@ -28,12 +38,7 @@ def make_service_client(
     ``local`` takes ``log_dir`` (where checkpoints go); ``tinker`` takes the SDK's arguments and is
     used only when asked for and a key is set (:class:`HostedBackendUnavailable` otherwise).
     """
-    try:
-        chosen = Backend(backend)
-    except ValueError:
-        known = ", ".join(repr(b.value) for b in Backend)
-        raise ValueError(f"unknown backend {backend!r}; choose one of {known}") from None
-    if chosen is Backend.TINKER:
+    if _backend(backend) is Backend.TINKER:
         from envsuite.backends._hosted import hosted_service_client
 
         return hosted_service_client(**kwargs)
@@ -61,9 +66,9 @@ def sampling_client_for(
     ``name`` is a model name, an HF model dir, a checkpoint dir (local), or a ``tinker://`` path.
     ``base_url`` (``tinker`` only) names the service, e.g. an ``envsuite serve``; None: the hosted one.
     """
-    if Backend(backend) is Backend.LOCAL:
+    if _backend(backend) is Backend.LOCAL:
         if base_url is not None:
-            raise ValueError("base_url is for backend 'tinker' (the Tinker API over HTTP), not 'local'")
+            raise UsageError("base_url is for backend 'tinker' (the Tinker API over HTTP), not 'local'")
         return local_sampling_client(name)
     service: Any = make_service_client(backend, **({"base_url": base_url} if base_url else {}))
     if name.startswith("tinker://"):

@@ -1,5 +1,5 @@
-"""The ``envsuite`` command line: list, show, check, play and demo (each in its own module)."""
+"""The ``envsuite`` command line (the top layer): one module per command, ``_<name>_cmd.py``."""
 
-from envsuite.cli._main import build_parser, main
+from envsuite.cli._main import COMMANDS, build_parser, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]

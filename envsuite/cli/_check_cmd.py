@@ -6,12 +6,24 @@ import argparse
 
 from rich.console import Console
 
+from envsuite.cli._args import Subparsers
 from envsuite.display import printable
 from envsuite.registration import registry
-from envsuite.testing import check_env
 
 
-def run_check(args: argparse.Namespace) -> int:
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite check`` to the command's sub-parsers."""
+    p = sub.add_parser("check", help="run the conformance checker on envs")
+    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    p.add_argument("--all", action="store_true", help="check every available env")
+    p.add_argument("--strict", action="store_true", help="treat warnings as failures")
+    p.add_argument("--model", default="tiny-random", help="model whose tokenizer renders prompts")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check each env; exit 1 when any fails."""
+    from envsuite.testing import check_env
+
     console = Console()
     env_ids = list(args.env_ids)
     if args.all:

@@ -1,131 +1,44 @@
-"""``envsuite demo``: the embedded model on the math envs, with a summary of how it did and how fast.
-
-All episodes of an env run concurrently, so the local sampler batches them into shared forward passes.
-"""
+"""``envsuite demo``: the main job (train briefly, bench base vs trained, rank them), or ``--quick``: the
+model on the math envs with a summary. Its defaults are :class:`~envsuite.cli._demo_pipeline.DemoPlan`'s."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
-from dataclasses import dataclass
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from envsuite import RendererConfig, episode_seed, make_env
-from envsuite.core import TokenCompleter, Trajectory
-from envsuite.display import printable
-from envsuite.rollouts import RolloutLimits, do_single_rollout, episode_metrics
-
-MAX_IN_FLIGHT = 32
+from envsuite.cli._args import Subparsers
+from envsuite.cli._demo_pipeline import DemoPlan, run_pipeline
 
 
-@dataclass(frozen=True)
-class EnvSummary:
-    """How a policy did on one env."""
-
-    env_id: str
-    episodes: int
-    mean_reward: float
-    accuracy: float
-    format_rate: float
-    sampled_tokens: int
-    seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.sampled_tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-async def run_episodes(
-    env_id: str,
-    policy: TokenCompleter,
-    *,
-    episodes: int,
-    seed: int,
-    renderer: RendererConfig,
-    progress: Progress | None = None,
-) -> list[Trajectory]:
-    """Play ``episodes`` test-split episodes of ``env_id`` concurrently (bounded in flight)."""
-    task = progress.add_task(env_id, total=episodes) if progress else None
-    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
-
-    async def one(index: int) -> Trajectory:
-        async with gate:
-            env = make_env(env_id, seed=episode_seed(seed, env_id, index), split="test", renderer=renderer)
-            trajectory = await do_single_rollout(policy, env, RolloutLimits(max_turns=32, timeout_s=600))
-        if progress is not None and task is not None:
-            progress.advance(task)
-        return trajectory
-
-    return list(await asyncio.gather(*(one(i) for i in range(episodes))))
-
-
-def summarize(env_id: str, trajectories: list[Trajectory], seconds: float) -> EnvSummary:
-    metrics = [episode_metrics(t) for t in trajectories]
-    n = max(len(metrics), 1)
-    return EnvSummary(
-        env_id=env_id,
-        episodes=len(metrics),
-        mean_reward=sum(float(m["reward"]) for m in metrics) / n,
-        accuracy=sum(float(m.get("correct", 0.0)) for m in metrics) / n,
-        format_rate=sum(float(m.get("format", 0.0)) for m in metrics) / n,
-        sampled_tokens=int(sum(m["ac_tokens"] for m in metrics)),
-        seconds=seconds,
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite demo`` to the command's sub-parsers."""
+    plan = DemoPlan()
+    p = sub.add_parser(
+        "demo",
+        help="the main job: train the embedded model briefly, bench base vs trained, write the leaderboard",
     )
+    p.add_argument("--model", default=plan.model)
+    p.add_argument("--out-dir", default=plan.out_dir, help="where training runs, logs and the page go")
+    p.add_argument("--train-steps", type=int, default=plan.train_steps)
+    p.add_argument("--bench-episodes", type=int, default=plan.episodes, help="episodes per env per model")
+    p.add_argument("--quick", action="store_true", help="only run the model on the math envs and summarize")
+    p.add_argument("--episodes", type=int, default=24, help="--quick: episodes per env")
+    p.add_argument("--envs", nargs="*", default=["arithmetic", "math"], help="--quick: envs to run")
+    p.add_argument("--max-tokens", type=int, default=96, help="--quick: reply token limit")
+    p.add_argument("--temperature", type=float, default=0.7, help="--quick: sampling temperature")
+    p.add_argument("--seed", type=int, default=plan.seed)
 
 
-def summary_table(title: str, summaries: list[EnvSummary]) -> Table:
-    table = Table(title=escape(title))
-    for column in ("env", "episodes", "mean reward", "accuracy", "format rate", "sampled tokens", "tokens/s"):
-        table.add_column(column, justify="right" if column != "env" else "left")
-    for s in summaries:
-        table.add_row(
-            s.env_id,
-            str(s.episodes),
-            f"{s.mean_reward:+.3f}",
-            f"{s.accuracy:.1%}",
-            f"{s.format_rate:.1%}",
-            str(s.sampled_tokens),
-            f"{s.tokens_per_second:.1f}",
-        )
-    return table
+def run(args: argparse.Namespace) -> int:
+    """The quick summary with ``--quick``, else the whole demo."""
+    if args.quick:
+        from envsuite.cli._demo_quick import run_quick
 
-
-async def _demo(args: argparse.Namespace, console: Console) -> list[EnvSummary]:
-    from envsuite.cli._policies import build_policy
-
-    renderer = RendererConfig(model_name=args.model)
-    loading = f"loading {args.model} (the first run converts the embedded GGUF once, about 20 s)..."
-    console.print(printable(loading), markup=False)
-    policy = build_policy(
-        args.model,
-        renderer=renderer,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
+        return run_quick(args)
+    plan = DemoPlan(
+        model=args.model,
+        out_dir=args.out_dir,
+        train_steps=args.train_steps,
+        episodes=args.bench_episodes,
         seed=args.seed,
     )
-    summaries = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        for env_id in args.envs:
-            started = time.perf_counter()
-            trajectories = await run_episodes(
-                env_id, policy, episodes=args.episodes, seed=args.seed, renderer=renderer, progress=progress
-            )
-            summaries.append(summarize(env_id, trajectories, time.perf_counter() - started))
-    return summaries
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    console = Console()
-    summaries = asyncio.run(_demo(args, console))
-    console.print(
-        summary_table(
-            printable(f"{args.model} on the math envs (test split, T={args.temperature})"), summaries
-        )
-    )
-    return 0
+    return run_pipeline(plan)

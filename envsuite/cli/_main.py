@@ -1,13 +1,28 @@
-"""Argument parsing and dispatch for the ``envsuite`` command."""
+"""The ``envsuite`` command: its table of commands, the parser built from it, and how errors are shown.
+
+Each command lives in a module of its own (``envsuite/cli/_<name>_cmd.py``) with two functions:
+``add_parser(sub)`` adds its sub-parser, ``run(args) -> int`` does the work and returns the exit code.
+:data:`COMMANDS` names them; adding a command is one line there. A command's module is imported only when
+that command runs (or when the top-level help lists them all), so `envsuite list` never loads torch.
+
+Errors: a :class:`~envsuite.errors.UsageError` (an unknown id, a bad setting: something the user can fix)
+is one line and exit 2; anything else is a fault and shows its traceback, exit 1. ``--debug`` shows the
+traceback of every error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol, cast
 
-Handler = Callable[[argparse.Namespace], int]
+from envsuite.cli._args import Subparsers
+from envsuite.display import printable
+from envsuite.errors import UsageError
 
 DESCRIPTION = """\
 A catalog of token-level environments for RL on language models (math,
@@ -21,239 +36,100 @@ first steps:
 
 `envsuite COMMAND --help` describes each command."""
 
+COMMANDS: dict[str, str] = {
+    "list": "envsuite.cli._list_cmd",
+    "show": "envsuite.cli._show_cmd",
+    "check": "envsuite.cli._check_cmd",
+    "play": "envsuite.cli._play_cmd",
+    "demo": "envsuite.cli._demo_cmd",
+    "train": "envsuite.cli._train_cmd",
+    "match": "envsuite.cli._match_cmd",
+    "results": "envsuite.cli._results_cmd",
+    "bench": "envsuite.cli._bench_cmd",
+    "leaderboard": "envsuite.cli._leaderboard_cmd",
+    "new": "envsuite.cli._new_cmd",
+    "serve-env": "envsuite.cli._serve_env_cmd",
+    "serve": "envsuite.cli._serve_cmd",
+}
+"""Command name -> the module holding its ``add_parser`` and ``run``, in the order help lists them."""
 
-def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("list", help="list the catalog (unavailable envs are shown with the reason)")
-    p.add_argument("--namespace", help="only envs in this namespace (e.g. textarena)")
-    p.add_argument("--available", action="store_true", help="hide unavailable and deprecated envs")
-    p.add_argument("--json", action="store_true", help="print the catalog as JSON (for scripts)")
-
-
-def _add_show(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("show", help="show one env's spec, keyword arguments and a sample prompt")
-    p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=0)
-
-
-def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("check", help="run the conformance checker on envs")
-    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
-    p.add_argument("--all", action="store_true", help="check every available env")
-    p.add_argument("--strict", action="store_true", help="treat warnings as failures")
-    p.add_argument("--model", default="tiny-random", help="model whose tokenizer renders prompts")
+DEBUG_HELP = "show the full traceback of any error"
 
 
-def _add_play(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("play", help="play one episode in the terminal")
-    p.add_argument("env_id")
-    p.add_argument(
-        "--policy",
-        default="random",
-        help="random (random legal moves in games, random tokens elsewhere) | human | a model name or "
-        "checkpoint dir (e.g. smollm2-135m-instruct)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--model", default=None, help="tokenizer/renderer model for random and human policies")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
-    p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
-    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
-    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
+class Command(Protocol):
+    """What a command module provides."""
+
+    def add_parser(self, sub: Subparsers) -> None:
+        """Add the command's sub-parser (its name, help and flags) to ``sub``."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Do the command for the parsed ``args``; returns the process exit code."""
 
 
-def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="the main job: train the embedded model briefly, bench base vs trained, write the leaderboard",
-    )
-    p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--out-dir", default="runs/demo", help="where training runs, logs and the page go")
-    p.add_argument("--train-steps", type=int, default=12)
-    p.add_argument("--bench-episodes", type=int, default=12, help="episodes per env per model")
-    p.add_argument("--quick", action="store_true", help="only run the model on the math envs and summarize")
-    p.add_argument("--episodes", type=int, default=24, help="--quick: episodes per env")
-    p.add_argument("--envs", nargs="*", default=["arithmetic", "math"], help="--quick: envs to run")
-    p.add_argument("--max-tokens", type=int, default=96, help="--quick: reply token limit")
-    p.add_argument("--temperature", type=float, default=0.7, help="--quick: sampling temperature")
-    p.add_argument("--seed", type=int, default=0)
+def command(name: str) -> Command:
+    """The module of command ``name`` (imported now)."""
+    return cast(Command, importlib.import_module(COMMANDS[name]))
 
 
-def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._train_cmd import add_train_parser
-
-    add_train_parser(sub)
-
-
-def _add_match(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._match_cmd import add_match_parser
-
-    add_match_parser(sub)
-
-
-def _add_results(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._results_cmd import add_results_parser
-
-    add_results_parser(sub)
-
-
-def _add_new(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._new_cmd import add_new_parser
-
-    add_new_parser(sub)
-
-
-def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._serve_cmd import add_serve_parser
-
-    add_serve_parser(sub)
-
-
-def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect logs -> leaderboard)")
-    p.add_argument(
-        "--model",
-        required=True,
-        help="an envsuite model (smollm2-135m-instruct, tiny-random), a model or checkpoint dir, or an "
-        "Inspect model written provider/name (e.g. openai/gpt-4o-mini)",
-    )
-    p.add_argument("--envs", nargs="*", default=[], help="env ids, or 'all' (default: all available)")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--partner", default=None, help="Inspect model to use as partner/opponent")
-    p.add_argument("--log-dir", default="runs/bench", help="root of the Inspect log directories")
-    p.add_argument("--db", default=None, help="leaderboard store (path or URL)")
-    p.add_argument("--label", default=None, help="name on the leaderboard (default: the model)")
-    p.add_argument(
-        "--episode-timeout",
-        type=float,
-        default=600.0,
-        help="seconds one episode may take; past it, it is scored as rollout_timeout (0: no bound)",
-    )
-    p.add_argument(
-        "--executor",
-        default="inprocess",
-        help="where envs play: inprocess | process | ray (the model stays here)",
-    )
-    p.add_argument("--workers", type=int, default=2, help="worker processes (process) or worker tasks (ray)")
-    p.add_argument("--ray-address", default=None, help="a running Ray cluster (default: start a local Ray)")
-    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
-    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
-    p.add_argument(
-        "--runner",
-        choices=("auto", "inspect", "direct"),
-        default="auto",
-        help="direct: envsuite plays the episodes and writes Inspect logs (envsuite models; 1.05x a bare "
-        "rollout loop with the tiny model, against 4.3x for inspect); inspect: an Inspect eval set, one "
-        "sample per episode; auto (default): direct for envsuite models, inspect for the rest",
-    )
-
-
-def _add_serve_env(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from envsuite.cli._serve_env_cmd import add_serve_env_parser
-
-    add_serve_env_parser(sub)
-
-
-def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    import envsuite.leaderboard
-
-    p = sub.add_parser("leaderboard", help="show the leaderboard (terminal table, or --html DIR for a page)")
-    envsuite.leaderboard.add_arguments(p)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``envsuite`` parser. With ``only`` (a command name) the other commands are listed without their
+    flags, so parsing one command imports nothing another one needs."""
     parser = argparse.ArgumentParser(
         prog="envsuite", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (
-        _add_list,
-        _add_show,
-        _add_check,
-        _add_play,
-        _add_demo,
-        _add_train,
-        _add_match,
-        _add_results,
-        _add_bench,
-        _add_leaderboard,
-        _add_new,
-        _add_serve_env,
-        _add_serve,
-    ):
-        add(sub)
+    for name in COMMANDS:
+        if only is None or name == only:
+            command(name).add_parser(sub)
+        else:
+            sub.add_parser(name)
+    for command_parser in sub.choices.values():  # `envsuite bench ... --debug` works too
+        command_parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+        )
     return parser
 
 
-def _handler(command: str) -> Handler:
-    # Imported per command so `envsuite list` never pays for torch.
-    if command in ("list", "show"):
-        from envsuite.cli import _catalog_cmds
+def _command_in(arguments: Sequence[str]) -> str | None:
+    """The command ``arguments`` name (their first word that is not an option), if it is one."""
+    first = next((a for a in arguments if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
 
-        return _catalog_cmds.run_list if command == "list" else _catalog_cmds.run_show
-    if command == "check":
-        from envsuite.cli import _check_cmd
 
-        return _check_cmd.run_check
-    if command == "play":
-        from envsuite.cli import _play_cmd
-
-        return _play_cmd.run_play
-    if command == "train":
-        from envsuite.cli._train_cmd import run_train
-
-        return run_train
-    if command == "match":
-        from envsuite.cli._match_cmd import run_match
-
-        return run_match
-    if command == "results":
-        from envsuite.cli._results_cmd import run_results
-
-        return run_results
-    if command == "serve":
-        from envsuite.cli._serve_cmd import run_serve
-
-        return run_serve
-    if command == "new":
-        from envsuite.cli._new_cmd import run_new
-
-        return run_new
-    if command == "bench":
-        from envsuite.evals._bench import bench_main
-
-        return bench_main
-    if command == "serve-env":
-        from envsuite.cli._serve_env_cmd import run_serve_env
-
-        return run_serve_env
-    if command == "leaderboard":
-        import envsuite.leaderboard
-
-        return envsuite.leaderboard.run
-    if command == "demo":
-        from envsuite.cli import _demo_cmd, _pipeline_cmd
-
-        return lambda args: _demo_cmd.run_demo(args) if args.quick else _pipeline_cmd.run_pipeline(args)
-    raise ValueError(f"unknown command {command!r}")
+def started_as_the_command() -> bool:
+    """Whether this process is the ``envsuite`` command (the console script or ``python -m envsuite``),
+    not a program that calls :func:`main`."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return Path(sys.argv[0]).name == "envsuite" or getattr(main_spec, "name", None) == "envsuite.__main__"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None and Path(sys.argv[0]).name == "envsuite":
+    """Run the ``envsuite`` command on ``argv`` (default: this process's arguments); returns the exit code."""
+    if argv is None and started_as_the_command():
         # The envsuite command runs under jemalloc where it is installed: training steps ~25% faster
         # at the same peak memory (envsuite.engine._memory). Only the command itself, never a caller.
         from envsuite.engine import reexec_under_jemalloc
 
         reexec_under_jemalloc(sys.orig_argv[1:])
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command_in(arguments)).parse_args(arguments)
     try:
-        return _handler(args.command)(args)
+        return command(args.command).run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (LookupError, ValueError, TypeError) as exc:
-        print(f"envsuite {args.command}: error: {exc}", file=sys.stderr)
+    except UsageError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(printable(f"envsuite {args.command}: error: {exc}"), file=sys.stderr)
         return 2
+    except Exception as exc:
+        traceback.print_exc()
+        print(
+            printable(f"envsuite {args.command}: unexpected {type(exc).__name__}: {exc}\n")
+            + "This is not a mistake in the command. Unless the traceback above names a problem of this "
+            "machine (a file, a port, memory), it is a bug in envsuite: please report it with the traceback.",
+            file=sys.stderr,
+        )
+        return 1

@@ -14,11 +14,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from envsuite.cli._args import parse_env_args
+from envsuite.cli._args import Subparsers, parse_env_args
 
 
-def add_match_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite match`` to the command's sub-parsers."""
+    p = sub.add_parser(
         "match",
         help="two models play a two-player game head to head (A's score with a confidence interval)",
         description=__doc__,
@@ -81,7 +82,8 @@ def match_summary(
     }
 
 
-def run_match(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Play the match and print A's score with its interval and the verdict."""
     summary = match_summary(
         args.env_id,
         args.a,

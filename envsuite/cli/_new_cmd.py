@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from envsuite.cli._args import Subparsers
 from envsuite.registration import EnvKind
 
 
-def add_new_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite new`` on the top-level parser's subcommands."""
-    p = subparsers.add_parser(
+    p = sub.add_parser(
         "new",
         help="create a ready-to-edit env package (env, builders, entry point, README, tests)",
         description=__doc__,
@@ -25,15 +25,11 @@ def add_new_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--dir", default=".", help="where to create the package directory")
 
 
-def run_new(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Exit codes: 0 created, 2 bad name or the directory exists (nothing written)."""
-    from envsuite.scaffold import ScaffoldError, create_env_package
+    from envsuite.scaffold import create_env_package
 
-    try:
-        result = create_env_package(args.name, args.dir, kind=args.kind)
-    except ScaffoldError as exc:
-        print(f"envsuite new: error: {exc}", file=sys.stderr)
-        return 2
+    result = create_env_package(args.name, args.dir, kind=args.kind)  # a ScaffoldError is a UsageError
     print(f"created {result.distribution} ({result.kind.value}) in {result.root}:")
     for path in result.files:
         print(f"  {path.relative_to(result.root)}")

@@ -13,7 +13,7 @@ import asyncio
 from rich.console import Console
 
 from envsuite import RendererConfig, make_env
-from envsuite.cli._args import parse_env_args
+from envsuite.cli._args import Subparsers, parse_env_args
 from envsuite.cli._policies import LegalMoves, build_policy
 from envsuite.core import (
     ActionExtra,
@@ -24,8 +24,29 @@ from envsuite.core import (
     stop_reason_from_metrics,
 )
 from envsuite.display import printable
+from envsuite.errors import UsageError
 from envsuite.registration import spec
 from envsuite.renderers.base import Renderer
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite play`` to the command's sub-parsers."""
+    p = sub.add_parser("play", help="play one episode in the terminal")
+    p.add_argument("env_id")
+    p.add_argument(
+        "--policy",
+        default="random",
+        help="random (random legal moves in games, random tokens elsewhere) | human | a model name or "
+        "checkpoint dir (e.g. smollm2-135m-instruct)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--model", default=None, help="tokenizer/renderer model for random and human policies")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
+    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
+    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
 
 
 def _legal_moves(env: Env) -> LegalMoves | None:
@@ -68,7 +89,7 @@ class _View:
 async def _play(args: argparse.Namespace, console: Console) -> float:
     env_spec = spec(args.env_id)
     if args.policy.startswith("tinker://") and not args.model:
-        raise ValueError("--policy tinker://...: pass --model BASE too (its tokenizer and chat format)")
+        raise UsageError("--policy tinker://...: pass --model BASE too (its tokenizer and chat format)")
     model = args.model or (args.policy if args.policy not in ("random", "human") else None)
     renderer = RendererConfig(model_name=model) if model else RendererConfig()
     env = make_env(env_spec.id, seed=args.seed, renderer=renderer, **parse_env_args(args.env_arg))
@@ -110,6 +131,7 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     return total
 
 
-def run_play(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Play one episode, showing each turn."""
     asyncio.run(_play(args, Console()))
     return 0

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envsuite.cli._args import Subparsers
+
 RESULT_PRESETS = (
     "tictactoe-vs-random",
     "guess-the-number",
@@ -27,8 +29,9 @@ RESULT_PRESETS = (
 """One preset per env family of docs/results.md, in its order."""
 
 
-def add_results_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite results`` to the command's sub-parsers."""
+    p = sub.add_parser(
         "results",
         help="rerun the documented learning results (one preset per env family) and summarize them",
         description=__doc__,
@@ -40,7 +43,8 @@ def add_results_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     p.add_argument("--no-progress", action="store_true")
 
 
-def run_results(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Train (or resume) each preset, summarize it, and write the summaries' index."""
     from envsuite.trainers import load_preset
 
     names = args.presets or list(RESULT_PRESETS)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from envsuite.cli._args import Subparsers
 
-def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite serve`` on the top-level parser's subcommands."""
     from envsuite.serve import API_KEY_VAR, ServeConfig
 
     defaults = ServeConfig()
-    p = subparsers.add_parser(
+    p = sub.add_parser(
         "serve",
         help="serve the Tinker API on local compute (the real tinker SDK connects by base_url)",
         description=__doc__,
@@ -42,8 +43,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    from envsuite.serve import ServeConfig, ServeConfigError, api_key_from_env, serve
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted; a ServeConfigError (a UsageError) is one line, exit 2."""
+    from envsuite.serve import ServeConfig, api_key_from_env, serve
 
     config = ServeConfig(
         host=args.host,
@@ -53,9 +55,5 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         session_timeout_s=args.session_timeout,
     )
-    try:
-        serve(config, api_key=args.api_key or api_key_from_env())
-    except ServeConfigError as exc:
-        print(f"envsuite serve: error: {exc}", file=sys.stderr)
-        return 2
+    serve(config, api_key=args.api_key or api_key_from_env())
     return 0

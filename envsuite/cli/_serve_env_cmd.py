@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from envsuite.cli._args import parse_env_args
+from envsuite.cli._args import Subparsers, parse_env_args
 
 
-def add_serve_env_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite serve-env`` to the command's sub-parsers."""
+    p = sub.add_parser(
         "serve-env",
         help="serve a catalog env over OpenEnv's protocol",
         description=__doc__,
@@ -27,7 +28,8 @@ def add_serve_env_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
 
 
-def run_serve_env(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Serve the env until interrupted."""
     from envsuite.adapters.openenv import serve
 
     print(f"serving {args.env_id} over OpenEnv at http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)

@@ -8,10 +8,12 @@ config; flags given on the command line override it. Rerunning the same command 
 from __future__ import annotations
 
 import argparse
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envsuite.cli._args import parse_env_args
+from envsuite.cli._args import Subparsers, parse_env_args
+
+if TYPE_CHECKING:
+    from envsuite.trainers import TrainConfig
 
 # (flag, TrainConfig field, type, help); defaults come from TrainConfig so they live in one place.
 _OPTIONS: list[tuple[str, str, Any, str]] = [
@@ -76,12 +78,12 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
 ]
 
 
-def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
     from envsuite.trainers import TrainConfig
 
     defaults = TrainConfig(env_id="x", log_dir="x")
-    p = subparsers.add_parser(
+    p = sub.add_parser(
         "train",
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
         description=__doc__,
@@ -107,7 +109,7 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The ``TrainConfig`` the parsed arguments describe: preset or file values, then the flags given."""
     from envsuite.trainers import ConfigError, TrainConfig, load_config_file, load_preset
 
@@ -157,19 +159,15 @@ def _print_presets() -> None:
         print(f"{name:28s} {preset.values.get('env_id', '?'):28s} {preset.info.description}")
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
-    from envsuite.trainers import ConfigError, StopCause, run_training
+    from envsuite.trainers import StopCause, run_training
 
     if args.list_presets:
         _print_presets()
         return 0
-    try:
-        config = config_from_args(args)
-        result = run_training(config, show_progress=not args.no_progress)
-    except ConfigError as exc:
-        print(f"envsuite train: error: {exc}", file=sys.stderr)
-        return 2
+    config = config_from_args(args)  # a ConfigError is a UsageError: envsuite's main says it (exit 2)
+    result = run_training(config, show_progress=not args.no_progress)
     print(result.message)
     print(f"metrics: {result.log_dir / 'metrics.jsonl'}")
     if result.plot_path is not None:

@@ -18,10 +18,11 @@ from typing import Any, BinaryIO
 
 from envsuite.core import Split
 from envsuite.envs._problem import Problem, split_of
+from envsuite.errors import UsageError
 from envsuite.grading import extract_boxed
 
 
-class MathDatasetError(ValueError):
+class MathDatasetError(UsageError):
     """A problem file or dataset could not be loaded (missing, malformed, empty, or unreachable)."""
 
 

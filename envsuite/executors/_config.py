@@ -14,6 +14,8 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from envsuite.errors import UsageError
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -31,7 +33,7 @@ class ExecutorKind(enum.StrEnum):
     """Ray tasks: a local Ray started for the run, or the cluster at ``ray_address``."""
 
 
-class ExecutorConfigError(ValueError):
+class ExecutorConfigError(UsageError):
     """An executor setting that cannot work; the message says what to change."""
 
 

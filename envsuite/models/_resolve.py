@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envsuite.errors import UsageError
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -34,7 +36,7 @@ CHECKPOINT_META_FILE = "envsuite_checkpoint.json"
 """Metadata file of a local-backend checkpoint directory (it names the base model)."""
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UsageError):
     """A model name that is neither known, a local directory, nor reachable on the hub."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 
+from envsuite.errors import UsageError
 from envsuite.renderers.base import Renderer, Tokenizer
 
 
@@ -77,5 +78,5 @@ def get_renderer(name: str, tokenizer: Tokenizer, **options: object) -> Renderer
     if build is None:
         close = difflib.get_close_matches(str(name), list(_RENDERERS), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown renderer {name!r}; known renderers: {', '.join(list_renderers())}.{hint}")
+        raise UsageError(f"unknown renderer {name!r}; known renderers: {', '.join(list_renderers())}.{hint}")
     return build(tokenizer, options)

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from envsuite.errors import UsageError
 from envsuite.registration import EnvKind, RegistryError, UnknownEnvError, registry
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{1,39}$")
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(UsageError):
     """The package cannot be created as asked (bad name, taken name, existing directory)."""
 
 

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from envsuite.errors import UsageError
+
 API_KEY_VAR = "ENVSUITE_SERVE_API_KEY"
 """Environment variable holding the key clients must send (``X-API-Key``, the SDK's ``api_key``)."""
 
 Device = Literal["cpu", "cuda"]
 
 
-class ServeConfigError(ValueError):
+class ServeConfigError(UsageError):
     """A server configuration that must not start (an open address without a key, a missing GPU)."""
 
 

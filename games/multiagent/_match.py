@@ -16,6 +16,7 @@ from typing import Any
 
 from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context, episode_seed, spec
 from envsuite.core import Split, TokenCompleter, Trajectory
+from envsuite.errors import UsageError
 from envsuite.games.multiagent._builders import seat_options
 from envsuite.games.multiagent._coordinator import GameCoordinator
 from envsuite.games.multiagent._seat_env import SeatEnv
@@ -74,10 +75,12 @@ async def play_match(
 ) -> MatchResult:
     """Play ``n_games`` of ``env_id`` (a two-player game env with ``game_factory``) between A and B."""
     if n_games < 1:
-        raise ValueError(f"n_games must be >= 1, got {n_games}")
+        raise UsageError(f"n_games must be >= 1, got {n_games}")
     env_spec = spec(env_id)
     kwargs = env_spec.resolve_kwargs(env_kwargs or {})
     env_cls: Any = env_spec.load()
+    if not hasattr(env_cls, "game_factory"):
+        raise UsageError(f"{env_spec.id} is not a game; a match needs a two-player game (`envsuite list`)")
     factory: GameFactory = env_cls.game_factory(kwargs)
     renderer = renderer or RendererConfig()
     limits = limits or RolloutLimits()
@@ -86,7 +89,7 @@ async def play_match(
         game_seed = episode_seed(seed, "match", split, index)
         game = factory.make(game_seed)
         if game.num_players != 2:
-            raise ValueError(f"{env_spec.id} has {game.num_players} seats; a match needs two")
+            raise UsageError(f"{env_spec.id} has {game.num_players} seats; a match needs two")
         ctx = env_context(env_spec.id, game_seed, split, renderer, max_context_tokens)
         coordinator = GameCoordinator(game)
         envs = [SeatEnv(ctx, coordinator, seat, **seat_options(kwargs)) for seat in range(2)]

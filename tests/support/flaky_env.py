@@ -42,3 +42,10 @@ class EndlessEnv(EchoNumberEnv):
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         await asyncio.sleep(0.2)
         return StepResult(1.0, False, self.prompt, self.ctx.renderer.get_stop_sequences(), {}, {})
+
+
+class BuggyEnv(EchoNumberEnv):
+    """Fails with a bug of its own when made (an IndexError, not a user's mistake)."""
+
+    def __init__(self, ctx: EnvContext) -> None:
+        raise IndexError("pop from an empty deque")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from envsuite.engine.weights._lora import LoraSpec, add_lora, load_adapter_state, load_base_model, merge_lora
+from envsuite.errors import UsageError
 from envsuite.models import CHECKPOINT_META_FILE
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class CheckpointKind(StrEnum):
     """Weights, optimizer state and step: training resumes from it exactly."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError):
     """A checkpoint path that is missing, incomplete, corrupt or of the wrong kind."""
 
 

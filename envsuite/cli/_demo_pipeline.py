@@ -1,4 +1,4 @@
-"""The main job (``make demo``): train the embedded model briefly, benchmark base vs trained, rank them.
+"""The main job (``envsuite demo``, ``make demo``): train the embedded model briefly, benchmark base vs trained, rank them.
 
 Phases, each resumable (a second run reuses finished work):
 
@@ -9,7 +9,6 @@ Phases, each resumable (a second run reuses finished work):
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +111,9 @@ def _rank(plan: DemoPlan, console: Console) -> Path:
     return report.index
 
 
-def run_pipeline(args: argparse.Namespace) -> int:
+def run_pipeline(plan: DemoPlan) -> int:
+    """Train, bench base and trained, rank: the three phases of ``plan``."""
     console = Console()
-    plan = DemoPlan(
-        model=args.model, out_dir=args.out_dir, train_steps=args.train_steps, episodes=args.bench_episodes
-    )
     started = time.perf_counter()
     checkpoint = _train(plan, console)
     console.rule("2/3 bench: base vs trained on " + ", ".join(plan.envs))

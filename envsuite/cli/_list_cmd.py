@@ -1,9 +1,8 @@
-"""``envsuite list`` and ``envsuite show``."""
+"""``envsuite list``: the catalog as a table (or JSON), unavailable and deprecated envs with the reason."""
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 
 from rich import box
@@ -11,11 +10,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envsuite.cli._args import Subparsers
 from envsuite.display import printable
-from envsuite.registration import EnvSpec, registry, spec
+from envsuite.registration import EnvSpec, registry
 
 
-def _status(env_spec: EnvSpec) -> str:
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite list`` to the command's sub-parsers."""
+    p = sub.add_parser("list", help="list the catalog (unavailable envs are shown with the reason)")
+    p.add_argument("--namespace", help="only envs in this namespace (e.g. textarena)")
+    p.add_argument("--available", action="store_true", help="hide unavailable and deprecated envs")
+    p.add_argument("--json", action="store_true", help="print the catalog as JSON (for scripts)")
+
+
+def status(env_spec: EnvSpec) -> str:
+    """An env's status as rich markup (its deprecation or unavailability reason escaped)."""
     if env_spec.deprecated:
         return f"[yellow]deprecated[/]: {escape(printable(env_spec.deprecated))}"
     if env_spec.unavailable:
@@ -48,7 +57,7 @@ def _as_json(env_spec: EnvSpec) -> dict[str, object]:
     }
 
 
-def run_list(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """The catalog as a table whose ids never wrap or get cut (or ``--json``, one object per env)."""
     specs = _listed(args)
     if args.json:
@@ -64,7 +73,7 @@ def run_list(args: argparse.Namespace) -> int:
     for env_spec in specs:
         about = escape(printable(env_spec.description))
         if env_spec.deprecated or env_spec.unavailable:
-            about = f"{_status(env_spec)}. {about}"
+            about = f"{status(env_spec)}. {about}"
         table.add_row(escape(printable(env_spec.id)), env_spec.kind.value, about)
     console.print(table)
     console.print(
@@ -72,52 +81,4 @@ def run_list(args: argparse.Namespace) -> int:
     )
     for message in registry.plugin_errors.values():
         console.print(f"[red]plugin error[/]: {escape(printable(message))}")
-    return 0
-
-
-def _kwargs_table(env_spec: EnvSpec) -> Table:
-    table = Table(title="keyword arguments")
-    table.add_column("name")
-    table.add_column("default")
-    params = list(inspect.signature(env_spec.load()).parameters.values())[1:]
-    for param in params:
-        if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-            continue
-        default = env_spec.kwargs.get(param.name, param.default)
-        shown = "(required)" if default is inspect.Parameter.empty else printable(repr(default))
-        table.add_row(escape(param.name), escape(shown))
-    return table
-
-
-def run_show(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from envsuite import make_env
-    from envsuite.core import as_overflow
-
-    env_spec = spec(args.env_id)
-    console = Console()
-    console.print(
-        f"[bold]{escape(printable(env_spec.id))}[/] ({env_spec.kind.value}) from "
-        f"{escape(printable(env_spec.package))}"
-    )
-    console.print(printable(env_spec.description), markup=False, highlight=False)
-    entry = escape(printable(str(env_spec.entry_point)))
-    console.print(f"entry point: {entry}   reward range: {env_spec.reward_range}")
-    console.print(f"max turns: {env_spec.max_turns or 1}   status: {_status(env_spec)}")
-    if env_spec.unavailable:
-        return 0
-    console.print(_kwargs_table(env_spec))
-    env = make_env(env_spec.id, seed=args.seed)
-    start = asyncio.run(env.initial_observation())
-    overflow = as_overflow(start)
-    if overflow is not None:
-        console.print(f"seed {args.seed}: prompt overflows ({overflow.prompt_tokens or '?'} tokens)")
-        return 0
-    ob, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
-    console.rule(escape(printable(f"prompt for seed {args.seed} ({ob.length} tokens, stop={stop})")))
-    from envsuite import RendererConfig
-
-    text = str(RendererConfig().build().tokenizer.decode(ob.to_ints()))
-    console.print(printable(text), markup=False, highlight=False)
     return 0

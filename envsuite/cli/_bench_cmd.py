@@ -1,0 +1,129 @@
+"""``envsuite bench --model M``: a model across catalog envs, as Inspect logs, into the leaderboard.
+
+The flags are :class:`~envsuite.evals.BenchConfig`'s fields (and the executor's), with its defaults; the
+bench itself is :func:`envsuite.evals.run_bench`. Exit 0 when every env finished, 1 when some did not
+(a rerun plays what is missing), 2 for a bad setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from envsuite.cli._args import Subparsers, field_defaults
+from envsuite.errors import UsageError
+
+MODEL_HELP = (
+    "an envsuite model (smollm2-135m-instruct, tiny-random), a model or checkpoint dir, or an "
+    "Inspect model written provider/name (e.g. openai/gpt-4o-mini)"
+)
+RUNNER_HELP = (
+    "direct: envsuite plays the episodes and writes Inspect logs (envsuite models; 1.05x a bare "
+    "rollout loop with the tiny model, against 4.3x for inspect); inspect: an Inspect eval set, one "
+    "sample per episode; auto (default): direct for envsuite models, inspect for the rest"
+)
+
+# (flag, BenchConfig field, type, help); the defaults are BenchConfig's.
+_OPTIONS: list[tuple[str, str, Any, str | None]] = [
+    ("--episodes", "episodes", int, None),
+    ("--seed", "seed", int, None),
+    ("--max-tokens", "max_tokens", int, None),
+    ("--temperature", "temperature", float, None),
+    ("--partner", "partner", str, "Inspect model to use as partner/opponent"),
+    ("--log-dir", "log_root", str, "root of the Inspect log directories"),
+    ("--db", "db", str, "leaderboard store (path or URL)"),
+    ("--label", "label", str, "name on the leaderboard (default: the model)"),
+    (
+        "--episode-timeout",
+        "episode_timeout_s",
+        float,
+        "seconds one episode may take; past it, it is scored as rollout_timeout (0: no bound)",
+    ),
+]
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Add ``envsuite bench`` to the command's sub-parsers."""
+    from envsuite.evals import RUNNERS, BenchConfig
+    from envsuite.executors import ExecutorConfig
+
+    defaults = field_defaults(BenchConfig)
+    executor = ExecutorConfig()
+    p = sub.add_parser("bench", help="benchmark a model across the catalog (Inspect logs -> leaderboard)")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument(
+        "--envs",
+        nargs="*",
+        default=list(defaults["env_ids"]),
+        help="env ids, or 'all' (default: all available)",
+    )
+    for flag, name, kind, text in _OPTIONS:
+        # The metavar the flag alone would give (the dest is the config's field name).
+        metavar = flag.removeprefix("--").upper().replace("-", "_")
+        p.add_argument(flag, dest=name, type=kind, default=defaults[name], metavar=metavar, help=text)
+    p.add_argument(
+        "--executor",
+        default=executor.kind.value,
+        help="where envs play: inprocess | process | ray (the model stays here)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=executor.workers,
+        help="worker processes (process) or worker tasks (ray)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=executor.ray_address,
+        help="a running Ray cluster (default: start a local Ray)",
+    )
+    p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
+    p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
+    p.add_argument("--runner", choices=RUNNERS, default=defaults["runner"], help=RUNNER_HELP)
+
+
+def _base_url(backend: str, base_url: str | None) -> str | None:
+    if backend not in ("local", "tinker"):
+        raise UsageError(f"unknown backend {backend!r}; choose 'local' or 'tinker'")
+    if backend == "local" and base_url:
+        raise UsageError("--base-url is for --backend tinker (the Tinker API over HTTP)")
+    if backend == "tinker" and not base_url:
+        raise UsageError("--backend tinker needs --base-url (an envsuite serve, or the Tinker API's URL)")
+    return base_url or None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the bench, then print where its logs are and the leaderboard of its envs."""
+    from rich.console import Console
+
+    from envsuite import catalog_reward_ranges
+    from envsuite.evals import BenchConfig, run_bench
+    from envsuite.executors import ExecutorConfig
+    from envsuite.leaderboard import ResultStore, build_leaderboard, render_terminal
+
+    settings = {name: getattr(args, name) for _, name, _, _ in _OPTIONS}
+    settings["episode_timeout_s"] = args.episode_timeout_s or None  # 0: no bound
+    config = BenchConfig(
+        model=args.model,
+        env_ids=tuple(args.envs),
+        base_url=_base_url(args.backend, args.base_url),
+        executor=ExecutorConfig.create(args.executor, args.workers, args.ray_address),
+        runner=args.runner,
+        **settings,
+    )
+    os.environ.setdefault("INSPECT_LOG_DIR", str(config.log_dir()))
+    report = run_bench(config)
+    console = Console()
+    console.print(
+        f"logs: {report.log_dir}  ({len(report.log_paths)} task(s), "
+        f"{report.episodes_added} new episode(s) stored; view with `inspect view --log-dir {report.log_dir}`)"
+    )
+    store = ResultStore(config.db)
+    try:
+        env_ids = config.resolved_env_ids()
+        ranges = catalog_reward_ranges(key.versioned_env_id for key in store.keys(env_ids))
+        console.print(render_terminal(build_leaderboard(store, env_ids=env_ids, catalog_ranges=ranges)))
+    finally:
+        store.close()
+    return 0 if report.completed else 1
