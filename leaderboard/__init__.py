@@ -27,13 +27,15 @@ from envsuite.leaderboard._db import (
     default_url,
     parse_url,
 )
-from envsuite.leaderboard._export import board_dict, board_json
+from envsuite.leaderboard._export import BoardJson, board_dict, board_json
 from envsuite.leaderboard._html import HtmlReport, render_html, write_html
 from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
     AddRunResult,
     Entrant,
     EpisodeResult,
+    JsonScalar,
+    JsonValue,
     MatchResult,
     Rating,
     ResultKey,
@@ -71,6 +73,8 @@ __all__ = [
     "RunRecord",
     "EpisodeResult",
     "MatchResult",
+    "JsonScalar",
+    "JsonValue",
     "canonical_json",
     "canonical_seeds",
     "file_identity",
@@ -129,6 +133,7 @@ __all__ = [
     "write_html",
     "start_server",
     "RangeRequestHandler",
+    "BoardJson",
     "board_dict",
     "board_json",
     "add_arguments",
