@@ -7,6 +7,10 @@ ended. It knows nothing about tokens, renderers or envs; the coordinator and sea
 written once against it. TextArena games, chess and tic-tac-toe implement it; games written from
 scratch (chess, tic-tac-toe, the scaffold's Nim) inherit the bookkeeping from :class:`TurnGameBase`.
 
+A catalog env that plays such a game offers ``game_factory(env_kwargs)`` (:class:`GameEnvClass`), which
+the multi-agent views reach through :func:`spec_game_factory`; its settings arrive as untyped keyword
+arguments and are read with :func:`int_setting`, :func:`float_setting` and :func:`optional_setting`.
+
 Illegal moves follow TextArena's convention everywhere: the first illegal move in a row is answered
 with a re-prompt (:attr:`MoveStatus.RETRY`, the same seat moves again); the next one ends the game
 (:attr:`MoveStatus.FORFEIT`) with the offender losing.
