@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
 from envsuite.errors import UsageError
-from envsuite.registration import EnvKwargsError, EnvSpec, UnavailableEnvError, spec
+from envsuite.registration import EnvKwargs, EnvKwargsError, EnvSpec, UnavailableEnvError, spec
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import Renderer
@@ -106,7 +106,7 @@ def make_env(
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> Env:
     """One single-use async env for ``env_id`` playing the episode chosen by ``seed``.
 
@@ -143,7 +143,7 @@ def make_group_builder(
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> EnvGroupBuilder:
     """An EnvGroupBuilder of ``group_size`` envs that all play the episode chosen by ``seed``."""
     env_spec = available_spec(env_id)
@@ -160,7 +160,7 @@ def make_group_builder(
 
 def _group_builder(
     env_spec: EnvSpec,
-    env_kwargs: Mapping[str, Any],
+    env_kwargs: EnvKwargs,
     *,
     seed: int,
     group_size: int,
@@ -195,7 +195,7 @@ def make_dataset_builder(
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> CatalogDatasetBuilder:
     """An RLDatasetBuilder: ``n_batches`` train batches of ``batch_size`` groups, plus a test set."""
     if batch_size < 1 or group_size < 1 or n_batches < 1 or n_test_groups < 0:
@@ -224,7 +224,7 @@ class CatalogGroupBuilder(EnvGroupBuilder):
 
     env_spec: EnvSpec
     """The env, resolved once by whoever made the builder (its id is :attr:`env_id`)."""
-    env_kwargs: Mapping[str, Any]
+    env_kwargs: EnvKwargs
     """The constructor's keyword arguments, already merged with the spec's defaults and checked."""
     seed: int
     group_size: int
@@ -287,7 +287,7 @@ class CatalogDatasetBuilder(RLDatasetBuilder):
     """Config for a catalog env's train and test datasets (test groups have one member each)."""
 
     env_spec: EnvSpec
-    env_kwargs: Mapping[str, Any]
+    env_kwargs: EnvKwargs
     """Merged with the spec's defaults and checked once, when the builder was made."""
     batch_size: int
     group_size: int

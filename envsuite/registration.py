@@ -21,7 +21,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias, TypedDict, Unpack
 
 from envsuite.errors import UsageError
 
@@ -65,18 +65,28 @@ class EnvKwargsError(UsageError, TypeError):
     """An env was given keyword arguments its constructor does not accept."""
 
 
+EnvKwargs: TypeAlias = Mapping[str, object]
+"""An env constructor's keyword arguments by name. A value is whatever that constructor takes (numbers,
+text, lists, a partner ``MessageCompleter``), so the catalog holds them as ``object``: it checks only
+their names (:meth:`EnvSpec.resolve_kwargs`), and the constructor's own signature types each value."""
+
+EntryPoint: TypeAlias = str | Callable[..., object]
+"""``"package.module:Name"``, or the callable itself. What a loaded entry point builds is checked where it
+is called (``make_env`` refuses anything that is not an ``Env``), so its result is typed ``object``."""
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """Everything the catalog knows about one env version."""
 
     id: str
-    entry_point: str | Callable[..., Any]
+    entry_point: EntryPoint
     """``"module:Class"`` or the class itself; constructed as ``Class(ctx, **kwargs)``."""
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: EnvKwargs = field(default_factory=dict)
     """Default keyword arguments for the constructor; callers may override them."""
     kind: EnvKind = EnvKind.SINGLE_TURN
     description: str = ""
-    group_builder_entry_point: str | Callable[..., Any] | None = None
+    group_builder_entry_point: EntryPoint | None = None
     """Optional ``"module:Class"`` of a custom EnvGroupBuilder (multi-agent games); default: copies."""
     reward_range: tuple[float, float] = (-1.0, 1.0)
     """Bounds every per-episode return of this env falls in (checked by the conformance checker)."""
@@ -112,11 +122,11 @@ class EnvSpec:
         namespace, name, _ = parse_env_id(self.id)
         return f"{namespace}/{name}" if namespace else name
 
-    def load(self) -> Callable[..., Any]:
+    def load(self) -> Callable[..., object]:
         """Import and return the env class."""
         return _load_entry_point(self.entry_point)
 
-    def load_group_builder(self) -> Callable[..., Any] | None:
+    def load_group_builder(self) -> Callable[..., object] | None:
         if self.group_builder_entry_point is None:
             return None
         return _load_entry_point(self.group_builder_entry_point)
@@ -128,7 +138,7 @@ class EnvSpec:
             return None
         return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def resolve_kwargs(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    def resolve_kwargs(self, overrides: EnvKwargs) -> dict[str, object]:
         """The spec's defaults updated with ``overrides``; unknown names fail listing the accepted ones."""
         merged = {**self.kwargs, **overrides}
         accepted = self.accepted_kwargs()
@@ -218,7 +228,11 @@ class Registry:
         self.load_plugins()
         scheme = _SCHEME_RE.match(env_id)
         if scheme and scheme.group("scheme") in self._schemes:
-            resolved: EnvSpec = _load_entry_point(self._schemes[scheme.group("scheme")])(env_id)
+            resolved = _load_entry_point(self._schemes[scheme.group("scheme")])(env_id)
+            if not isinstance(resolved, EnvSpec):
+                raise TypeError(
+                    f"the {scheme.group('scheme')!r} resolver returned {resolved!r}, not an EnvSpec"
+                )
             return resolved
         namespace, name, version = parse_env_id(env_id)
         found = self._specs.get(env_id)
@@ -276,11 +290,27 @@ class Registry:
 registry = Registry()
 
 
+class SpecFields(TypedDict, total=False):
+    """The :class:`EnvSpec` fields :func:`register` takes as keywords (all but ``id``, ``entry_point`` and
+    ``kwargs``; tests/test_registry.py keeps the two lists equal)."""
+
+    kind: EnvKind
+    description: str
+    group_builder_entry_point: EntryPoint | None
+    reward_range: tuple[float, float]
+    max_turns: int | None
+    partner_kwarg: str | None
+    deprecated: str | None
+    unavailable: str | None
+    tags: tuple[str, ...]
+    package: str
+
+
 def register(
     id: str,
-    entry_point: str | Callable[..., Any],
-    kwargs: Mapping[str, Any] | None = None,
-    **spec_fields: Any,
+    entry_point: EntryPoint,
+    kwargs: EnvKwargs | None = None,
+    **spec_fields: Unpack[SpecFields],
 ) -> EnvSpec:
     """Add an env to the catalog and return its spec.
 
@@ -376,14 +406,13 @@ def pprint_registry(*, print_fn: Callable[[str], None] = print) -> None:
             print_fn(f"{env_spec.id:40s} {env_spec.kind.value:12s}{status}")
 
 
-def _load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:
+def _load_entry_point(entry_point: EntryPoint) -> Callable[..., object]:
     if not isinstance(entry_point, str):
         return entry_point
     module_name, _, attr = entry_point.partition(":")
     if not attr:
         raise ValueError(f"entry point {entry_point!r} must look like 'package.module:Name'")
-    module = importlib.import_module(module_name)
-    obj: Any = module
+    obj: object = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):

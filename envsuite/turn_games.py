@@ -7,6 +7,10 @@ ended. It knows nothing about tokens, renderers or envs; the coordinator and sea
 written once against it. TextArena games, chess and tic-tac-toe implement it; games written from
 scratch (chess, tic-tac-toe, the scaffold's Nim) inherit the bookkeeping from :class:`TurnGameBase`.
 
+A catalog env that plays such a game offers ``game_factory(env_kwargs)`` (:class:`GameEnvClass`), which
+the multi-agent views reach through :func:`spec_game_factory`; its settings arrive as untyped keyword
+arguments and are read with :func:`int_setting`, :func:`float_setting` and :func:`optional_setting`.
+
 Illegal moves follow TextArena's convention everywhere: the first illegal move in a row is answered
 with a re-prompt (:attr:`MoveStatus.RETRY`, the same seat moves again); the next one ends the game
 (:attr:`MoveStatus.FORFEIT`) with the offender losing.
@@ -16,9 +20,24 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Protocol,
+    SupportsFloat,
+    SupportsIndex,
+    SupportsInt,
+    TypeVar,
+    runtime_checkable,
+)
+
+from envsuite.errors import UsageError
+
+if TYPE_CHECKING:
+    from envsuite.registration import EnvSpec
+
+_T = TypeVar("_T")
 
 
 class MoveStatus(enum.StrEnum):
@@ -115,6 +134,49 @@ class GameFactory(Protocol):
     def name(self) -> str:
         """A short identifier for logs and metric tags."""
         ...
+
+
+@runtime_checkable
+class GameEnvClass(Protocol):
+    """A catalog env class that plays a turn-based game, as the multi-agent views (PettingZoo, self-play,
+    matches) need it: ``game_factory`` (a classmethod) builds its rules from the env's keyword arguments."""
+
+    def game_factory(self, env_kwargs: Mapping[str, object]) -> GameFactory: ...
+
+
+def spec_game_factory(env_spec: EnvSpec, env_kwargs: Mapping[str, object]) -> GameFactory:
+    """The rules of catalog game ``env_spec`` with its resolved ``env_kwargs``; a UsageError (a
+    ValueError) for an env that is not a turn-based game."""
+    env_cls = env_spec.load()
+    if not isinstance(env_cls, GameEnvClass):
+        raise UsageError(
+            f"{env_spec.id} is not a turn-based game with a multi-agent view (`envsuite list` shows the games)"
+        )
+    return env_cls.game_factory(env_kwargs)
+
+
+def int_setting(env_kwargs: Mapping[str, object], name: str, default: int) -> int:
+    """``int(env_kwargs[name])``, or ``default`` when absent (a game env's setting, read from its kwargs)."""
+    value = env_kwargs.get(name, default)
+    if not isinstance(value, SupportsInt | SupportsIndex | str):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    return int(value)
+
+
+def float_setting(env_kwargs: Mapping[str, object], name: str, default: float) -> float:
+    """``float(env_kwargs[name])``, or ``default`` when absent."""
+    value = env_kwargs.get(name, default)
+    if not isinstance(value, SupportsFloat | SupportsIndex | str):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    return float(value)
+
+
+def optional_setting(env_kwargs: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
+    """``env_kwargs[name]`` when it is a ``kind``; None when absent or None."""
+    value = env_kwargs.get(name)
+    if value is None or isinstance(value, kind):
+        return value
+    raise TypeError(f"{name} must be a {kind.__name__} or None, not {value!r}")
 
 
 class RetryThenLose:

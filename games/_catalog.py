@@ -6,12 +6,23 @@ itself is imported only when one of its envs is made.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from envsuite.games import twenty_questions
 from envsuite.games.textarena._table import all_games
 from envsuite.games.tictactoe import EASY_LEGAL_MOVE_REWARD, EASY_SYSTEM_PROMPT
 from envsuite.registration import EnvKind, register, registry
+
+
+class _SharedFields(TypedDict):
+    """The spec fields several versions of one env share (the rest differ per version)."""
+
+    entry_point: str
+    kind: EnvKind
+    reward_range: tuple[float, float]
+    max_turns: int
+    partner_kwarg: str
+    tags: tuple[str, ...]
 
 
 def register_games() -> None:
@@ -33,7 +44,7 @@ def register_games() -> None:
         partner_kwarg="answerer",
         tags=("game", "dialogue"),
     )
-    easy_twenty_questions: dict[str, Any] = {
+    easy_twenty_questions: _SharedFields = {
         "entry_point": "envsuite.games.twenty_questions.env:TwentyQuestionsEnv",
         "kind": EnvKind.MULTI_TURN,
         "reward_range": (0.0, 1.0),

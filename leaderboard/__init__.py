@@ -19,7 +19,7 @@ from envsuite.leaderboard._db import (
     default_url,
     parse_url,
 )
-from envsuite.leaderboard._export import board_dict, board_json
+from envsuite.leaderboard._export import BoardJson, board_dict, board_json
 from envsuite.leaderboard._html import HtmlReport, render_html, write_html
 from envsuite.leaderboard._locate import (
     STORE_FILE_NAME,
@@ -34,6 +34,8 @@ from envsuite.leaderboard._records import (
     AddRunResult,
     Entrant,
     EpisodeResult,
+    JsonScalar,
+    JsonValue,
     MatchResult,
     Rating,
     ResultKey,
@@ -71,6 +73,8 @@ __all__ = [
     "RunRecord",
     "EpisodeResult",
     "MatchResult",
+    "JsonScalar",
+    "JsonValue",
     "canonical_json",
     "canonical_seeds",
     "file_identity",
@@ -130,6 +134,7 @@ __all__ = [
     "write_html",
     "start_server",
     "RangeRequestHandler",
+    "BoardJson",
     "board_dict",
     "board_json",
     # which store to read

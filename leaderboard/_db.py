@@ -14,7 +14,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 from envsuite.errors import UsageError
 
@@ -24,8 +28,12 @@ BUSY_TIMEOUT_S = 60.0
 DEFAULT_DB_ENV = "ENVSUITE_LEADERBOARD_DB"
 DEFAULT_DB_PATH = Path("runs") / "leaderboard.sqlite"
 
-Params = Sequence[Any]
-Row = tuple[Any, ...]
+SqlValue: TypeAlias = str | int | float | bytes | None
+"""A value the store binds to a placeholder."""
+Params: TypeAlias = Sequence[SqlValue]
+Row: TypeAlias = tuple[Any, ...]
+"""A result row. Its columns have the types the query selects, which only the SQL text says, so readers
+convert each one where its type matters (``int(row[2])``, ``json.loads(row[11])``)."""
 
 
 class Backend(StrEnum):
@@ -164,7 +172,7 @@ class PostgresConnection:
             raise MissingDriverError(
                 "a postgresql:// leaderboard store needs the psycopg driver: pip install 'psycopg[binary]'"
             ) from exc
-        self._conn: Any = psycopg.connect(dsn, autocommit=True)
+        self._conn: psycopg.Connection[TupleRow] = psycopg.connect(dsn, autocommit=True)
         self._depth = 0
 
     def query(self, sql: str, params: Params = ()) -> list[Row]:

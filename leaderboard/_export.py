@@ -7,22 +7,96 @@ escapes control characters, so printing the document never drives a terminal).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict
 
 from envsuite.leaderboard._board import Leaderboard
-from envsuite.leaderboard._records import Rating, ResultKey
+from envsuite.leaderboard._records import JsonScalar, Rating, ResultKey
 from envsuite.leaderboard._stats import Estimate, KeySummary
 
 JSON_FORMAT_VERSION = 1
 
 
-def estimate_dict(est: Estimate | None) -> dict[str, float | int] | None:
+class EstimateJson(TypedDict):
+    """An :class:`~envsuite.leaderboard.Estimate`."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+
+class KeyJson(TypedDict):
+    """A result key, with its sampling settings and seeds as JSON rather than JSON text."""
+
+    key_id: str
+    env: str
+    """The versioned env id."""
+    env_id: str
+    env_version: int
+    model: str
+    partner: str
+    renderer: str
+    sampling: dict[str, JsonScalar]
+    seeds: list[int]
+    package_version: str
+
+
+class EntryJson(KeyJson):
+    """One leaderboard row: its key's fields and its scores."""
+
+    n_samples: int
+    n_episodes: int
+    reward: EstimateJson | None
+    success: EstimateJson | None
+    normalized: EstimateJson | None
+    reward_range: list[float]
+    log_paths: list[str]
+    metrics: dict[str, float]
+
+
+class RatingJson(TypedDict):
+    """One player's rating in one pool."""
+
+    pool: str
+    player: str
+    mu: float
+    sigma: float
+    ordinal: float
+    matches: int
+
+
+class OverallJson(TypedDict):
+    """An entrant's rank and score over the shared envs."""
+
+    rank: int
+    model: str
+    renderer: str
+    sampling: dict[str, JsonScalar]
+    package_version: str
+    score: EstimateJson | None
+
+
+class BoardJson(TypedDict):
+    """The whole document (``format`` is :data:`JSON_FORMAT_VERSION`)."""
+
+    format: int
+    store: str | None
+    confidence: float
+    n_boot: int
+    seed: int
+    shared_envs: list[str]
+    entries: list[EntryJson]
+    overall: list[OverallJson]
+    ratings: list[RatingJson]
+
+
+def estimate_dict(est: Estimate | None) -> EstimateJson | None:
     if est is None:
         return None
     return {"mean": est.mean, "lo": est.lo, "hi": est.hi, "n": est.n}
 
 
-def key_dict(key: ResultKey) -> dict[str, Any]:
+def key_dict(key: ResultKey) -> KeyJson:
     return {
         "key_id": key.key_id,
         "env": key.versioned_env_id,
@@ -37,7 +111,7 @@ def key_dict(key: ResultKey) -> dict[str, Any]:
     }
 
 
-def entry_dict(entry: KeySummary) -> dict[str, Any]:
+def entry_dict(entry: KeySummary) -> EntryJson:
     return {
         **key_dict(entry.key),
         "n_samples": entry.n_samples,
@@ -51,7 +125,7 @@ def entry_dict(entry: KeySummary) -> dict[str, Any]:
     }
 
 
-def rating_dict(r: Rating) -> dict[str, Any]:
+def rating_dict(r: Rating) -> RatingJson:
     return {
         "pool": r.pool,
         "player": r.player,
@@ -62,7 +136,7 @@ def rating_dict(r: Rating) -> dict[str, Any]:
     }
 
 
-def board_dict(board: Leaderboard, *, store: str | None = None) -> dict[str, Any]:
+def board_dict(board: Leaderboard, *, store: str | None = None) -> BoardJson:
     """Everything the views show, as JSON values (``store`` names where the results were read)."""
     return {
         "format": JSON_FORMAT_VERSION,

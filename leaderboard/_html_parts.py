@@ -14,7 +14,6 @@ import itertools
 import json
 from collections.abc import Iterable, Sequence
 from importlib import resources
-from typing import Any
 
 from envsuite.leaderboard._stats import Estimate
 from envsuite.leaderboard._text import display_text
@@ -45,8 +44,9 @@ def static_text(name: str) -> str:
     return resources.files("envsuite.leaderboard").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def json_script(element_id: str, value: Any) -> str:
-    """A non-executed JSON block that stored text cannot break out of."""
+def json_script(element_id: str, value: object) -> str:
+    """A non-executed JSON block that stored text cannot break out of (``value``: a JSON value; anything
+    else is refused by ``json.dumps``)."""
     text = json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f'<script id="{element_id}" type="application/json">{text}</script>'

@@ -6,15 +6,18 @@ The store calls :func:`compute_ratings` whenever matches are added, so stored ra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envsuite.leaderboard._records import MatchResult, Rating
+
+if TYPE_CHECKING:
+    from openskill.models import PlackettLuce, PlackettLuceRating
 
 ALL_GAMES = "*"
 """The pool that rates every match together, whatever the env."""
 
 
-def _model() -> Any:
+def _model() -> PlackettLuce:
     # PlackettLuce handles any number of players and draws (equal ranks); its defaults are
     # mu=25, sigma=25/3, so ordinal = mu - 3*sigma starts at 0.
     from openskill.models import PlackettLuce
@@ -30,7 +33,7 @@ def compute_ratings(matches: Sequence[MatchResult]) -> list[Rating]:
     """
     model = _model()
     ordered = sorted(matches, key=lambda m: (m.played_at, m.match_id))
-    pools: dict[str, dict[str, Any]] = {}
+    pools: dict[str, dict[str, PlackettLuceRating]] = {}
     counts: dict[tuple[str, str], int] = {}
     for match in ordered:
         for pool in (match.env_id, ALL_GAMES):

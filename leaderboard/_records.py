@@ -14,14 +14,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 _VERSIONED_ID = re.compile(r"^(?P<base>.+?)-v(?P<version>\d+)$")
 
-JsonScalar = str | int | float | bool | None
+JsonScalar: TypeAlias = str | int | float | bool | None
+JsonValue: TypeAlias = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
+"""A value as JSON spells it: a scalar, or a list or string-keyed object of values."""
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """One spelling per value: sorted keys, no whitespace, ASCII only; NaN/inf are refused."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
@@ -205,8 +207,9 @@ class RunRecord:
     Importing the same run id again adds nothing."""
     log_path: str | None = None
     created_at: str = field(default_factory=utc_now)
-    config: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form run configuration; secrets are redacted before it is stored."""
+    config: Mapping[str, object] = field(default_factory=dict)
+    """Free-form run configuration; secrets are redacted and values that are not JSON stored as their
+    ``repr`` (:func:`~envsuite.leaderboard.sanitize`)."""
     reward_range: tuple[float, float] | None = None
     """The env spec's reward bounds, used to normalise scores across envs."""
 
@@ -227,7 +230,7 @@ class StoredRun:
     run_id: str
     log_path: str | None
     created_at: str
-    config: Mapping[str, Any]
+    config: Mapping[str, JsonValue]
     reward_range: tuple[float, float] | None
     n_episodes: int
 

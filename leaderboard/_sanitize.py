@@ -13,7 +13,8 @@ import math
 import os
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+
+from envsuite.leaderboard._records import JsonValue
 
 REDACTED = "[REDACTED]"
 
@@ -98,10 +99,11 @@ def redact_text(text: str) -> str:
     return _KEY_LIKE.sub(REDACTED, text)
 
 
-def sanitize(value: Any) -> Any:
-    """A JSON-ready copy of ``value`` with secrets redacted (secret-named keys lose their value)."""
+def sanitize(value: object) -> JsonValue:
+    """A JSON-ready copy of ``value`` with secrets redacted (secret-named keys lose their value); values
+    JSON cannot spell are stored as their redacted ``repr``."""
     if isinstance(value, Mapping):
-        clean: dict[str, Any] = {}
+        clean: dict[str, JsonValue] = {}
         for raw_key, item in value.items():
             key = redact_text(str(raw_key))
             clean[key] = REDACTED if is_secret_name(str(raw_key)) else sanitize(item)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
 
-from envsuite.leaderboard._db import Backend, Connection, connect, default_url
+from envsuite.leaderboard._db import Backend, Connection, Row, SqlValue, connect, default_url
 from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
     AddRunResult,
@@ -48,7 +47,7 @@ def _clean_key(key: ResultKey) -> ResultKey:
     )
 
 
-def _key_values(key: ResultKey) -> tuple[Any, ...]:
+def _key_values(key: ResultKey) -> tuple[str, str, int, str, str, str, str, str]:
     return (
         key.model,
         key.env_id,
@@ -61,7 +60,7 @@ def _key_values(key: ResultKey) -> tuple[Any, ...]:
     )
 
 
-def _key_from_row(row: Sequence[Any]) -> ResultKey:
+def _key_from_row(row: Row) -> ResultKey:
     return ResultKey(
         model=row[0],
         env_id=row[1],
@@ -74,12 +73,12 @@ def _key_from_row(row: Sequence[Any]) -> ResultKey:
     )
 
 
-def env_filter_sql(env_ids: Iterable[str] | None) -> tuple[str, list[Any]]:
+def env_filter_sql(env_ids: Iterable[str] | None) -> tuple[str, list[SqlValue]]:
     """A WHERE fragment over ``k.env_id``/``k.env_version``; ``"math"`` matches every version."""
     if env_ids is None:
         return "1 = 1", []
     clauses: list[str] = []
-    params: list[Any] = []
+    params: list[SqlValue] = []
     for env_id in env_ids:
         base, version = split_env_id(env_id)
         if base == env_id:
@@ -306,11 +305,12 @@ class ResultStore:
             "JOIN match_players p ON p.match_id = m.match_id ORDER BY m.played_at, m.match_id, p.seat"
         )
         wanted = None if env_ids is None else set(env_ids)
-        grouped: dict[str, list[Any]] = {}
+        # match id -> (env id, played at, run id, players by seat, their ranks)
+        grouped: dict[str, tuple[str, str, str | None, list[str], list[int]]] = {}
         for match_id, env_id, played_at, run_id, player, rank in rows:
             if wanted is not None and env_id not in wanted and split_env_id(env_id)[0] not in wanted:
                 continue
-            entry = grouped.setdefault(match_id, [env_id, played_at, run_id, [], []])
+            entry = grouped.setdefault(match_id, (env_id, played_at, run_id, [], []))
             entry[3].append(player)
             entry[4].append(int(rank))
         return [

@@ -171,3 +171,24 @@ async def test_completer_opponent_and_pools_pickle_and_mix() -> None:
     pickle.dumps(SelfPlayGroupBuilder(TextArenaFactory("Nim"), 0, renderer=RENDERER))
     run = await _rollout((await completer_game.make_envs())[0], _random_policy(1))
     assert run[-1].stop_reason is StopReason.COMPLETED
+
+
+def test_game_settings_convert_like_int_and_float_and_refuse_other_types() -> None:
+    """A game env's settings arrive as untyped kwargs: numbers and numeric text convert as int()/float()
+    would, absent ones take the default, and anything else is a TypeError naming the setting."""
+    from envsuite.turn_games import float_setting, int_setting, optional_setting
+
+    kwargs = {"n": 3.0, "text": "4", "reward": 1, "fen": "8/8/8/8/8/8/8/8 w - - 0 1", "bad": [1]}
+    assert int_setting(kwargs, "n", 0) == 3 and int_setting(kwargs, "text", 0) == 4
+    assert int_setting(kwargs, "absent", 7) == 7
+    assert float_setting(kwargs, "reward", 0.0) == 1.0 and float_setting(kwargs, "absent", 0.5) == 0.5
+    assert (
+        optional_setting(kwargs, "fen", str) == kwargs["fen"]
+        and optional_setting(kwargs, "absent", str) is None
+    )
+    with pytest.raises(TypeError, match="bad"):
+        int_setting(kwargs, "bad", 0)
+    with pytest.raises(TypeError, match="bad"):
+        float_setting(kwargs, "bad", 0.0)
+    with pytest.raises(TypeError, match="n must be a str"):
+        optional_setting(kwargs, "n", str)

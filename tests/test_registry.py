@@ -142,3 +142,27 @@ def test_import_envsuite_stays_light() -> None:
     code = "import sys, envsuite; print(sorted(m for m in ('torch','transformers','textarena','inspect_ai','tinker') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_register_keywords_are_every_other_spec_field() -> None:
+    """``register(**spec_fields)`` is typed by SpecFields, which must name exactly the EnvSpec fields that
+    are not register's own parameters, each with the field's type."""
+    import dataclasses
+    import typing
+
+    from envsuite.registration import EnvSpec, SpecFields
+
+    spec_types = typing.get_type_hints(EnvSpec)
+    own = {"id", "entry_point", "kwargs"}
+    keyword_types = typing.get_type_hints(SpecFields)
+    assert set(keyword_types) == {f.name for f in dataclasses.fields(EnvSpec)} - own
+    assert keyword_types == {name: spec_types[name] for name in keyword_types}
+
+
+def test_a_scheme_resolver_must_return_a_spec() -> None:
+    registry.register_scheme("brokenscheme", lambda env_id: {"id": env_id})
+    try:
+        with pytest.raises(TypeError, match="not an EnvSpec"):
+            envsuite.spec("brokenscheme:x")
+    finally:
+        registry._schemes.pop("brokenscheme")

@@ -15,13 +15,38 @@ cut, and ``info`` says so), so a slot always suffices.
 from __future__ import annotations
 
 import string
-from collections.abc import Iterator, Sequence
-from types import ModuleType
-from typing import Any
+from collections.abc import Iterator, Sequence, Sized
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from ctypes import c_int64, c_uint32
+    from multiprocessing.context import BaseContext
+    from multiprocessing.sharedctypes import SynchronizedArray
+    from types import ModuleType
+
+
+TokenIds: TypeAlias = NDArray[np.int64]
+"""A token observation: a 1-d array of ids."""
+
+
+class ChatTurn(TypedDict):
+    """One message of a chat observation: exactly these two keys."""
+
+    role: str
+    """One of :data:`CHAT_ROLES`."""
+    content: str
+
+
+ChatObservation: TypeAlias = tuple[ChatTurn, ...]
+"""A conversation, oldest message first."""
+
+SharedSlots: TypeAlias = "SynchronizedArray[c_int64] | SynchronizedArray[c_uint32]"
+"""The shared memory of a batch of observations: ``int64`` slots for tokens, ``uint32`` (UTF-32) for text."""
 
 
 class TokenSequence(spaces.Sequence):
@@ -32,8 +57,8 @@ class TokenSequence(spaces.Sequence):
         self.vocab_size = vocab_size
         self.max_length = max_length
 
-    def contains(self, x: Any) -> bool:
-        return bool(super().contains(x)) and len(x) <= self.max_length
+    def contains(self, x: object) -> bool:
+        return bool(super().contains(x)) and isinstance(x, Sized) and len(x) <= self.max_length
 
     def __repr__(self) -> str:
         return f"TokenSequence(vocab_size={self.vocab_size}, max_length={self.max_length})"
@@ -47,7 +72,7 @@ class PromptText(spaces.Text):
         charset = string.printable + "éüßøλπ中文"
         super().__init__(max_length=max_length, min_length=0, charset=charset, seed=seed)
 
-    def contains(self, x: Any) -> bool:
+    def contains(self, x: object) -> bool:
         return (
             isinstance(x, str)
             and len(x) <= self.max_length
@@ -74,7 +99,7 @@ class ChatMessages(spaces.Sequence):
         self.max_messages = max_messages
         self.max_chars = max_chars
 
-    def contains(self, x: Any) -> bool:
+    def contains(self, x: object) -> bool:
         return (
             isinstance(x, tuple)
             and len(x) <= self.max_messages
@@ -87,7 +112,7 @@ class ChatMessages(spaces.Sequence):
             )
         )
 
-    def sample(self, mask: Any = None, probability: Any = None) -> tuple[Any, ...]:
+    def sample(self, mask: object = None, probability: object = None) -> ChatObservation:
         """A random conversation of valid roles (gymnasium's Text would draw roles letter by letter)."""
         if mask is not None or probability is not None:
             raise NotImplementedError("ChatMessages.sample takes no mask")
@@ -107,18 +132,18 @@ class ChatMessages(spaces.Sequence):
 VariableSpace = TokenSequence | PromptText
 
 
-class SharedObservations(Sequence[Any]):
+class SharedObservations(Sequence[TokenIds | str]):
     """The batch of observations in shared memory, decoded on access (``deepcopy`` gives a tuple)."""
 
-    def __init__(self, space: VariableSpace, memory: Any, n: int) -> None:
+    def __init__(self, space: VariableSpace, memory: SharedSlots, n: int) -> None:
         self._space, self._memory, self._n = space, memory, n
 
     def _slot(self, index: int) -> np.ndarray:
         width = self._space.max_length + 1
-        buffer = np.frombuffer(self._memory.get_obj(), dtype=_dtype(self._space))
+        buffer = np.frombuffer(memoryview(self._memory.get_obj()), dtype=_dtype(self._space))
         return buffer[index * width : (index + 1) * width]
 
-    def __getitem__(self, index: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: int) -> TokenIds | str:  # type: ignore[override]
         if not -self._n <= index < self._n:
             raise IndexError(index)
         slot = self._slot(index % self._n)
@@ -130,38 +155,40 @@ class SharedObservations(Sequence[Any]):
     def __len__(self) -> int:
         return self._n
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[TokenIds | str]:
         return (self[i] for i in range(self._n))
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[Any, ...]:
+    def __deepcopy__(self, memo: dict[int, object]) -> tuple[TokenIds | str, ...]:
         return tuple(self)
 
     def __repr__(self) -> str:
         return repr(tuple(self))
 
 
-def _dtype(space: VariableSpace) -> type[np.integer[Any]]:
+def _dtype(space: VariableSpace) -> type[np.int64] | type[np.uint32]:
     return np.int64 if isinstance(space, TokenSequence) else np.uint32
 
 
 @create_shared_memory.register(TokenSequence)
 @create_shared_memory.register(PromptText)
-def _create(space: VariableSpace, n: int = 1, ctx: Any = None) -> Any:
+def _create(space: VariableSpace, n: int = 1, ctx: ModuleType | BaseContext | None = None) -> SharedSlots:
     import multiprocessing
 
-    context: ModuleType = ctx if ctx is not None else multiprocessing
-    return context.Array(np.dtype(_dtype(space)).char, n * (space.max_length + 1))
+    # gymnasium passes the multiprocessing module or a context; both have Array.
+    context = ctx if ctx is not None else multiprocessing
+    slots: SharedSlots = context.Array(np.dtype(_dtype(space)).char, n * (space.max_length + 1))
+    return slots
 
 
 @read_from_shared_memory.register(TokenSequence)
 @read_from_shared_memory.register(PromptText)
-def _read(space: VariableSpace, shared_memory: Any, n: int = 1) -> SharedObservations:
+def _read(space: VariableSpace, shared_memory: SharedSlots, n: int = 1) -> SharedObservations:
     return SharedObservations(space, shared_memory, n)
 
 
 @write_to_shared_memory.register(TokenSequence)
 @write_to_shared_memory.register(PromptText)
-def _write(space: VariableSpace, index: int, value: Any, shared_memory: Any) -> None:
+def _write(space: VariableSpace, index: int, value: TokenIds | str, shared_memory: SharedSlots) -> None:
     if isinstance(space, TokenSequence):
         values = np.asarray(value, dtype=np.int64).reshape(-1)
     else:
@@ -169,7 +196,7 @@ def _write(space: VariableSpace, index: int, value: Any, shared_memory: Any) -> 
     if len(values) > space.max_length:
         raise ValueError(f"observation of length {len(values)} does not fit {space} (the adapter cuts them)")
     width = space.max_length + 1
-    buffer = np.frombuffer(shared_memory.get_obj(), dtype=_dtype(space))
+    buffer = np.frombuffer(memoryview(shared_memory.get_obj()), dtype=_dtype(space))
     slot = buffer[index * width : (index + 1) * width]
     slot[0] = len(values)
     slot[1 : 1 + len(values)] = values

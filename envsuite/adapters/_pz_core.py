@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 if TYPE_CHECKING:
     from envsuite.turn_games import GameFactory, TurnGame
+
+
+class SeatInfo(TypedDict):
+    """What an agent's ``info`` holds: the game's latest text for it and, on its turn, its legal moves."""
+
+    text: str
+    legal_moves: list[str] | None
+    """Empty when it is not the agent's turn; None when the game does not list its moves."""
 
 
 class TurnGameCore:
@@ -25,7 +33,7 @@ class TurnGameCore:
         from envsuite.models import get_tokenizer
 
         self.factory = factory
-        self.tokenizer: Any = get_tokenizer(model)
+        self.tokenizer = get_tokenizer(model)
         self.vocab_size = len(self.tokenizer)
         self.pad_id = 0
         self.obs_tokens = obs_tokens
@@ -85,7 +93,7 @@ class TurnGameCore:
     def observation(self, seat: int) -> dict[str, np.ndarray]:
         return {"observation": self.tokens[seat].copy(), "action_mask": self.mask(seat)}
 
-    def info(self, seat: int) -> dict[str, Any]:
+    def info(self, seat: int) -> SeatInfo:
         return {
             "text": self.texts[seat],
             "legal_moves": self.game.legal_moves() if seat == self.current_seat() else [],

@@ -34,15 +34,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import re
-from collections.abc import Coroutine, Mapping
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Literal, TypeAlias, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from numpy.typing import NDArray
 
 from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
-from envsuite.adapters._gym_spaces import ChatMessages, PromptText, TokenSequence
+from envsuite.adapters._gym_spaces import (
+    ChatMessages,
+    ChatObservation,
+    ChatTurn,
+    PromptText,
+    TokenIds,
+    TokenSequence,
+)
 from envsuite.core import (
     Env,
     InitialObservationOverflow,
@@ -54,13 +62,19 @@ from envsuite.registration import EnvSpec, spec
 from envsuite.renderers import reply_to_tokens
 
 Mode = Literal["tokens", "text", "chat"]
+GymObservation: TypeAlias = TokenIds | str | ChatObservation
+"""Per mode: token ids, the prompt text, or the conversation."""
+GymAction: TypeAlias = NDArray[np.integer] | Sequence[int] | str | Mapping[str, object]
+"""Per mode: the reply's token ids, its text, or (chat mode) its text or an assistant message."""
+Info: TypeAlias = dict[str, object]
+"""``info`` of ``reset``/``step``; its keys and their values are listed in the module docstring."""
 _T = TypeVar("_T")
 GYM_NAMESPACE = "envsuite"
 _CHARS_PER_TOKEN_BOUND = 32
 _CHAT_MESSAGES_BESIDE_TURNS = 8
 
 
-class GymEnv(gymnasium.Env[Any, Any]):
+class GymEnv(gymnasium.Env[GymObservation, GymAction]):
     """A catalog env behind the gymnasium API (see the module docstring)."""
 
     metadata = {"render_modes": ["ansi", "human"]}  # noqa: RUF012  (gymnasium reads a class dict)
@@ -75,7 +89,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
         split: Literal["train", "test"] = "train",
         max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
         render_mode: str | None = None,
-        **env_kwargs: Any,
+        **env_kwargs: object,
     ) -> None:
         if mode not in ("tokens", "text", "chat"):
             raise ValueError(f"mode must be 'tokens', 'text' or 'chat', not {mode!r}")
@@ -95,7 +109,9 @@ class GymEnv(gymnasium.Env[Any, Any]):
             self.observation_space: TokenSequence | PromptText | ChatMessages = TokenSequence(
                 vocab_size, self.max_observation_tokens
             )
-            self.action_space: spaces.Space[Any] = spaces.Sequence(spaces.Discrete(vocab_size), stack=True)
+            self.action_space: spaces.Sequence | PromptText = spaces.Sequence(
+                spaces.Discrete(vocab_size), stack=True
+            )
         elif mode == "chat":
             # A turn adds at most two messages (the reply and what answers it), besides a system prompt
             # and the first user message.
@@ -115,21 +131,22 @@ class GymEnv(gymnasium.Env[Any, Any]):
     # -- gymnasium API ----------------------------------------------------------------------------
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
+        self, *, seed: int | None = None, options: dict[str, object] | None = None
+    ) -> tuple[GymObservation, Info]:
         super().reset(seed=seed)
         episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**62))
         self._env = make_env(
             self.env_spec.id,
             seed=episode_seed,
             split=self.split,
+            model=None,  # the renderer config names the model
             renderer=self.renderer_config,
             max_context_tokens=self.max_context_tokens,
             **self.env_kwargs,
         )
         start = self._run(self._env.initial_observation())
         self._done = False
-        info: dict[str, Any] = {"episode_seed": episode_seed}
+        info: Info = {"episode_seed": episode_seed}
         overflow = as_overflow(start)
         if overflow is not None:
             self._overflow, self._stop = overflow, []
@@ -140,13 +157,13 @@ class GymEnv(gymnasium.Env[Any, Any]):
         info |= {"stop_condition": list(self._stop), "conversation": self._env.conversation()}
         return self._encode_observation(ob.to_ints()), info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: GymAction) -> tuple[GymObservation, float, bool, bool, Info]:
         if self._env is None or self._done:
             raise RuntimeError("call reset() before step(); the episode is over")
         if self._overflow is not None:
             self._done = True
             overflow = self._overflow
-            overflow_info = {
+            overflow_info: Info = {
                 "stop_reason": stop_reason_from_metrics(overflow.metrics),
                 "metrics": dict(overflow.metrics),
                 "logs": dict(overflow.logs),
@@ -155,7 +172,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
         result = self._run(self._env.step(self._action_tokens(action)))
         self._done = result.episode_done
         self._stop = result.next_stop_condition
-        info: dict[str, Any] = {
+        info: Info = {
             "stop_condition": list(result.next_stop_condition),
             "conversation": self._env.conversation(),
             "metrics": dict(result.metrics),
@@ -182,7 +199,7 @@ class GymEnv(gymnasium.Env[Any, Any]):
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+    def _run(self, coro: Awaitable[_T]) -> _T:
         """Run a coroutine of the wrapped env; works even when called from inside a running loop."""
         try:
             asyncio.get_running_loop()
@@ -191,23 +208,28 @@ class GymEnv(gymnasium.Env[Any, Any]):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(self._loop.run_until_complete, coro).result()
 
-    def _encode_observation(self, tokens: list[int]) -> Any:
+    def _encode_observation(self, tokens: list[int]) -> GymObservation:
         if self.mode == "tokens":
             return np.asarray(tokens, dtype=np.int64)
         if self.mode == "chat":
             if self._overflow is not None or self._env is None:
                 return ()
             return tuple(
-                {"role": str(m.get("role", "user")), "content": str(m.get("content") or "")}
+                ChatTurn(role=str(m.get("role", "user")), content=str(m.get("content") or ""))
                 for m in self._env.conversation()
             )
         return self._renderer.tokenizer.decode(tokens, skip_special_tokens=False)
 
-    def _bounded(self, obs: Any, info: dict[str, Any]) -> Any:
+    def _bounded(self, obs: GymObservation, info: Info) -> GymObservation:
         """``obs`` cut to the observation space's bound (only a final observation can exceed it)."""
         space = self.observation_space
         if isinstance(space, ChatMessages):
-            cut = tuple({**m, "content": m["content"][: space.max_chars]} for m in obs[-space.max_messages :])
+            if not isinstance(obs, tuple):
+                raise TypeError(f"chat mode observes a conversation, not {type(obs).__name__}")
+            cut = tuple(
+                ChatTurn(role=m["role"], content=m["content"][: space.max_chars])
+                for m in obs[-space.max_messages :]
+            )
             if cut != obs:
                 info["observation_cut_from"] = len(obs)
             return cut
@@ -216,15 +238,14 @@ class GymEnv(gymnasium.Env[Any, Any]):
             return obs[: space.max_length]
         return obs
 
-    def _action_tokens(self, action: Any) -> list[int]:
+    def _action_tokens(self, action: GymAction) -> list[int]:
         if self.mode == "tokens":
             # object dtype keeps ids too large for int64 as Python ints, so the env can name them
             return [int(t) for t in np.asarray(action, dtype=object).reshape(-1)]
-        if self.mode == "chat" and isinstance(action, Mapping):
-            action = action.get("content")
-        if not isinstance(action, str):
-            raise TypeError(f"{self.mode} mode expects a str action, got {type(action).__name__}")
-        return reply_to_tokens(self._renderer, action, self._stop)
+        reply = action.get("content") if self.mode == "chat" and isinstance(action, Mapping) else action
+        if not isinstance(reply, str):
+            raise TypeError(f"{self.mode} mode expects a str action, got {type(reply).__name__}")
+        return reply_to_tokens(self._renderer, reply, self._stop)
 
     def _conversation_text(self) -> str:
         if self._env is None:
@@ -241,7 +262,7 @@ def make(
     split: Literal["train", "test"] = "train",
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
     render_mode: str | None = None,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> GymEnv:
     """A ``gymnasium.Env`` for catalog env ``env_id`` (see the module docstring for the two modes)."""
     return GymEnv(

@@ -14,14 +14,14 @@ the others' actions are ignored.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypedDict, Unpack
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils import AgentSelector
 
-from envsuite.adapters._pz_core import TurnGameCore
+from envsuite.adapters._pz_core import SeatInfo, TurnGameCore
 
 if TYPE_CHECKING:
     from envsuite.turn_games import GameFactory
@@ -30,6 +30,19 @@ DEFAULT_OBS_TOKENS = 256
 DEFAULT_MAX_MOVES = 64
 DEFAULT_MAX_STEPS = 1000
 DEFAULT_TOKENIZER = "smollm2-135m-instruct"
+
+Observations: TypeAlias = dict[str, dict[str, np.ndarray]]
+"""Per agent: ``observation`` (token ids) and ``action_mask``."""
+
+
+class WrapperOptions(TypedDict, total=False):
+    """The keyword arguments both PettingZoo views take besides the game."""
+
+    model: str
+    """The tokenizer observations are encoded with."""
+    obs_tokens: int
+    max_moves: int
+    max_steps: int
 
 
 def _spaces(core: TurnGameCore) -> tuple[spaces.Dict, spaces.Discrete]:
@@ -45,7 +58,7 @@ def _spaces(core: TurnGameCore) -> tuple[spaces.Dict, spaces.Discrete]:
 class TurnGameAECEnv(AECEnv[str, dict[str, np.ndarray], int | None]):
     """A turn-based game as a PettingZoo AEC env; agents are ``player_0`` .. ``player_{n-1}``."""
 
-    metadata: ClassVar[dict[str, Any]] = {
+    metadata: ClassVar[dict[str, str | bool | list[str]]] = {
         "name": "envsuite_turn_game_v0",
         "render_modes": [],
         "is_parallelizable": True,
@@ -69,14 +82,14 @@ class TurnGameAECEnv(AECEnv[str, dict[str, np.ndarray], int | None]):
         self._seat = {agent: i for i, agent in enumerate(self.possible_agents)}
 
     @functools.cache  # noqa: B019  (one cache entry per agent; the env lives as long)
-    def observation_space(self, agent: str) -> spaces.Space[Any]:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self._spaces[0]
 
     @functools.cache  # noqa: B019
-    def action_space(self, agent: str) -> spaces.Space[Any]:
+    def action_space(self, agent: str) -> spaces.Discrete:
         return self._spaces[1]
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+    def reset(self, seed: int | None = None, options: dict[str, object] | None = None) -> None:
         self._core.reset(seed)
         self.agents = list(self.possible_agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)
@@ -115,7 +128,10 @@ class TurnGameAECEnv(AECEnv[str, dict[str, np.ndarray], int | None]):
 class TurnGameParallelEnv(ParallelEnv[str, dict[str, np.ndarray], int]):
     """The same game as a PettingZoo Parallel env: only the agent to move acts each step."""
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "envsuite_turn_game_parallel_v0", "render_modes": []}
+    metadata: ClassVar[dict[str, str | bool | list[str]]] = {
+        "name": "envsuite_turn_game_parallel_v0",
+        "render_modes": [],
+    }
 
     def __init__(
         self,
@@ -134,34 +150,28 @@ class TurnGameParallelEnv(ParallelEnv[str, dict[str, np.ndarray], int]):
         self._spaces = _spaces(self._core)
 
     @functools.cache  # noqa: B019
-    def observation_space(self, agent: str) -> spaces.Space[Any]:
+    def observation_space(self, agent: str) -> spaces.Dict:
         return self._spaces[0]
 
     @functools.cache  # noqa: B019
-    def action_space(self, agent: str) -> spaces.Space[Any]:
+    def action_space(self, agent: str) -> spaces.Discrete:
         return self._spaces[1]
 
-    def _views(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
+    def _views(self) -> tuple[Observations, dict[str, SeatInfo]]:
         obs = {a: self._core.observation(i) for i, a in enumerate(self.possible_agents) if a in self.agents}
         infos = {a: self._core.info(i) for i, a in enumerate(self.possible_agents) if a in self.agents}
         return obs, infos
 
     def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
+        self, seed: int | None = None, options: dict[str, object] | None = None
+    ) -> tuple[Observations, dict[str, SeatInfo]]:
         self._core.reset(seed)
         self.agents = list(self.possible_agents)
         return self._views()
 
     def step(
         self, actions: dict[str, int]
-    ) -> tuple[
-        dict[str, dict[str, np.ndarray]],
-        dict[str, float],
-        dict[str, bool],
-        dict[str, bool],
-        dict[str, dict[str, Any]],
-    ]:
+    ) -> tuple[Observations, dict[str, float], dict[str, bool], dict[str, bool], dict[str, SeatInfo]]:
         mover = self.possible_agents[self._core.current_seat()]
         self._core.play(actions.get(mover))
         over, truncated = self._core.game.is_over(), self._core.truncated
@@ -183,20 +193,17 @@ class TurnGameParallelEnv(ParallelEnv[str, dict[str, np.ndarray], int]):
 def game_factory(env_id: str) -> GameFactory:
     """The turn-based game behind catalog env ``env_id`` (its class must offer ``game_factory``)."""
     from envsuite._make import available_spec
+    from envsuite.turn_games import spec_game_factory
 
     env_spec = available_spec(env_id)
-    make_factory = getattr(env_spec.load(), "game_factory", None)
-    if make_factory is None:
-        raise ValueError(f"{env_spec.id} is not a turn-based game with a multi-agent view")
-    factory: GameFactory = make_factory(env_spec.resolve_kwargs({}))
-    return factory
+    return spec_game_factory(env_spec, env_spec.resolve_kwargs({}))
 
 
-def aec_env(env_id: str, **wrapper_kwargs: Any) -> TurnGameAECEnv:
+def aec_env(env_id: str, **wrapper_kwargs: Unpack[WrapperOptions]) -> TurnGameAECEnv:
     """A PettingZoo AEC env for catalog game ``env_id`` (``tictactoe``, ``chess``, ``textarena/...``)."""
     return TurnGameAECEnv(game_factory(env_id), **wrapper_kwargs)
 
 
-def parallel_env(env_id: str, **wrapper_kwargs: Any) -> TurnGameParallelEnv:
+def parallel_env(env_id: str, **wrapper_kwargs: Unpack[WrapperOptions]) -> TurnGameParallelEnv:
     """A PettingZoo Parallel env for catalog game ``env_id``."""
     return TurnGameParallelEnv(game_factory(env_id), **wrapper_kwargs)

@@ -18,9 +18,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from envsuite.grading._result import GradeOutcome, GradeResult
+
+if TYPE_CHECKING:
+    from envsuite.grading._worker import GradeRequest
 
 DEFAULT_TIMEOUT_S = 2.0
 """Default wall-clock bound on one math-verify comparison, enforced from outside the worker."""
@@ -86,7 +89,7 @@ class Grader:
         with self._lock:
             proc = self._ensure_started()
             self._next_id += 1
-            request = {
+            request: GradeRequest = {
                 "id": self._next_id,
                 "reference": reference,
                 "prediction": prediction,
@@ -104,7 +107,7 @@ class Grader:
             except _WorkerDied as exc:
                 self._replace_worker()
                 return GradeResult(GradeOutcome.ERROR, f"grading worker died ({exc}); it will be restarted")
-        return GradeResult(GradeOutcome(reply["outcome"]), str(reply.get("detail", "")))
+        return GradeResult(GradeOutcome(str(reply["outcome"])), str(reply.get("detail", "")))
 
     @property
     def worker_pid(self) -> int | None:
@@ -193,7 +196,7 @@ class Grader:
     # -- wire protocol -------------------------------------------------------------------------
 
     @staticmethod
-    def _send(proc: subprocess.Popen[bytes], request: dict[str, Any]) -> None:
+    def _send(proc: subprocess.Popen[bytes], request: GradeRequest) -> None:
         stdin = proc.stdin
         if stdin is None:
             raise _WorkerDied("no stdin")
@@ -205,7 +208,7 @@ class Grader:
 
     def _receive(
         self, proc: subprocess.Popen[bytes], request_id: int | None, deadline: float
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The next reply line (the ``ready`` line when ``request_id`` is None), waiting until ``deadline``."""
         stdout = proc.stdout
         if stdout is None:
@@ -235,7 +238,7 @@ def _read_some(stdout: IO[bytes], deadline: float) -> bytes:
     return chunk
 
 
-def _decode(line: bytes) -> dict[str, Any] | None:
+def _decode(line: bytes) -> dict[str, object] | None:
     try:
         reply = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):

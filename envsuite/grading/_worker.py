@@ -16,8 +16,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Protocol, TypedDict
 
 _UNIT_SUFFIX_RE = re.compile(r"^(?P<value>.*?[\d}])\s*(?:[A-Za-z]{2,}\.?\s*)+$")
 """A value followed by plain words ("12 dollars", "5 cm"): the words are units, not factors."""
@@ -28,14 +27,45 @@ _PROSE_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}\s+[A-Za-z]{2,}")
 _MEMORY_LIMIT_BYTES = 4 * 1024**3
 
 
+class GradeRequest(TypedDict):
+    """One request line."""
+
+    id: int
+    reference: str
+    prediction: str
+    timeout: int
+    """math-verify's own time limit, in whole seconds."""
+
+
+class GradeReply(TypedDict):
+    """The answer line to one request."""
+
+    id: int | None
+    outcome: str
+    """A :class:`~envsuite.grading.GradeOutcome` value."""
+    detail: str
+
+
+class Parse(Protocol):
+    """``math_verify.parse`` as called here: the parsed forms of an answer (empty when none is found)."""
+
+    def __call__(self, pred: str, *, parsing_timeout: int, raise_on_error: bool) -> list[object]: ...
+
+
+class Verify(Protocol):
+    """``math_verify.verify`` as called here: whether two parsed answers are equal."""
+
+    def __call__(
+        self, gold: list[object], target: list[object], *, timeout_seconds: int, raise_on_error: bool
+    ) -> bool: ...
+
+
 def _strip_units(prediction: str) -> str:
     match = _UNIT_SUFFIX_RE.match(prediction)
     return match.group("value") if match else prediction
 
 
-def grade(
-    reference: str, prediction: str, timeout: int, parse: Callable[..., Any], verify: Callable[..., Any]
-) -> tuple[str, str]:
+def grade(reference: str, prediction: str, timeout: int, parse: Parse, verify: Verify) -> tuple[str, str]:
     """Compare with math-verify; returns ``(outcome, detail)`` with outcome a GradeOutcome value."""
     gold = parse(f"\\boxed{{{_strip_units(reference)}}}", parsing_timeout=timeout, raise_on_error=True)
     if not gold:
@@ -46,7 +76,7 @@ def grade(
     # better left to math-verify's own extraction, which finds the value inside the text.
     boxed = f"\\boxed{{{_strip_units(prediction)}}}"
     attempts = (prediction, boxed) if _PROSE_RE.search(prediction) else (boxed, prediction)
-    pred: Any = []
+    pred: list[object] = []
     for attempt in attempts:
         pred = parse(attempt, parsing_timeout=timeout, raise_on_error=True)
         if pred:
@@ -57,7 +87,7 @@ def grade(
     return ("correct" if ok else "wrong"), "math-verify"
 
 
-def _handle(request: dict[str, Any], parse: Callable[..., Any], verify: Callable[..., Any]) -> dict[str, Any]:
+def _handle(request: GradeRequest, parse: Parse, verify: Verify) -> GradeReply:
     from math_verify.errors import TimeoutException
 
     try:

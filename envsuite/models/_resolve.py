@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envsuite.errors import UsageError
 
@@ -268,12 +268,12 @@ def _renderer_from_config(path: Path) -> str:
 
     meta_file = path / "envsuite_model.json"
     if meta_file.is_file():
-        meta: dict[str, Any] = json.loads(meta_file.read_text())
-        renderer = meta.get("renderer_name")
+        meta: object = json.loads(meta_file.read_text())
+        renderer = meta.get("renderer_name") if isinstance(meta, dict) else None
         if isinstance(renderer, str):
             return renderer
-    config: dict[str, Any] = json.loads((path / "config.json").read_text())
-    model_type = str(config.get("model_type", ""))
+    config: object = json.loads((path / "config.json").read_text())
+    model_type = str(config.get("model_type", "")) if isinstance(config, dict) else ""
     if model_type == "qwen3":
         return "qwen3"
     template = path / "chat_template.jinja"

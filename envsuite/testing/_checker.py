@@ -12,11 +12,17 @@ import pickle
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import tinker
 
-from envsuite._make import RendererConfig, make_dataset_builder, make_env, make_group_builder
+from envsuite._make import (
+    DEFAULT_MAX_CONTEXT_TOKENS,
+    CatalogDatasetBuilder,
+    RendererConfig,
+    make_dataset_builder,
+    make_env,
+    make_group_builder,
+)
 from envsuite.adapters.cookbook import COOKBOOK_TAG
 from envsuite.core import Env, EnvGroupBuilder, StopReason, as_overflow
 from envsuite.registration import EnvSpec, spec
@@ -89,12 +95,49 @@ class ConformanceReport:
 class _Setup:
     env_spec: EnvSpec
     renderer: RendererConfig
-    env_kwargs: dict[str, Any]
+    env_kwargs: dict[str, object]
     seeds: tuple[int, ...]
     max_steps: int
 
-    def env(self, seed: int, **overrides: Any) -> Env:
-        return make_env(self.env_spec.id, seed=seed, renderer=self.renderer, **(self.env_kwargs | overrides))
+    # The make_* calls below name every option of their own, so that only env kwargs travel in **.
+
+    def env(self, seed: int, *, max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS) -> Env:
+        return make_env(
+            self.env_spec.id,
+            seed=seed,
+            split="train",
+            model=None,
+            renderer=self.renderer,
+            max_context_tokens=max_context_tokens,
+            **self.env_kwargs,
+        )
+
+    def group(self, group_size: int) -> EnvGroupBuilder:
+        return make_group_builder(
+            self.env_spec.id,
+            group_size=group_size,
+            seed=self.seeds[0],
+            split="train",
+            model=None,
+            renderer=self.renderer,
+            max_context_tokens=DEFAULT_MAX_CONTEXT_TOKENS,
+            **self.env_kwargs,
+        )
+
+    def dataset(self) -> CatalogDatasetBuilder:
+        """Two train batches of two groups of two, and two test groups."""
+        return make_dataset_builder(
+            self.env_spec.id,
+            batch_size=2,
+            group_size=2,
+            seed=0,
+            n_batches=2,
+            n_test_groups=2,
+            model=None,
+            renderer=self.renderer,
+            max_context_tokens=DEFAULT_MAX_CONTEXT_TOKENS,
+            **self.env_kwargs,
+        )
 
 
 Check = Callable[[_Setup, str], Awaitable[CheckResult]]
@@ -162,9 +205,7 @@ async def _check_seed_variety(s: _Setup, name: str) -> CheckResult:
 
 
 async def _play_group(s: _Setup) -> tuple[EnvGroupBuilder, list[EpisodeRecord]] | CheckResult:
-    builder = make_group_builder(
-        s.env_spec.id, group_size=3, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
-    )
+    builder = s.group(3)
     envs = await builder.make_envs()
     if len(envs) != 3:
         return _failed(
@@ -204,18 +245,8 @@ async def _check_group_shares_episode(s: _Setup, name: str) -> CheckResult:
 
 
 async def _check_pickle(s: _Setup, name: str) -> CheckResult:
-    builder = make_group_builder(
-        s.env_spec.id, group_size=2, seed=s.seeds[0], renderer=s.renderer, **s.env_kwargs
-    )
-    dataset_builder = make_dataset_builder(
-        s.env_spec.id,
-        batch_size=2,
-        group_size=2,
-        n_batches=2,
-        n_test_groups=2,
-        renderer=s.renderer,
-        **s.env_kwargs,
-    )
+    builder = s.group(2)
+    dataset_builder = s.dataset()
     clone = pickle.loads(pickle.dumps(builder))
     pickle.loads(pickle.dumps(dataset_builder))
     original = await (await builder.make_envs())[0].initial_observation()
@@ -302,7 +333,7 @@ async def _check_env_errors(s: _Setup, name: str) -> CheckResult:
 
 
 async def _check_overflow(s: _Setup, name: str) -> CheckResult:
-    env = make_env(s.env_spec.id, seed=s.seeds[0], renderer=s.renderer, max_context_tokens=4, **s.env_kwargs)
+    env = s.env(s.seeds[0], max_context_tokens=4)
     start = await env.initial_observation()
     if as_overflow(start) is None:
         return _failed(
@@ -337,7 +368,7 @@ async def check_env_async(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> ConformanceReport:
     """Async form of :func:`check_env`."""
     report = ConformanceReport(env_id=env_id, strict=strict)
@@ -376,7 +407,7 @@ def check_env(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
-    **env_kwargs: Any,
+    **env_kwargs: object,
 ) -> ConformanceReport:
     """Run every conformance check on catalog env ``env_id`` and return the report.
 

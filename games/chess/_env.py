@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
 from envsuite.games.chess._rules import ChessFactory
 from envsuite.games.multiagent import DEFAULT_OPPONENT_TIMEOUT, SeatEnv, coordinator_against
+from envsuite.turn_games import int_setting, optional_setting
 
 DEFAULT_CHESS_MAX_TURNS = 150
 
@@ -31,6 +31,8 @@ class ChessEnv(SeatEnv):
         super().__init__(ctx, coordinator, seat, max_turns=max_turns)
 
     @classmethod
-    def game_factory(cls, env_kwargs: Mapping[str, Any]) -> ChessFactory:
+    def game_factory(cls, env_kwargs: Mapping[str, object]) -> ChessFactory:
         """The rules this env plays, for multi-agent views (PettingZoo, self-play)."""
-        return ChessFactory(int(env_kwargs.get("retry_allowance", 1)), env_kwargs.get("fen"))
+        return ChessFactory(
+            int_setting(env_kwargs, "retry_allowance", 1), optional_setting(env_kwargs, "fen", str)
+        )

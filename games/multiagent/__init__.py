@@ -8,8 +8,10 @@ opponents, self-play groups and opponent pools for it here.
 from envsuite.games.multiagent._builders import (
     CatalogSelfPlayBuilder,
     OpponentPoolGroupBuilder,
+    SeatOptions,
     SelfPlayGroupBuilder,
     VsOpponentGroupBuilder,
+    opponent_setting,
     seat_options,
 )
 from envsuite.games.multiagent._coordinator import (
@@ -74,7 +76,9 @@ __all__ = [
     "play_match",
     # group builders
     "CatalogSelfPlayBuilder",
+    "SeatOptions",
     "seat_options",
+    "opponent_setting",
     "OpponentPoolGroupBuilder",
     "SelfPlayGroupBuilder",
     "VsOpponentGroupBuilder",

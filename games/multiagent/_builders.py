@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, CatalogGroupBuilder, RendererConfig, env_context
-from envsuite.core import Env, EnvGroupBuilder, Split
+from envsuite.core import Env, EnvGroupBuilder, MessageCompleter, Split
 from envsuite.games.multiagent._coordinator import (
     DEFAULT_OPPONENT_TIMEOUT,
     DEFAULT_TURN_TIMEOUT,
@@ -21,7 +21,7 @@ from envsuite.games.multiagent._coordinator import (
 )
 from envsuite.games.multiagent._opponents import OpponentConfig, OpponentPool, opponent_config
 from envsuite.games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
-from envsuite.turn_games import GameFactory
+from envsuite.turn_games import GameFactory, float_setting, int_setting, optional_setting, spec_game_factory
 
 
 @dataclass(frozen=True)
@@ -141,11 +141,10 @@ class CatalogSelfPlayBuilder(CatalogGroupBuilder):
     async def make_envs(self) -> Sequence[Env]:
         if self.split != "train":
             return [self.make_env() for _ in range(self.group_size)]
-        env_cls: Any = self.env_spec.load()
-        factory: GameFactory = env_cls.game_factory(self.env_kwargs)
+        factory = spec_game_factory(self.env_spec, self.env_kwargs)
         ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
         options = seat_options(self.env_kwargs)
-        opponent = opponent_config(self.env_kwargs.get("opponent", "random"))
+        opponent = opponent_setting(self.env_kwargs)
         envs: list[Env] = []
         while len(envs) < self.group_size:
             game = factory.make(self.seed)
@@ -160,10 +159,26 @@ class CatalogSelfPlayBuilder(CatalogGroupBuilder):
         return [self.env_spec.base_id, "selfplay"]
 
 
-def seat_options(env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+class SeatOptions(TypedDict):
+    """The :class:`SeatEnv` keyword arguments every seat of a catalog game env shares."""
+
+    max_turns: int
+    system_prompt: str | None
+    legal_move_reward: float
+
+
+def seat_options(env_kwargs: Mapping[str, object]) -> SeatOptions:
     """The :class:`SeatEnv` settings a catalog game env passes on from its keyword arguments."""
     return {
-        "max_turns": int(env_kwargs.get("max_turns", DEFAULT_MAX_TURNS)),
-        "system_prompt": env_kwargs.get("system_prompt"),
-        "legal_move_reward": float(env_kwargs.get("legal_move_reward", 0.0)),
+        "max_turns": int_setting(env_kwargs, "max_turns", DEFAULT_MAX_TURNS),
+        "system_prompt": optional_setting(env_kwargs, "system_prompt", str),
+        "legal_move_reward": float_setting(env_kwargs, "legal_move_reward", 0.0),
     }
+
+
+def opponent_setting(env_kwargs: Mapping[str, object]) -> OpponentConfig:
+    """The opponent a catalog game env names in its keyword arguments (``random`` when it names none)."""
+    opponent = env_kwargs.get("opponent", "random")
+    if not isinstance(opponent, str | OpponentConfig | MessageCompleter):
+        raise TypeError(f"opponent must be a name, an OpponentConfig or a MessageCompleter, not {opponent!r}")
+    return opponent_config(opponent)

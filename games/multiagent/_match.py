@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, env_context, episode_seed, spec
 from envsuite.core import Split, TokenCompleter, Trajectory
@@ -21,7 +20,7 @@ from envsuite.games.multiagent._builders import seat_options
 from envsuite.games.multiagent._coordinator import GameCoordinator
 from envsuite.games.multiagent._seat_env import SeatEnv
 from envsuite.rollouts import RolloutLimits, do_single_rollout, episode_metrics
-from envsuite.turn_games import GameFactory
+from envsuite.turn_games import spec_game_factory
 
 
 @dataclass(frozen=True)
@@ -71,17 +70,14 @@ async def play_match(
     renderer: RendererConfig | None = None,
     max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
     limits: RolloutLimits | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
+    env_kwargs: Mapping[str, object] | None = None,
 ) -> MatchResult:
     """Play ``n_games`` of ``env_id`` (a two-player game env with ``game_factory``) between A and B."""
     if n_games < 1:
         raise UsageError(f"n_games must be >= 1, got {n_games}")
     env_spec = spec(env_id)
     kwargs = env_spec.resolve_kwargs(env_kwargs or {})
-    env_cls: Any = env_spec.load()
-    if not hasattr(env_cls, "game_factory"):
-        raise UsageError(f"{env_spec.id} is not a game; a match needs a two-player game (`envsuite list`)")
-    factory: GameFactory = env_cls.game_factory(kwargs)
+    factory = spec_game_factory(env_spec, kwargs)
     renderer = renderer or RendererConfig()
     limits = limits or RolloutLimits()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
 from envsuite.games.multiagent import (
@@ -13,6 +12,7 @@ from envsuite.games.multiagent import (
     coordinator_against,
 )
 from envsuite.games.textarena._game import TextArenaFactory
+from envsuite.turn_games import optional_setting
 
 
 class TextArenaEnv(SeatEnv):
@@ -38,6 +38,6 @@ class TextArenaEnv(SeatEnv):
         super().__init__(ctx, coordinator, seat, max_turns=max_turns)
 
     @classmethod
-    def game_factory(cls, env_kwargs: Mapping[str, Any]) -> TextArenaFactory:
+    def game_factory(cls, env_kwargs: Mapping[str, object]) -> TextArenaFactory:
         """The rules this env plays, for multi-agent views (PettingZoo, self-play)."""
-        return TextArenaFactory(str(env_kwargs["game"]), env_kwargs.get("num_players"))
+        return TextArenaFactory(str(env_kwargs["game"]), optional_setting(env_kwargs, "num_players", int))

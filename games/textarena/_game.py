@@ -12,7 +12,7 @@ import contextlib
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import ParamSpec, Protocol, TypeAlias, TypeVar
 
 from envsuite.games.multiagent import bracket_action, listed_moves
 from envsuite.games.textarena._offline import ensure_offline_nltk
@@ -22,6 +22,41 @@ from envsuite.games.textarena._table import record
 from envsuite.turn_games import GameOutcome, MoveResult, MoveStatus
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+TextArenaMessage: TypeAlias = tuple[int, str, object]
+"""One message in a textarena inbox: (sender id, with -1 for the game; text; textarena's message kind)."""
+
+
+class _TextArenaState(Protocol):
+    """The slice of textarena's ``State`` this adapter reads (textarena ships no type information)."""
+
+    current_player_id: int
+    done: bool
+    observations: dict[int, list[TextArenaMessage]]
+    """Each seat's unread messages."""
+    game_info: dict[int, dict[str, object]]
+    """Per seat: ``invalid_move`` (bool), ``reason`` (text) and game-specific entries."""
+    rewards: dict[int, object] | None
+    """Per seat, once the game is over; some games store a message in place of a reward."""
+    role_mapping: dict[int, str]
+
+
+class _TextArenaEnv(Protocol):
+    """The slice of a textarena env this adapter calls."""
+
+    @property
+    def state(self) -> _TextArenaState: ...
+
+    def reset(self, num_players: int, seed: int | None = None) -> object: ...
+
+    def get_observation(self) -> tuple[int, list[TextArenaMessage]]: ...
+
+    def step(self, action: str) -> object: ...
+
+    def close(self) -> object: ...
+
+
 _MAX_FREE_TEXT_CHARS = 4000
 _GAME_ID = -1
 
@@ -44,11 +79,11 @@ class TextArenaGame:
         self._crash: tuple[int, str] | None = None
         """(seat, error) when textarena itself raised on a move: the game ends, that seat loses."""
         with self._rng.active(), contextlib.redirect_stdout(io.StringIO()):
-            self._env: Any = ta.make(_raw_id(game.name))
+            self._env: _TextArenaEnv = ta.make(_raw_id(game.name))
             self._env.reset(num_players=self.num_players, seed=seed)
 
     @property
-    def state(self) -> Any:
+    def state(self) -> _TextArenaState:
         return self._env.state
 
     def current_player(self) -> int:
@@ -130,7 +165,7 @@ class TextArenaGame:
         with contextlib.suppress(Exception):
             self._rng.call(_quiet, self._env.close)
 
-    def _format(self, messages: Sequence[tuple[int, str, object]]) -> str:
+    def _format(self, messages: Sequence[TextArenaMessage]) -> str:
         roles = self.state.role_mapping
         lines = []
         for sender, message, _ in messages:
@@ -150,10 +185,10 @@ def _reward_value(value: object) -> float:
         return -1.0
 
 
-def _quiet(fn: Callable[..., T], *args: Any) -> T:
+def _quiet(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Call textarena code with its stray prints (puzzle generators, debug output) swallowed."""
     with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*args)
+        return fn(*args, **kwargs)
 
 
 def _raw_id(name: str) -> str:
@@ -163,7 +198,7 @@ def _raw_id(name: str) -> str:
     return raw if raw in ENV_REGISTRY else f"{name}-v0"
 
 
-def _invalid_notice(messages: Sequence[tuple[int, str, object]]) -> str | None:
+def _invalid_notice(messages: Sequence[TextArenaMessage]) -> str | None:
     for sender, message, _ in messages:
         if sender == _GAME_ID and "invalid move" in message.lower():
             return message

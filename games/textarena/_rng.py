@@ -13,9 +13,14 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeAlias, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+NumpyState: TypeAlias = dict[str, object]
+"""``numpy.random.get_state(legacy=False)``: the bit generator's name and its state, only ever handed
+back to ``set_state``."""
 
 _GLOBAL_STATE_LOCK = threading.RLock()
 """Held while any game's state is swapped into the global generators (RLock: calls may nest)."""
@@ -26,7 +31,7 @@ class IsolatedRandom:
 
     def __init__(self, seed: int, *, numpy: bool = False) -> None:
         self._state = random.Random(seed).getstate()
-        self._np_state: dict[str, Any] | None = None
+        self._np_state: NumpyState | None = None
         if numpy:
             import numpy as np
 
@@ -46,7 +51,7 @@ class IsolatedRandom:
                 random.setstate(saved)
                 self._swap_numpy_out(np_saved)
 
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` with this object's state as the global random state.
 
         Same effect as ``with self.active(): fn(...)``, without the generator overhead on hot paths.
@@ -62,16 +67,16 @@ class IsolatedRandom:
                 random.setstate(saved)
                 self._swap_numpy_out(np_saved)
 
-    def _swap_numpy_in(self) -> dict[str, Any] | None:
+    def _swap_numpy_in(self) -> NumpyState | None:
         if self._np_state is None:
             return None
         import numpy as np
 
-        saved: dict[str, Any] = np.random.get_state(legacy=False)
+        saved: NumpyState = np.random.get_state(legacy=False)
         np.random.set_state(self._np_state)
         return saved
 
-    def _swap_numpy_out(self, saved: dict[str, Any] | None) -> None:
+    def _swap_numpy_out(self, saved: NumpyState | None) -> None:
         if saved is None:
             return
         import numpy as np

@@ -7,12 +7,12 @@ the move format, and ``legal_move_reward`` for every accepted move (see :data:`E
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from envsuite.core import EnvContext, MessageCompleter
 from envsuite.games.multiagent._coordinator import DEFAULT_OPPONENT_TIMEOUT
 from envsuite.games.multiagent._seat_env import DEFAULT_MAX_TURNS, SeatEnv, coordinator_against
 from envsuite.games.tictactoe._rules import TicTacToeFactory
+from envsuite.turn_games import int_setting
 
 EASY_SYSTEM_PROMPT = (
     "You are playing tic-tac-toe. Reply with the number of one free cell in square brackets, "
@@ -52,6 +52,6 @@ class TicTacToeEnv(SeatEnv):
         )
 
     @classmethod
-    def game_factory(cls, env_kwargs: Mapping[str, Any]) -> TicTacToeFactory:
+    def game_factory(cls, env_kwargs: Mapping[str, object]) -> TicTacToeFactory:
         """The rules this env plays, for multi-agent views (PettingZoo, self-play)."""
-        return TicTacToeFactory(int(env_kwargs.get("retry_allowance", 1)))
+        return TicTacToeFactory(int_setting(env_kwargs, "retry_allowance", 1))

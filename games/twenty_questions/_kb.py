@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, TypeVar
 
 from envsuite.core import Split
 
@@ -25,6 +25,16 @@ LIST_ATTRS = ("tags", "aliases", "colors", "materials", "places", "uses", "abili
 SCALAR_ATTRS = ("alive", "man_made", "edible", "electric", "legs", "size_m", "kg")
 TEST_FRACTION_PER_MILLE = 200
 """About a fifth of the words are held out for the test split."""
+
+_T = TypeVar("_T")
+
+
+class _Category(TypedDict, total=False):
+    """A category as the data file spells it; a layer maps attribute names to JSON values."""
+
+    parent: str | None
+    set: dict[str, object]
+    add: dict[str, object]
 
 
 def normalize_phrase(text: str) -> str:
@@ -113,11 +123,26 @@ def word_split(word: str) -> Split:
     return "test" if int.from_bytes(digest, "little") % 1000 < TEST_FRACTION_PER_MILLE else "train"
 
 
-def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
+def _phrases(value: object, name: str) -> list[str]:
+    """A list attribute's phrases (the list itself, not a copy)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"knowledge base: {name} must be a list of phrases, not {value!r}")
+    return value
+
+
+def _scalar(attrs: Mapping[str, object], name: str, kind: type[_T] | tuple[type[_T], ...]) -> _T | None:
+    """A scalar attribute, None when unclear."""
+    value = attrs.get(name)
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"knowledge base: {name} must be a {kind} or null, not {value!r}")
+    return value
+
+
+def _merge(into: dict[str, object], layer: Mapping[str, object]) -> None:
     for key, value in layer.items():
         if key in LIST_ATTRS:
-            items: list[str] = into.setdefault(key, [])
-            for item in value:
+            items = _phrases(into.setdefault(key, []), key)
+            for item in _phrases(value, key):
                 if item.startswith("-"):
                     while item[1:] in items:
                         items.remove(item[1:])
@@ -127,31 +152,36 @@ def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
             into[key] = value
 
 
-def _resolve(name: str, raw: Mapping[str, Any], categories: Mapping[str, Any]) -> Entity:
+def _resolve(name: str, raw: Mapping[str, object], categories: Mapping[str, _Category]) -> Entity:
     chain: list[str] = []
-    cursor: str | None = raw["category"]
+    cursor = raw["category"]
+    if cursor is not None and not isinstance(cursor, str):
+        raise ValueError(f"knowledge base: word {name!r} has a category that is not a name: {cursor!r}")
     while cursor is not None:
         if cursor not in categories or cursor in chain:
             raise ValueError(f"knowledge base: word {name!r} has a broken category chain at {cursor!r}")
         chain.append(cursor)
         cursor = categories[cursor].get("parent")
-    attrs: dict[str, Any] = {}
+    attrs: dict[str, object] = {}
     for category in reversed(chain):
         _merge(attrs, categories[category].get("set", {}))
         _merge(attrs, categories[category].get("add", {}))
     _merge(attrs, {k: v for k, v in raw.items() if k not in ("category", "counts")})
-    lists = {k: frozenset(normalize_phrase(v) for v in attrs.get(k, [])) for k in LIST_ATTRS}
+    lists = {k: frozenset(normalize_phrase(v) for v in _phrases(attrs.get(k, []), k)) for k in LIST_ATTRS}
+    counts = raw.get("counts", {})
+    if not isinstance(counts, dict):
+        raise ValueError(f"knowledge base: word {name!r} has counts that are not an object")
     return Entity(
         name=normalize_phrase(name),
         chain=tuple(normalize_phrase(c) for c in chain),
-        alive=attrs.get("alive"),
-        man_made=attrs.get("man_made"),
-        edible=attrs.get("edible"),
-        electric=attrs.get("electric"),
-        legs=attrs.get("legs"),
-        size_m=attrs.get("size_m"),
-        kg=attrs.get("kg"),
-        counts={normalize_phrase(k): int(v) for k, v in raw.get("counts", {}).items()},
+        alive=_scalar(attrs, "alive", bool),
+        man_made=_scalar(attrs, "man_made", bool),
+        edible=_scalar(attrs, "edible", bool),
+        electric=_scalar(attrs, "electric", bool),
+        legs=_scalar(attrs, "legs", int),
+        size_m=_scalar(attrs, "size_m", (int, float)),
+        kg=_scalar(attrs, "kg", (int, float)),
+        counts={normalize_phrase(k): int(v) for k, v in counts.items()},
         tags=lists["tags"],
         aliases=lists["aliases"],
         colors=lists["colors"],

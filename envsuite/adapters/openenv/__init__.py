@@ -12,7 +12,7 @@ deprecated former name). ``docs/openenv.md`` has the details.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envsuite.adapters.openenv._client import OpenEnvEnv, openenv_spec
@@ -46,7 +46,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # The client side is light; the server side imports OpenEnv (FastAPI, pydantic) only when asked.
     if name in _HOMES:
         import importlib

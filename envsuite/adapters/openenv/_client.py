@@ -17,11 +17,12 @@ bound); other OpenEnv servers get a generic multi-turn spec.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 # Imported with the module, never inside a coroutine: OpenEnv's import pulls in gradio, whose import
 # runs ast.parse, and under a nested event loop (inspect-ai applies nest_asyncio in the process)
@@ -41,9 +42,37 @@ from envsuite.core import (
 )
 from envsuite.registration import EnvKind, EnvSpec
 
+if TYPE_CHECKING:
+    from envsuite.adapters.openenv._models import SpecDocument
+
 SCHEME = "openenv"
 TEXT_KEYS = ("prompt", "text", "message", "content", "question", "observation")
 _spec_cache: dict[str, EnvSpec] = {}
+
+
+class _StepResult(Protocol):
+    """What OpenEnv's client returns from ``reset`` and ``step`` (OpenEnv ships no type information)."""
+
+    @property
+    def observation(self) -> object:
+        """The server's observation as JSON: a dict (envsuite servers send the whole conversation)."""
+        ...
+
+    @property
+    def reward(self) -> float | None: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+class _Session(Protocol):
+    """The slice of OpenEnv's ``GenericEnvClient`` an episode uses: one WebSocket session."""
+
+    async def reset(self, *, seed: int, split: str) -> _StepResult: ...
+
+    async def step(self, action: dict[str, str]) -> _StepResult: ...
+
+    async def close(self) -> None: ...
 
 
 class OpenEnvEnv(Env):
@@ -63,20 +92,21 @@ class OpenEnvEnv(Env):
         self.action_field = action_field
         self.message_timeout_s = message_timeout_s
         self.connect_timeout_s = connect_timeout_s
-        self._client: Any = None
+        self._client: _Session | None = None
         self._messages: list[Message] = []
         self._stop = ctx.renderer.get_stop_sequences()
 
     async def initial_observation(
         self,
     ) -> tuple[Observation, list[int] | list[str]] | InitialObservationOverflow:
-        self._client = GenericEnvClient(
+        client: _Session = GenericEnvClient(
             base_url=self.url,
             connect_timeout_s=self.connect_timeout_s,
             message_timeout_s=self.message_timeout_s,
         )
+        self._client = client
         try:
-            result = await self._client.reset(seed=self.ctx.seed, split=self.ctx.split)
+            result = await client.reset(seed=self.ctx.seed, split=self.ctx.split)
         except BaseException:
             await self._close()
             raise
@@ -97,6 +127,8 @@ class OpenEnvEnv(Env):
         reply = self.ctx.renderer.parse_response(list(action))
         text = str(reply.message["content"])
         try:
+            if self._client is None:
+                raise RuntimeError("no session: the episode is over or never started")
             result = await self._client.step({self.action_field: text})
         except Exception as exc:  # the server died, hung past the timeout, or refused the action
             await self._close()
@@ -141,7 +173,7 @@ class OpenEnvEnv(Env):
                 await client.close()
 
 
-def _messages(observation: Any, history: list[Message]) -> list[Message]:
+def _messages(observation: object, history: list[Message]) -> list[Message]:
     """The conversation after an observation: envsuite servers send it whole; others send a turn."""
     if isinstance(observation, dict) and isinstance(observation.get("messages"), list):
         return [Message(role=str(m["role"]), content=str(m["content"])) for m in observation["messages"]]
@@ -154,14 +186,16 @@ def _messages(observation: Any, history: list[Message]) -> list[Message]:
     return [*history, Message(role="user", content=text)]
 
 
-def _stop_reason(value: Any) -> StopReason:
+def _stop_reason(value: object) -> StopReason:
+    if not isinstance(value, str):
+        return StopReason.COMPLETED
     try:
         return StopReason(value)
     except ValueError:
         return StopReason.COMPLETED
 
 
-def _numbers(value: Any) -> dict[str, float | int]:
+def _numbers(value: object) -> dict[str, float | int]:
     if not isinstance(value, dict):
         return {}
     return {
@@ -177,26 +211,23 @@ def openenv_spec(env_id: str) -> EnvSpec:
     url = url.removesuffix("-v0")
     if url in _spec_cache:
         return _spec_cache[url]
-    common: dict[str, Any] = {
-        "id": f"{SCHEME}:{url}",
-        "entry_point": OpenEnvEnv,
-        "kwargs": {"url": url},
-        "tags": (SCHEME,),
-    }
+    generic = EnvSpec(
+        id=f"{SCHEME}:{url}",
+        entry_point=OpenEnvEnv,
+        kwargs={"url": url},
+        kind=EnvKind.MULTI_TURN,
+        tags=(SCHEME,),
+    )
     try:
         document = _fetch_spec(url)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        return EnvSpec(
-            **common, kind=EnvKind.MULTI_TURN, unavailable=f"OpenEnv server {url} is not reachable: {exc}"
-        )
+        return dataclasses.replace(generic, unavailable=f"OpenEnv server {url} is not reachable: {exc}")
     if document is None:
-        env_spec = EnvSpec(
-            **common, kind=EnvKind.MULTI_TURN, description=f"OpenEnv server at {url}", max_turns=64
-        )
+        env_spec = dataclasses.replace(generic, description=f"OpenEnv server at {url}", max_turns=64)
     else:
         lo, hi = document.get("reward_range", (-1.0, 1.0))
-        env_spec = EnvSpec(
-            **common,
+        env_spec = dataclasses.replace(
+            generic,
             kind=EnvKind(document.get("kind", EnvKind.MULTI_TURN.value)),
             description=f"{document.get('env_id')} served over OpenEnv at {url}",
             reward_range=(float(lo), float(hi)),
@@ -206,8 +237,10 @@ def openenv_spec(env_id: str) -> EnvSpec:
     return env_spec
 
 
-def _fetch_spec(url: str) -> dict[str, Any] | None:
-    """envsuite's spec document, or None for a server that is not envsuite's (no such route)."""
+def _fetch_spec(url: str) -> SpecDocument | None:
+    """envsuite's spec document, or None for a server that is not envsuite's (no such route).
+
+    The document is the server's word: a malformed one fails in :func:`openenv_spec` as it is read."""
     try:
         with urllib.request.urlopen(f"{url}/envsuite", timeout=10) as response:
             data = json.loads(response.read().decode())
@@ -215,4 +248,4 @@ def _fetch_spec(url: str) -> dict[str, Any] | None:
         if exc.code == 404:
             return None
         raise
-    return data if isinstance(data, dict) else None
+    return cast("SpecDocument", data) if isinstance(data, dict) else None

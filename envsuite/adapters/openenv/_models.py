@@ -7,7 +7,7 @@ token ids, the stop condition, and on the last step why the episode stopped and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from openenv.core import Action, Observation, State
 from pydantic import Field, model_validator
@@ -36,8 +36,22 @@ class EnvsuiteObservation(Observation):
     stop: list[int | str] = Field(default_factory=list, description="Stop condition for the next reply")
     stop_reason: str | None = Field(default=None, description="Why the episode ended (last step only)")
     metrics: dict[str, float] = Field(default_factory=dict, description="The env's metrics for this step")
-    logs: dict[str, Any] = Field(default_factory=dict, description="Diagnostics for people")
+    logs: dict[str, str | bool | int | float] = Field(
+        default_factory=dict, description="Diagnostics for people"
+    )
     seed: int | None = Field(default=None, description="The episode's seed (replay with reset(seed=...))")
+
+
+class SpecDocument(TypedDict):
+    """What ``GET /envsuite`` answers: enough for a client to build an ``openenv:`` catalog spec."""
+
+    env_id: str
+    kind: str
+    """An :class:`~envsuite.registration.EnvKind` value."""
+    reward_range: list[float]
+    """``[lo, hi]``."""
+    max_turns: int | None
+    description: str
 
 
 class EnvsuiteState(State):

@@ -15,13 +15,13 @@ import functools
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from openenv.core import Environment, create_fastapi_app
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from envsuite._make import DEFAULT_MODEL, RendererConfig, available_spec, make_env
-from envsuite.adapters.openenv._models import EnvsuiteAction, EnvsuiteObservation, EnvsuiteState
+from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, DEFAULT_MODEL, RendererConfig, available_spec, make_env
+from envsuite.adapters.openenv._models import EnvsuiteAction, EnvsuiteObservation, EnvsuiteState, SpecDocument
 from envsuite.core import (
     Env,
     InvalidActionError,
@@ -35,6 +35,9 @@ from envsuite.core import (
 )
 from envsuite.renderers import reply_to_tokens
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 DEFAULT_MAX_SESSIONS = 256
 SPEC_ROUTE = "/envsuite"
 
@@ -44,9 +47,20 @@ class ServeSettings:
     """What a server serves: the env, its keyword arguments, and the tokenizer it renders for."""
 
     env_id: str
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, object] = field(default_factory=dict)
     renderer: RendererConfig = field(default_factory=lambda: RendererConfig(DEFAULT_MODEL))
-    max_context_tokens: int = 4096
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS
+
+
+class _StepFields(TypedDict, total=False):
+    """The observation fields a step or reset sets (the conversation, stop and seed are always set)."""
+
+    done: bool
+    reward: float
+    stop_reason: str
+    metrics: dict[str, float]
+    logs: dict[str, str | bool | int | float]
+    prompt_tokens: list[int]
 
 
 class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, EnvsuiteState]):
@@ -64,7 +78,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
     # -- OpenEnv's interface (async; the sync forms exist for sync callers) --------------------
 
     async def reset_async(
-        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: object
     ) -> EnvsuiteObservation:
         split: Split = "test" if kwargs.get("split") == "test" else "train"
         seed = secrets.randbelow(2**31) if seed is None else int(seed)
@@ -73,6 +87,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
             s.env_id,
             seed=seed,
             split=split,
+            model=None,  # the renderer config names the model
             renderer=s.renderer,
             max_context_tokens=s.max_context_tokens,
             **s.env_kwargs,
@@ -91,7 +106,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
         return self._observation(prompt_tokens=prompt.to_ints())
 
     async def step_async(
-        self, action: EnvsuiteAction, timeout_s: float | None = None, **kwargs: Any
+        self, action: EnvsuiteAction, timeout_s: float | None = None, **kwargs: object
     ) -> EnvsuiteObservation:
         if self._env is None or self._state.done:
             raise RuntimeError("no episode in progress: call reset first (episodes are single-use)")
@@ -119,12 +134,12 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
         return self._from_step(result)
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: object
     ) -> EnvsuiteObservation:
         return asyncio.run(self.reset_async(seed, episode_id, **kwargs))
 
     def step(
-        self, action: EnvsuiteAction, timeout_s: float | None = None, **kwargs: Any
+        self, action: EnvsuiteAction, timeout_s: float | None = None, **kwargs: object
     ) -> EnvsuiteObservation:
         return asyncio.run(self.step_async(action, timeout_s, **kwargs))
 
@@ -155,7 +170,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
             reward=result.reward, metrics=metrics, logs=logs, prompt_tokens=prompt_tokens
         )
 
-    def _observation(self, **fields: Any) -> EnvsuiteObservation:
+    def _observation(self, **fields: Unpack[_StepFields]) -> EnvsuiteObservation:
         messages = [dict(m) for m in self._env.conversation()] if self._env is not None else []
         return EnvsuiteObservation(
             messages=[{"role": str(m["role"]), "content": str(m["content"])} for m in messages],
@@ -165,7 +180,7 @@ class EnvsuiteEnvironment(Environment[EnvsuiteAction, EnvsuiteObservation, Envsu
         )
 
 
-def spec_document(env_id: str) -> dict[str, Any]:
+def spec_document(env_id: str) -> SpecDocument:
     """What ``GET /envsuite`` answers: enough for a client to build an ``openenv:`` catalog spec."""
     env_spec = available_spec(env_id)
     return {
@@ -183,9 +198,9 @@ def create_app(
     model: str = DEFAULT_MODEL,
     renderer_name: str | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
-    max_context_tokens: int = 4096,
-    **env_kwargs: Any,
-) -> Any:
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    **env_kwargs: object,
+) -> FastAPI:
     """A FastAPI app serving ``env_id`` over OpenEnv's HTTP/WebSocket protocol (run it with uvicorn)."""
     env_spec = available_spec(env_id)
     settings = ServeSettings(
@@ -195,7 +210,7 @@ def create_app(
         max_context_tokens,
     )
     settings.renderer.build()  # fail now, not in the first session, if the tokenizer is missing
-    app = create_fastapi_app(
+    app: FastAPI = create_fastapi_app(
         functools.partial(EnvsuiteEnvironment, settings),
         EnvsuiteAction,
         EnvsuiteObservation,
@@ -208,8 +223,27 @@ def create_app(
     return app
 
 
-def serve(env_id: str, *, host: str = "127.0.0.1", port: int = 8000, **app_kwargs: Any) -> None:
-    """Serve until interrupted (what ``envsuite serve-env`` runs)."""
+def serve(
+    env_id: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model: str = DEFAULT_MODEL,
+    renderer_name: str | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    **env_kwargs: object,
+) -> None:
+    """Serve until interrupted (what ``envsuite serve-env`` runs); the other arguments are
+    :func:`create_app`'s."""
     import uvicorn
 
-    uvicorn.run(create_app(env_id, **app_kwargs), host=host, port=port, log_level="warning")
+    app = create_app(
+        env_id,
+        model=model,
+        renderer_name=renderer_name,
+        max_sessions=max_sessions,
+        max_context_tokens=max_context_tokens,
+        **env_kwargs,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any
+from typing import NotRequired, Protocol, TypedDict
 
 from envsuite.core import Action, ActionExtra, EnvContext, StepResult
 from envsuite.envs import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict, split_of
@@ -26,6 +26,23 @@ def read_answer(reply: str) -> tuple[str | None, bool]:
     return (lines[-1][:_MAX_ANSWER_CHARS], False) if lines else (None, False)
 
 
+class ProblemEntry(TypedDict):
+    """One reasoning-gym problem as its datasets give it."""
+
+    question: str
+    answer: str
+    metadata: NotRequired[dict[str, object]]
+    """The generator's parameters and whatever its scorer needs."""
+
+
+class _Dataset(Protocol):
+    """The slice of a reasoning-gym dataset the env uses (reasoning-gym ships no type information)."""
+
+    def __getitem__(self, index: int) -> ProblemEntry: ...
+
+    def score_answer(self, answer: str, entry: ProblemEntry) -> float: ...
+
+
 class ReasoningGymEnv(ProblemEnv):
     """One reasoning-gym problem (``dataset`` names it; ``config`` goes to ``create_dataset``).
 
@@ -38,22 +55,24 @@ class ReasoningGymEnv(ProblemEnv):
         ctx: EnvContext,
         *,
         dataset: str,
-        config: dict[str, Any] | None = None,
+        config: dict[str, object] | None = None,
         system_prompt: str | None = None,
         format_coef: float = DEFAULT_FORMAT_COEF,
     ) -> None:
         super().__init__(ctx, system_prompt=system_prompt, format_coef=format_coef)
         rg = importlib.import_module("reasoning_gym")
         # reasoning-gym seeds numpy too, which needs a 32-bit seed.
-        self._data = rg.create_dataset(dataset, seed=ctx.seed % 2**31, size=_CANDIDATES, **(config or {}))
+        self._data: _Dataset = rg.create_dataset(
+            dataset, seed=ctx.seed % 2**31, size=_CANDIDATES, **(config or {})
+        )
         self.entry = self._pick_entry(dataset)
         self.problem = Problem(question=str(self.entry["question"]), answer=str(self.entry["answer"]))
         self.prompt = f"{self.problem.question}\n\n{INSTRUCTION}"
         self._score = 0.0
 
-    def _pick_entry(self, dataset: str) -> dict[str, Any]:
+    def _pick_entry(self, dataset: str) -> ProblemEntry:
         for index in range(_CANDIDATES):
-            entry: dict[str, Any] = self._data[index]
+            entry = self._data[index]
             if split_of(str(entry["question"])) == self.ctx.split:
                 return entry
         raise ValueError(f"reasoning_gym/{dataset}: no {self.ctx.split!r} problem in {_CANDIDATES} draws")

@@ -14,7 +14,7 @@ product), so a trained model can route its layers through it too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -52,11 +52,27 @@ def reordered_weight(weight: torch.Tensor) -> torch.Tensor:
     return packed
 
 
+class _LinearContext(Protocol):
+    """What :class:`_OneDnnLinearFunction` keeps on autograd's context object between its passes."""
+
+    has_bias: bool
+    needs_input_grad: tuple[bool, ...]
+
+    @property
+    def saved_tensors(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The input (None when the weight needs no gradient) and the weight."""
+        ...
+
+    def save_for_backward(self, *tensors: torch.Tensor | None) -> None: ...
+
+
 class _OneDnnLinearFunction(torch.autograd.Function):
     """:func:`onednn_linear` with its gradients (only those asked for)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        ctx: _LinearContext, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         # The input is kept only when the weight's gradient will need it (frozen LoRA bases: never).
         ctx.save_for_backward(x if weight.requires_grad else None, weight)
         ctx.has_bias = bias is not None
@@ -64,7 +80,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(
-        ctx: Any, grad_out: torch.Tensor
+        ctx: _LinearContext, grad_out: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         x, weight = ctx.saved_tensors
         grad_x = grad_weight = grad_bias = None
@@ -73,6 +89,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
             grad_x = onednn_linear(grad_out.contiguous(), weight.t(), None)
         rows_g = grad_out.reshape(-1, grad_out.shape[-1])
         if ctx.needs_input_grad[1]:
+            assert x is not None  # saved whenever the weight needs a gradient
             grad_weight = rows_g.t() @ x.reshape(-1, x.shape[-1])
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = rows_g.sum(0)

@@ -25,16 +25,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
-from envsuite.engine.weights._lora import LoraSpec, add_lora, load_adapter_state, load_base_model, merge_lora
+from envsuite.engine.weights._lora import (
+    LoraSpec,
+    LoraSpecJson,
+    add_lora,
+    load_adapter_state,
+    load_base_model,
+    merge_lora,
+)
 from envsuite.errors import UsageError
 from envsuite.models import CHECKPOINT_META_FILE
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from peft import PeftModel
+    from torch.optim.optimizer import StateDict
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 META_FILE = CHECKPOINT_META_FILE
@@ -56,6 +66,30 @@ class CheckpointError(UsageError):
     """A checkpoint path that is missing, incomplete, corrupt or of the wrong kind."""
 
 
+class CheckpointMetaJson(TypedDict):
+    """``envsuite_checkpoint.json`` as :meth:`CheckpointMeta.to_json` writes it."""
+
+    format_version: int
+    kind: str
+    """A :class:`CheckpointKind` value."""
+    base_model: str
+    lora: LoraSpecJson | None
+    step: int
+    user_metadata: dict[str, str]
+    expires_at: str | None
+    """ISO 8601, or None."""
+
+
+class OptimizerFile(TypedDict):
+    """What ``optimizer.pt`` of a state checkpoint holds."""
+
+    optimizer: StateDict
+    """The AdamW moments and step counts (``torch.optim.Optimizer.state_dict``)."""
+    param_names: list[str]
+    """The trained parameters in the optimizer's order, to refuse a state saved for another model."""
+    step: int
+
+
 @dataclass(frozen=True)
 class CheckpointMeta:
     """The JSON record of a checkpoint."""
@@ -68,7 +102,7 @@ class CheckpointMeta:
     expires_at: datetime | None = None
     """When the writer asked the checkpoint to expire (``ttl_seconds``); recorded, never enforced."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckpointMetaJson:
         return {
             "format_version": FORMAT_VERSION,
             "kind": self.kind.value,
@@ -80,7 +114,9 @@ class CheckpointMeta:
         }
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> CheckpointMeta:
+    def from_json(data: CheckpointMetaJson) -> CheckpointMeta:
+        """The record ``data`` spells; a malformed one raises KeyError, TypeError or ValueError (which
+        :func:`read_meta` reports as a corrupt checkpoint)."""
         if data.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"unsupported format_version {data.get('format_version')!r}")
         lora = data["lora"]
@@ -165,7 +201,7 @@ def save_full_model(directory: Path, model: PreTrainedModel) -> None:
     model.save_pretrained(str(directory))
 
 
-def save_optimizer(directory: Path, state: dict[str, Any]) -> None:
+def save_optimizer(directory: Path, state: OptimizerFile) -> None:
     torch.save(state, directory / OPTIMIZER_FILE)
 
 
@@ -209,9 +245,9 @@ def load_adapter(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_optimizer(directory: Path) -> dict[str, Any]:
+def load_optimizer(directory: Path) -> OptimizerFile:
     try:
-        state: dict[str, Any] = torch.load(directory / OPTIMIZER_FILE, weights_only=True)
+        state: OptimizerFile = torch.load(directory / OPTIMIZER_FILE, weights_only=True)
     except Exception as exc:
         raise CheckpointError(f"checkpoint {str(directory)!r}: {OPTIMIZER_FILE} is corrupt ({exc})") from exc
     return state
@@ -266,7 +302,7 @@ def load_sampling_model(
     return SamplingModel(model, get_tokenizer(meta.base_model), meta.base_model, str(model_path))
 
 
-def _check_finite(directory: Path, tensors: Any) -> None:
+def _check_finite(directory: Path, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
     for name, tensor in tensors:
         if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"checkpoint {str(directory)!r}: weight {name} holds NaN or inf values")

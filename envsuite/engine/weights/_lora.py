@@ -16,8 +16,9 @@ import copy
 import random
 import threading
 import warnings
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 import torch
 
@@ -30,6 +31,17 @@ MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
 UNEMBED_MODULES = ("lm_head",)
 LORA_ALPHA = 32
 _ADAPTER = "default"
+
+
+class LoraSpecJson(TypedDict):
+    """A :class:`LoraSpec` as a checkpoint records it."""
+
+    rank: int
+    seed: int
+    train_mlp: bool
+    train_attn: bool
+    train_unembed: bool
+    alpha: int
 
 
 @dataclass(frozen=True)
@@ -60,11 +72,18 @@ class LoraSpec:
             targets += UNEMBED_MODULES
         return targets
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> LoraSpecJson:
+        return {
+            "rank": self.rank,
+            "seed": self.seed,
+            "train_mlp": self.train_mlp,
+            "train_attn": self.train_attn,
+            "train_unembed": self.train_unembed,
+            "alpha": self.alpha,
+        }
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> LoraSpec:
+    def from_json(data: LoraSpecJson) -> LoraSpec:
         return LoraSpec(
             rank=int(data["rank"]),
             seed=int(data["seed"]),
@@ -123,12 +142,30 @@ def add_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
     return peft_model
 
 
-def _lora_layers(peft_model: PeftModel) -> dict[str, Any]:
-    """peft's LoRA layers by base-module name (typed Any: peft builds their attributes dynamically)."""
+class _LoraLayer(Protocol):
+    """What is read off a peft LoRA layer here (peft types its adapter dicts as holding any Module)."""
+
+    lora_A: Mapping[str, torch.nn.Linear]
+    """Per adapter name, the down projection (weight [r, in])."""
+    lora_B: Mapping[str, torch.nn.Linear]
+    """Per adapter name, the up projection (weight [out, r])."""
+    scaling: Mapping[str, float]
+
+    def get_base_layer(self) -> torch.nn.Module: ...
+
+    def get_delta_weight(self, adapter: str) -> torch.Tensor: ...
+
+
+def _lora_layers(peft_model: PeftModel) -> dict[str, _LoraLayer]:
+    """peft's LoRA layers by base-module name."""
     from peft.tuners.lora import LoraLayer
 
     base = peft_model.get_base_model()
-    return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    return {
+        name: cast("_LoraLayer", module)
+        for name, module in base.named_modules()
+        if isinstance(module, LoraLayer)
+    }
 
 
 def adapter_state(peft_model: PeftModel) -> dict[str, torch.Tensor]:
@@ -171,15 +208,15 @@ def merge_lora(peft_model: PeftModel) -> PreTrainedModel:
     with rank-32 adapters everywhere this takes the snapshot from 0.85 s to 0.35 s (2 cores), paid once
     per trainer step.
     """
-    base: Any = peft_model.get_base_model()
+    base = peft_model.get_base_model()
     adapted = _lora_layers(peft_model)
-    memo: dict[int, Any] = {id(p): p for p in base.parameters()}
+    memo: dict[int, object] = {id(p): p for p in base.parameters()}
     memo.update({id(b): b for b in base.buffers()})
     with torch.no_grad():
         for layer in adapted.values():
             memo[id(layer)] = _merged_linear(layer)
     # deepcopy rebuilds only the module tree: tensors come from the memo, adapted layers are replaced.
-    merged: PreTrainedModel = copy.deepcopy(base, memo)
+    merged = cast("PreTrainedModel", copy.deepcopy(base, memo))  # peft wraps a transformers model
     if "lm_head" in adapted:
         # The merged unembedding is a new tensor; the input embedding stays the shared frozen one.
         merged.config.tie_word_embeddings = False
@@ -188,8 +225,8 @@ def merge_lora(peft_model: PeftModel) -> PreTrainedModel:
     return merged
 
 
-def _merged_linear(layer: Any) -> torch.nn.Linear:
-    base_layer: torch.nn.Linear = layer.get_base_layer()
+def _merged_linear(layer: _LoraLayer) -> torch.nn.Linear:
+    base_layer = cast("torch.nn.Linear", layer.get_base_layer())  # LoRA targets only linear layers
     if getattr(layer, "fan_in_fan_out", False):  # Conv1D-style layers store W transposed
         weight = base_layer.weight.detach() + layer.get_delta_weight(_ADAPTER).detach()
         return _plain_linear(base_layer, weight)
