@@ -1,15 +1,20 @@
 """Experiment trackers: W&B (offline mode) and Trackio (local SQLite) get every step's metrics row.
 
 Both are real libraries run offline; what they stored is read back from their own files (W&B's run
-file is a LevelDB-format record log of its protobuf records, read by ``_wandb_history``).
+file is a LevelDB-format record log of its protobuf records, read by ``_wandb_history``). Runs go through
+the ``envsuite train`` command in a fresh process, as a user starts them: Trackio reads ``TRACKIO_DIR``
+when it is first imported, so only a process started with it set writes there (not the home dir).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sqlite3
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,35 +25,43 @@ from envsuite.trainers import ConfigError, TrainConfig, read_metrics, run_traini
 from tests.test_trainer_run import TOY_ID, register_toy
 
 CANARY = "tml-canary-secret-5b1e"
+ENVSUITE = str(Path(sys.executable).parent / "envsuite")
 
 
-@pytest.fixture(autouse=True)
-def _offline_trackers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _train(tmp_path: Path, steps: int) -> None:
+    """``envsuite train`` with both trackers, offline, in a process of its own."""
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "TRACKIO_DIR": str(tmp_path / "trackio"),
+        "TINKER_API_KEY": CANARY,
+        "HF_HUB_OFFLINE": "1",
+    }
+    flags = [
+        "--model", "tiny-random", "--steps", str(steps), "--batch-size", "2", "--group-size", "2",
+        "--max-tokens", "1", "--lr", "1e-2", "--lora-rank", "4", "--save-every", "1", "--eval-every", "1",
+        "--test-groups", "2", "--wandb-project", "envsuite-tests", "--trackio-project", "envsuite-tests",
+    ]  # fmt: skip
+    done = subprocess.run(
+        [ENVSUITE, "train", "arithmetic", "--log-dir", str(tmp_path / "run"), "--no-progress", *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _config(tmp_path: Path) -> TrainConfig:
     register_toy()
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    monkeypatch.setenv("TINKER_API_KEY", CANARY)
-    yield
-
-
-def _config(tmp_path: Path, n_steps: int) -> TrainConfig:
     return TrainConfig.from_dict(
         {
             "env_id": TOY_ID,
             "log_dir": str(tmp_path / "run"),
             "model": "tiny-random",
-            "n_steps": n_steps,
-            "batch_size": 2,
-            "group_size": 2,
-            "max_tokens": 1,
-            "learning_rate": 1e-2,
-            "lora_rank": 4,
-            "save_every": 1,
-            "eval_every": 1,
-            "n_test_groups": 2,
+            "n_steps": 1,
             "wandb_project": "envsuite-tests",
-            "trackio_project": "envsuite-tests",
         }
     )
 
@@ -113,9 +126,9 @@ def _expected(log_dir: Path) -> dict[int, dict[str, Any]]:
 
 def test_wandb_and_trackio_get_the_metrics_rows_and_a_resumed_run_continues(tmp_path: Path) -> None:
     log_dir = tmp_path / "run"
-    run_training(_config(tmp_path, 2), show_progress=False)
+    _train(tmp_path, 2)
     run_id = (log_dir / "wandb_run_id").read_text()
-    run_training(_config(tmp_path, 3), show_progress=False)  # resumes at step 2
+    _train(tmp_path, 3)  # resumes at step 2
     assert (log_dir / "wandb_run_id").read_text() == run_id
     expected = _expected(log_dir)
     assert sorted(expected) == [0, 1, 2]
@@ -125,14 +138,10 @@ def test_wandb_and_trackio_get_the_metrics_rows_and_a_resumed_run_continues(tmp_
             assert set(stored[step]) == set(row), step
             assert stored[step] == pytest.approx(row), step
     assert "reward/mean" in expected[0] and "test/reward/mean" in expected[0]
-
-
-def test_no_secret_reaches_the_trackers_files(tmp_path: Path) -> None:
-    run_training(_config(tmp_path, 1), show_progress=False)
-    written = [p for root in (tmp_path / "run", tmp_path / "trackio") for p in root.rglob("*") if p.is_file()]
-    assert written
-    leaked = [str(p) for p in written if CANARY.encode() in p.read_bytes()]
-    assert leaked == []
+    # No secret from the environment reaches any file the run or the trackers wrote.
+    written = [p for root in (log_dir, tmp_path / "trackio") for p in root.rglob("*") if p.is_file()]
+    assert len(written) > 5
+    assert [str(p) for p in written if CANARY.encode() in p.read_bytes()] == []
 
 
 def test_a_missing_tracker_package_is_a_clear_config_error(
@@ -143,7 +152,7 @@ def test_a_missing_tracker_package_is_a_clear_config_error(
         importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a)
     )
     with pytest.raises(ConfigError, match=r"needs the wandb package: pip install wandb"):
-        run_training(_config(tmp_path, 1), show_progress=False)
+        run_training(_config(tmp_path), show_progress=False)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
