@@ -164,6 +164,12 @@ def _add_leaderboard(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     envsuite.leaderboard.add_arguments(p)
 
 
+def _add_serve_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from envsuite.cli import _serve_sandbox_cmd
+
+    _serve_sandbox_cmd.add_parser(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="envsuite", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_new,
         _add_serve_env,
         _add_serve,
+        _add_serve_sandbox,
     ):
         add(sub)
     return parser
@@ -226,6 +233,10 @@ def _handler(command: str) -> Handler:
         from envsuite.evals._bench import bench_main
 
         return bench_main
+    if command == "serve-sandbox":
+        from envsuite.cli import _serve_sandbox_cmd
+
+        return _serve_sandbox_cmd.run
     if command == "serve-env":
         from envsuite.cli._serve_env_cmd import run_serve_env
 

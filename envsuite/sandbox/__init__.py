@@ -12,6 +12,8 @@ docs/sandbox.md says what is isolated, how, and what was measured::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from envsuite.sandbox._cgroup import CgroupKind
 from envsuite.sandbox._session import COOKBOOK_OUTPUT_BYTES, Sandbox, run_python, run_python_async
 from envsuite.sandbox._support import SandboxSupport, sandbox_support
@@ -27,9 +29,28 @@ from envsuite.sandbox._types import (
     SandboxConfig,
     SandboxError,
     SandboxPathError,
+    SandboxServerConfig,
     SandboxUnavailableError,
     default_isolation,
 )
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def create_fusion_app(config: SandboxServerConfig | None = None) -> FastAPI:
+    """SandboxFusion's ``run_code`` API as a FastAPI app (fastapi loads only when this is called)."""
+    from envsuite.sandbox._fusion import create_app
+
+    return create_app(config)
+
+
+def serve_fusion(config: SandboxServerConfig) -> None:
+    """Serve SandboxFusion's ``run_code`` API with uvicorn until interrupted (``envsuite serve-sandbox``)."""
+    from envsuite.sandbox._fusion import serve_fusion as serve
+
+    serve(config)
+
 
 __all__ = [
     # running code
@@ -47,6 +68,10 @@ __all__ = [
     "SANDBOX_TMPDIR",
     "SANDBOX_WORKDIR",
     "COOKBOOK_OUTPUT_BYTES",
+    # SandboxFusion's HTTP API (envsuite serve-sandbox)
+    "SandboxServerConfig",
+    "create_fusion_app",
+    "serve_fusion",
     # what this machine supports
     "CgroupKind",
     "SandboxSupport",

@@ -68,7 +68,8 @@ def make_root(root: Path, owner: int | None) -> None:
     if owner is not None:
         root.parent.chmod(0o711)
     root.mkdir(mode=0o700)
-    for name in ("work", "tmp", "etc", "usr", "proc", "dev"):
+    # /root: containers have it, and tools written for them run commands there (Harbor's graders).
+    for name in ("work", "tmp", "root", "etc", "usr", "proc", "dev"):
         (root / name).mkdir(mode=0o1777 if name == "tmp" else 0o755)
     for name, text in _ETC_FILES.items():
         (root / "etc" / name).write_text(text, encoding="utf-8")
@@ -87,7 +88,7 @@ def make_root(root: Path, owner: int | None) -> None:
     if owner is not None:
         # The sandbox owns its root (it may mkdir /tests, as in a container); /etc stays the host's and
         # is mounted read-only anyway.
-        for path in (root, root / "work", root / "tmp"):
+        for path in (root, root / "work", root / "tmp", root / "root"):
             os.chown(path, owner, owner)
 
 

@@ -345,7 +345,7 @@ def _attribute(exit_code: int, cpu_s: float, limits: Limits, stderr: str, events
     if oom:
         return Limit.MEMORY
     if exit_code == 128 + signal.SIGXCPU or (
-        exit_code == 128 + signal.SIGKILL and cpu_s >= limits.cpu_s * 0.95
+        exit_code == 128 + signal.SIGKILL and cpu_s >= limits.cpu_s * 0.8
     ):
         return Limit.CPU_TIME
     if exit_code == 128 + signal.SIGXFSZ:

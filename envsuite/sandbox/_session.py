@@ -110,15 +110,20 @@ class Sandbox:
         code: str,
         *,
         stdin: str | bytes | None = None,
+        cwd: str = SANDBOX_WORKDIR,
         limits: Limits | None = None,
         args: Sequence[str] = (),
     ) -> RunResult:
-        """Run Python source ``code`` as a script (written to a file under ``/tmp``, removed after)."""
+        """Run Python source ``code`` as a script in ``cwd``.
+
+        The script is a hidden file in ``cwd`` (so ``cwd`` is first on ``sys.path``, as for SandboxFusion's
+        scripts and ``python main.py``), removed after the run.
+        """
         self._check_open()
-        path = f"/tmp/.envsuite-{uuid.uuid4().hex[:12]}.py"
+        path = _files.sandbox_path(f".envsuite-main-{uuid.uuid4().hex[:12]}.py", _files.sandbox_path(cwd))
         self.write_bytes(path, code.encode("utf-8", "surrogatepass"))
         try:
-            return self.run([self.config.python, path, *args], stdin=stdin, limits=limits)
+            return self.run([self.config.python, path, *args], stdin=stdin, cwd=cwd, limits=limits)
         finally:
             if not self._closed:
                 _files.remove_file(self.root, path)

@@ -197,3 +197,16 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "limit": self.limit.value}
+
+
+@dataclass(frozen=True)
+class SandboxServerConfig:
+    """``envsuite serve-sandbox``'s settings (the SandboxFusion API; its flags' defaults come from here)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    """SandboxFusion's port, so its clients' default ``http://localhost:8080/run_code`` finds the server."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Isolation and the limits a request gets besides its own timeouts (memory, processes, output)."""
+    max_body_bytes: int = 64 << 20
+    """Largest request accepted (code plus base64 files)."""
