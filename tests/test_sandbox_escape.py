@@ -28,6 +28,7 @@ from envsuite.sandbox import (
     SandboxConfig,
     SandboxPathError,
     SandboxUnavailableError,
+    live_cgroups,
     sandbox_support,
 )
 
@@ -44,46 +45,37 @@ except SandboxUnavailableError as exc:
 pytestmark = pytest.mark.skipif(SUPPORT is None, reason=f"no isolation here: {WHY_NOT}")
 
 
-def _uid_processes(uid: int) -> set[int]:
+def _processes_rooted_at(root: tuple[int, int]) -> set[int]:
+    """Host pids whose root directory is the sandbox's scratch root (``(st_dev, st_ino)``): its processes
+    and no one else's (other sandboxes on the machine, a training run's graders, have their own roots)."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                status = Path(f"/proc/{entry}/status").read_text()
+                st = os.stat(f"/proc/{entry}/root")
             except OSError:
                 continue
-            line = next((x for x in status.splitlines() if x.startswith("Uid:")), "")
-            if line.split()[1:2] == [str(uid)]:
+            if (st.st_dev, st.st_ino) == root:
                 found.add(int(entry))
-    return found
-
-
-def _cgroup_dirs() -> set[str]:
-    assert SUPPORT is not None
-    found: set[str] = set()
-    for _, parent in SUPPORT.cgroups.parents:
-        found |= {str(p) for p in Path(parent).glob("envsuite-sandbox-*")}
     return found
 
 
 @pytest.fixture
 def box() -> Iterator[Sandbox]:
     """A fresh sandbox; afterwards the host must hold no process and no cgroup of it."""
-    assert SUPPORT is not None
-    uid = SUPPORT.run_as if SUPPORT.run_as is not None else os.geteuid()
-    before_procs = _uid_processes(uid) if SUPPORT.run_as is not None else set()
-    before_cgroups = _cgroup_dirs()
     sandbox = Sandbox()
     root = sandbox.root
+    st = os.stat(root)
     yield sandbox
     sandbox.close()
     assert not root.exists(), "the scratch dir outlived the sandbox"
-    assert _cgroup_dirs() <= before_cgroups, "a run's cgroup was left behind"
-    if SUPPORT.run_as is not None:
-        deadline = time.monotonic() + 2
-        while (left := _uid_processes(uid) - before_procs) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not left, f"sandbox processes left on the host: {left}"
+    deadline = time.monotonic() + 5
+    while (left := _processes_rooted_at((st.st_dev, st.st_ino))) or live_cgroups():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"sandbox processes left on the host: {left}"
+    assert not live_cgroups(), f"a run's cgroup was left behind: {live_cgroups()}"
 
 
 def _py(box: Sandbox, code: str, **limits: float | int) -> RunResult:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envsuite.sandbox._cgroup import CgroupKind
+from envsuite.sandbox._cgroup import CgroupKind, live_cgroups
 from envsuite.sandbox._session import COOKBOOK_OUTPUT_BYTES, Sandbox, run_python, run_python_async
 from envsuite.sandbox._support import SandboxSupport, sandbox_support
 from envsuite.sandbox._types import (
@@ -74,6 +74,7 @@ __all__ = [
     "serve_fusion",
     # what this machine supports
     "CgroupKind",
+    "live_cgroups",
     "SandboxSupport",
     "sandbox_support",
     # errors

@@ -14,11 +14,14 @@ import contextlib
 import enum
 import os
 import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+_LIVE: set[str] = set()
+"""Dirs of this process's run cgroups not yet removed (see :func:`live_cgroups`)."""
 _V2_MOUNT_CANDIDATES = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 _CONTROLLERS = ("memory", "pids")
 _REMOVE_WAIT_S = 2.0
@@ -132,6 +135,7 @@ class RunCgroup:
             path = Path(parent) / name
             if path not in self.dirs.values():
                 path.mkdir()
+                _LIVE.add(str(path))
             self.dirs[controller] = path
         try:
             self._set_limits(memory_bytes, max_pids)
@@ -188,20 +192,39 @@ class RunCgroup:
             time.sleep(0.005)
 
     def remove(self) -> None:
-        """Kill what is left and remove the dirs (waiting briefly for killed members to be reaped)."""
+        """Kill what is left and remove the dirs. Killed members are usually reaped within milliseconds;
+        on a loaded machine (or after an OOM kill) it can take longer, and then a daemon thread
+        finishes the job instead of the caller waiting."""
         self.kill()
-        deadline = time.monotonic() + _REMOVE_WAIT_S
+        if not self._rmdirs(time.monotonic() + _REMOVE_WAIT_S):
+            threading.Thread(target=self._remove_later, name="envsuite-cgroup-remove", daemon=True).start()
+
+    def _remove_later(self) -> None:
+        for _ in range(60):
+            self.kill()
+            if self._rmdirs(time.monotonic() + 1.0):
+                return
+
+    def _rmdirs(self, deadline: float) -> bool:
+        """Remove every dir (retrying until ``deadline``); True when none is left."""
         for path in dict.fromkeys(self.dirs.values()):
-            while True:
+            while str(path) in _LIVE:
                 try:
                     path.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError:
                     if time.monotonic() > deadline:
-                        break
+                        return False
                     time.sleep(0.005)
+                    continue
+                _LIVE.discard(str(path))
+        return True
+
+
+def live_cgroups() -> set[str]:
+    """The run cgroups this process made and has not removed (empty between runs: none is leaked)."""
+    return set(_LIVE)
 
 
 def _counter(path: Path, key: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envsuite.sandbox._cgroup import CgroupKind, RunCgroup
+from envsuite.sandbox._cgroup import CgroupEvents, CgroupKind, RunCgroup
 from envsuite.sandbox._layout import INIT_ARGV, bwrap_argv, prlimit_argv, program_env
 from envsuite.sandbox._support import SandboxSupport
 from envsuite.sandbox._types import Isolation, Limit, Limits, RunResult, SandboxError
@@ -124,19 +124,13 @@ def _execute(
     command, host_cwd = _command(support, root, argv, limits, cwd, env, sync)
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
+        proc = _start(
+            support,
             command,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=host_cwd,
+            host_cwd,
+            stdin,
             env={} if isolated else program_env(env, root=root),
-            start_new_session=True,
-            close_fds=True,
             pass_fds=sync or (),
-            user=support.run_as,
-            group=support.run_as,
-            extra_groups=[] if support.run_as is not None else None,
         )
     except OSError as exc:
         for fd in (info_r, info_w, block_r, block_w):
@@ -150,18 +144,49 @@ def _execute(
             os.close(block_r)
             _attach(proc.pid, info_r, block_w, cgroup)
         elif cgroup is not None:
-            cgroup.attach(proc.pid)
+            cgroup.attach(proc.pid)  # unisolated runs: best effort, the program may fork first
         _watch(proc, watch, stdin, root, start)
     finally:
         _kill_all(proc, cgroup)
         cpu_s, status = _reap(proc)
-    wall_s = time.monotonic() - start
-    events = cgroup.events() if cgroup is not None else None
+    return _result(watch, status, cpu_s, time.monotonic() - start, isolated, cgroup)
+
+
+def _start(
+    support: SandboxSupport,
+    command: list[str],
+    host_cwd: str,
+    stdin: bytes | None,
+    *,
+    env: Mapping[str, str],
+    pass_fds: tuple[int, ...],
+) -> subprocess.Popen[bytes]:
+    """The process, as the unprivileged host uid, in a new session, with nothing inherited."""
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=host_cwd,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=pass_fds,
+        user=support.run_as,
+        group=support.run_as,
+        extra_groups=[] if support.run_as is not None else None,
+    )
+
+
+def _result(
+    watch: _Watch, status: int, cpu_s: float, wall_s: float, isolated: bool, cgroup: RunCgroup | None
+) -> RunResult:
     exit_code = _exit_code(status)
     stderr = watch.err.decode("utf-8", "replace")
     limit = watch.killed_for
     if limit is Limit.NONE:
-        limit = _attribute(exit_code, cpu_s, limits, stderr, events)
+        events = cgroup.events() if cgroup is not None else None
+        limit = _attribute(exit_code, cpu_s, watch.limits, stderr, events)
     return RunResult(
         stdout=watch.out.decode("utf-8", "replace"),
         stderr=stderr,
@@ -338,10 +363,12 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 255
 
 
-def _attribute(exit_code: int, cpu_s: float, limits: Limits, stderr: str, events: object) -> Limit:
+def _attribute(
+    exit_code: int, cpu_s: float, limits: Limits, stderr: str, events: CgroupEvents | None
+) -> Limit:
     """Which limit ended a run the runner did not stop itself (cgroup events, signals, then messages)."""
-    oom = bool(getattr(events, "oom_killed", False))
-    pids = bool(getattr(events, "pids_refused", False))
+    oom = events is not None and events.oom_killed
+    pids = events is not None and events.pids_refused
     if oom:
         return Limit.MEMORY
     if exit_code == 128 + signal.SIGXCPU or (
