@@ -21,6 +21,7 @@ import pytest
 
 from envsuite.sandbox import (
     CgroupKind,
+    Isolation,
     Limit,
     Limits,
     RunResult,
@@ -421,3 +422,21 @@ def test_the_sandbox_runs_ordinary_programs(box: Sandbox) -> None:
     numpy = box.run_python("import numpy\nprint(numpy.arange(3).sum())")
     assert numpy.stdout == "3\n", numpy.stderr  # Debian's python3-numpy, for cookbook's graders
     assert sys.platform == "linux"
+
+
+# --------------------------------------------------------------------------------------------------
+# Without bubblewrap: a clear refusal, or an explicit opt-in that every result marks
+# --------------------------------------------------------------------------------------------------
+
+
+def test_no_bubblewrap_means_a_clear_refusal_unless_unisolated_runs_are_chosen(tmp_path: Path) -> None:
+    missing = SandboxConfig(bwrap=str(tmp_path / "no-bwrap-here"))
+    with pytest.raises(SandboxUnavailableError, match=r"bubblewrap is not installed.*isolation='none'"):
+        Sandbox(missing)
+    with Sandbox(SandboxConfig(bwrap=missing.bwrap, isolation=Isolation.NONE)) as box:
+        assert not box.isolated
+        result = box.run_python("print(2 + 2)")
+        assert (result.stdout, result.isolated) == ("4\n", False)
+        assert box.run_shell("yes", limits=FAST).limit is Limit.OUTPUT  # the runner's limits still hold
+        assert box.run_python("x = bytearray(8 * 1024**3)", limits=FAST).limit is Limit.MEMORY
+        assert "API_KEY" not in box.run_shell("env", limits=FAST).stdout  # still nothing inherited

@@ -184,9 +184,11 @@ def _result(
     exit_code = _exit_code(status)
     stderr = watch.err.decode("utf-8", "replace")
     limit = watch.killed_for
+    events = cgroup.events() if cgroup is not None else None
     if limit is Limit.NONE:
-        events = cgroup.events() if cgroup is not None else None
         limit = _attribute(exit_code, cpu_s, watch.limits, stderr, events)
+    elif limit is Limit.WALL_TIME:
+        limit = _hit_before_the_clock(stderr, events) or limit
     return RunResult(
         stdout=watch.out.decode("utf-8", "replace"),
         stderr=stderr,
@@ -361,6 +363,16 @@ def _exit_code(status: int) -> int:
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 255
+
+
+def _hit_before_the_clock(stderr: str, events: CgroupEvents | None) -> Limit | None:
+    """A limit the run hit before its wall clock ran out: a fork bomb's shell retries refused forks, a
+    tree whose child the OOM killer took waits for the others. That limit is the one it hit first."""
+    if events is not None and events.oom_killed:
+        return Limit.MEMORY
+    if (events is not None and events.pids_refused) or any(m in stderr[-4000:] for m in _PROCESS_MARKERS):
+        return Limit.PROCESSES
+    return None
 
 
 def _attribute(

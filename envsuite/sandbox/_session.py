@@ -120,10 +120,12 @@ class Sandbox:
         scripts and ``python main.py``), removed after the run.
         """
         self._check_open()
-        path = _files.sandbox_path(f".envsuite-main-{uuid.uuid4().hex[:12]}.py", _files.sandbox_path(cwd))
+        name = f".envsuite-main-{uuid.uuid4().hex[:12]}.py"
+        path = _files.sandbox_path(name, _files.sandbox_path(cwd))
         self.write_bytes(path, code.encode("utf-8", "surrogatepass"))
         try:
-            return self.run([self.config.python, path, *args], stdin=stdin, cwd=cwd, limits=limits)
+            # By name, relative to cwd: the same file inside bwrap and for unisolated runs.
+            return self.run([self.config.python, name, *args], stdin=stdin, cwd=cwd, limits=limits)
         finally:
             if not self._closed:
                 _files.remove_file(self.root, path)

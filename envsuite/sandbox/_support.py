@@ -60,12 +60,12 @@ class SandboxSupport:
 
 def sandbox_support(config: SandboxConfig) -> SandboxSupport:
     """The support for ``config`` (cached); raises :class:`SandboxUnavailableError` saying what is missing."""
-    return _support(config.isolation, config.host_uid, config.cgroups, config.scratch_parent)
+    return _support(config.isolation, config.host_uid, config.cgroups, config.scratch_parent, config.bwrap)
 
 
 @functools.lru_cache(maxsize=8)
 def _support(
-    isolation: Isolation, host_uid: int, cgroups: bool, scratch_parent: str | None
+    isolation: Isolation, host_uid: int, cgroups: bool, scratch_parent: str | None, bwrap_name: str
 ) -> SandboxSupport:
     prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
     if prlimit is None:
@@ -76,10 +76,10 @@ def _support(
     cgroup = probe_cgroups() if cgroups else CgroupSupport(CgroupKind.NONE, reason="disabled by config")
     if isolation is Isolation.NONE:
         return SandboxSupport(Isolation.NONE, None, prlimit, run_as, cgroup)
-    bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+    bwrap = shutil.which(bwrap_name, path="/usr/bin:/bin:/usr/local/bin")
     if bwrap is None:
         raise SandboxUnavailableError(
-            "bubblewrap is not installed (no bwrap): install Debian's `bubblewrap` package "
+            f"bubblewrap is not installed (no {bwrap_name}): install Debian's `bubblewrap` package "
             "(`make install` does, or `apt-get install bubblewrap`). " + _OPT_IN
         )
     _probe_bwrap(bwrap, run_as, scratch_parent)

@@ -151,6 +151,8 @@ class SandboxConfig:
     sandbox's processes count against its own RLIMIT_NPROC and own nothing on the host."""
     scratch_parent: str | None = None
     """Directory the per-session scratch dirs are made in (default: the system temp dir)."""
+    bwrap: str = "bwrap"
+    """The bubblewrap executable: a name looked up in ``/usr/bin:/bin:/usr/local/bin``, or a path."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "isolation", Isolation(self.isolation))
