@@ -15,11 +15,11 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any
 
+from _machine import cpu_name
 from rich.progress import Progress
 
 from envsuite import RendererConfig, make_group_builder
@@ -78,7 +78,7 @@ def main() -> None:
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
         "wall_s": round(seconds, 1),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "load_before": [round(x, 2) for x in load_before],
     }
     for k in sorted({1, args.samples}):

@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+from _machine import cpu_name
 
 from envsuite.sandbox import Sandbox, SandboxConfig, sandbox_support
 
@@ -111,7 +112,7 @@ def main() -> None:
             "runs": args.runs,
             "parallel": args.parallel,
             "sandbox": support.describe(),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "load_before": [round(x, 2) for x in load_before],
         }
         print(json.dumps(row))
