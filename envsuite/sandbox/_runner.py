@@ -83,9 +83,9 @@ def execute(
 def _make_cgroup(support: SandboxSupport, limits: Limits) -> RunCgroup | None:
     if support.cgroups.kind is CgroupKind.NONE:
         return None
-    # The outer bwrap counts here but not in the sandbox's RLIMIT_NPROC, so the cgroup refuses first and
-    # its pids.events says so; the program gets ``processes - 1`` processes and threads.
-    return RunCgroup(support.cgroups, limits.memory_mb << 20, limits.processes)
+    # The cgroup holds the sandbox's processes only (not the outer bwrap), the same ones its RLIMIT_NPROC
+    # counts; one fewer here makes the cgroup refuse first and say so in pids.events.
+    return RunCgroup(support.cgroups, limits.memory_mb << 20, limits.processes - 1)
 
 
 def _command(
@@ -202,13 +202,14 @@ def _result(
 
 
 def _attach(pid: int, info_r: int, block_w: int, cgroup: RunCgroup) -> None:
-    """Read bwrap's child pid, move both into the cgroup, then let the program start."""
+    """Read bwrap's child pid (the sandbox's pid 1-to-be), move it into the cgroup, then let the program
+    start. Only the child: each move waits for the kernel to sync (milliseconds on a loaded VM), and the
+    outer bwrap only waits and reports."""
     try:
         info = _read_json(info_r, deadline=time.monotonic() + _SYNC_TIMEOUT_S)
         child = info.get("child-pid") if info else None
-        pids = (pid, child) if isinstance(child, int) else (pid,)
         with contextlib.suppress(OSError):
-            cgroup.attach(*pids)
+            cgroup.attach(child if isinstance(child, int) else pid)
         with contextlib.suppress(OSError):
             os.write(block_w, b"x")
     finally:
