@@ -85,7 +85,10 @@ def _make_cgroup(support: SandboxSupport, limits: Limits) -> RunCgroup | None:
         return None
     # The cgroup holds the sandbox's processes only (not the outer bwrap), the same ones its RLIMIT_NPROC
     # counts; one fewer here makes the cgroup refuse first and say so in pids.events.
-    return RunCgroup(support.cgroups, limits.memory_mb << 20, limits.processes - 1)
+    try:
+        return RunCgroup(support.cgroups, limits.memory_mb << 20, limits.processes - 1)
+    except OSError:
+        return None  # the hierarchy went away (or became read-only): the rlimits still hold
 
 
 def _command(

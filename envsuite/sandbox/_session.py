@@ -12,6 +12,8 @@ are the native API; the async ones run them in a thread.
 from __future__ import annotations
 
 import asyncio
+import base64
+import errno
 import shutil
 import tempfile
 import threading
@@ -38,6 +40,8 @@ from envsuite.sandbox._types import (
 
 COOKBOOK_OUTPUT_BYTES = 128 * 1024
 """tinker-cookbook's default output cap for ``run_command`` (its Modal sandbox's)."""
+_MAX_INSIDE_READ = 64 << 20
+"""Largest file :meth:`Sandbox.read_bytes` reads through the sandbox (mounts, links) without ``max_bytes``."""
 
 
 class Sandbox:
@@ -154,17 +158,24 @@ class Sandbox:
         return self._read_inside(where, max_bytes)
 
     def _read_inside(self, path: str, max_bytes: int | None) -> bytes:
-        cmd = ["cat", "--", path] if max_bytes is None else ["head", "-c", str(max_bytes), "--", path]
-        limit = max_bytes if max_bytes is not None else 64 << 20
+        """Read ``path`` through the sandbox's own view, base64-encoded on the way out (bytes exact)."""
+        limit = max_bytes if max_bytes is not None else _MAX_INSIDE_READ
+        script = 'head -c "$1" -- "$2" | base64 -w0'
         limits = self.config.limits
-        done = self.run(cmd, limits=limits.with_output(max(limits.output_bytes, limit)))
-        if done.exit_code != 0 or done.limit is not Limit.NONE:
+        done = self.run(
+            ["/bin/sh", "-c", script, "read", str(limit + 1 if max_bytes is None else limit), path],
+            limits=limits.with_output(max(limits.output_bytes, 4 * (limit + 3) // 3 + 4)),
+        )
+        if done.stderr.strip() or done.exit_code != 0 or done.limit is not Limit.NONE:
             if "No such file" in done.stderr:
-                raise FileNotFoundError(path)
+                raise FileNotFoundError(errno.ENOENT, "no such file", path)
             if "Is a directory" in done.stderr:
-                raise IsADirectoryError(path)
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             raise PermissionError(f"{path}: {done.stderr.strip() or done.limit.value}")
-        return done.stdout.encode("utf-8", "surrogateescape")
+        data = base64.b64decode(done.stdout)
+        if max_bytes is None and len(data) > limit:
+            raise SandboxPathError(f"{path} is larger than {limit} bytes; pass max_bytes")
+        return data
 
     # -- lifetime -----------------------------------------------------------------------------------
 
