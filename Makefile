@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc
+.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc bubblewrap
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -42,7 +42,16 @@ jemalloc:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q libjemalloc2; } \
 		|| echo "warning: could not install Debian's libjemalloc2; envsuite will use glibc's malloc"
 
-install: $(STAMP) postgres-server jemalloc
+# Debian's bubblewrap isolates envsuite.sandbox's runs (code envs, graders, Inspect's bash()/python(),
+# `envsuite serve-sandbox`); python3-numpy is for the sandbox's Python (/usr/bin/python3, which
+# tinker-cookbook's code graders import numpy in). Without them the sandbox refuses to run and its
+# tests skip saying why.
+bubblewrap:
+	test -x /usr/bin/bwrap && /usr/bin/python3 -c 'import numpy' 2>/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy; } \
+		|| echo "warning: could not install Debian's bubblewrap; the sandbox and code envs will refuse to run"
+
+install: $(STAMP) postgres-server jemalloc bubblewrap
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -51,7 +60,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
 
-pytest: $(STAMP) postgres-server jemalloc
+pytest: $(STAMP) postgres-server jemalloc bubblewrap
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest

@@ -357,6 +357,7 @@ class EnvFamily(enum.StrEnum):
     """How views group envs: by what they exercise, or by who ships them."""
 
     MATH = "math"
+    CODE = "code"
     TWENTY_QUESTIONS = "twenty questions"
     GAMES = "games"
     REASONING_GYM = "reasoning-gym"
@@ -374,6 +375,8 @@ def env_family(env_spec: EnvSpec) -> EnvFamily:
         return EnvFamily.REASONING_GYM
     if "math" in env_spec.tags:
         return EnvFamily.MATH
+    if "code" in env_spec.tags:
+        return EnvFamily.CODE
     if "game" in env_spec.tags or env_spec.kind is EnvKind.GAME:
         return EnvFamily.GAMES
     return EnvFamily.OTHER

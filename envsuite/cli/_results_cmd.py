@@ -25,6 +25,7 @@ RESULT_PRESETS = (
     "twenty-questions-easy",
     "tictactoe-selfplay",
     "math-easy",
+    "code-easy",
 )
 """One preset per env family of docs/results.md, in its order."""
 
