@@ -136,3 +136,19 @@ def test_top_level_help_is_for_users(capsys: pytest.CaptureFixture[str]) -> None
     assert "dispatch" not in out and "Argument parsing" not in out
     assert "envsuite list" in out and "envsuite demo" in out
     assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_train_loss_flag_lists_every_builtin_loss(capsys: pytest.CaptureFixture[str]) -> None:
+    """`envsuite train --loss` takes the SDK's seven built-in losses (and refuses anything else)."""
+    import typing
+
+    from tinker.types import LossFnType
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    builtin = [name for name in typing.get_args(LossFnType) if name != "custom"]
+    assert len(builtin) == 7 and all(name in out for name in builtin)
+    with pytest.raises(SystemExit):
+        main(["train", "arithmetic", "--loss", "grpo"])
+    assert "invalid choice" in capsys.readouterr().err
