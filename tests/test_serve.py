@@ -30,7 +30,7 @@ import tinker
 import uvicorn
 from tinker import types
 
-from envsuite.backends.local import LocalServiceClient
+from envsuite.backends.local import LocalServiceClient, SequenceStore
 from envsuite.models import resolve_model
 from envsuite.serve import ServeConfig, ServeConfigError, create_app
 from tests.conftest import TEST_MODEL
@@ -331,6 +331,10 @@ def test_cookbook_rl_train_resumes_after_the_server_is_killed(
     assert all(
         abs(row["optim/kl_sample_train_v1"]) < 1e-3 for row in rows if "optim/kl_sample_train_v1" in row
     )
+    if math_rl.CLIConfig().loss_fn == "stable_reinforce":  # 0.6.1's default: its samples were recorded
+        store = SequenceStore(state / "sequences.sqlite")
+        assert store.count() >= 3 * 2 * 4  # three steps of 2 groups x 4 rollouts
+        store.close()
 
 
 def test_envsuite_train_runs_through_the_server(url: str, tmp_path: Path) -> None:
