@@ -181,9 +181,18 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cookbook_rl_loop_runs_a_few_steps(
-    installed: Path, offline_hub: None, model_dir: str, tmp_path: Path, losses_seen: set[str]
+    installed: Path,
+    offline_hub: None,
+    model_dir: str,
+    tmp_path: Path,
+    losses_seen: set[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tinker_cookbook.recipes import rl_loop
+
+    # The random test model never solves GSM8K, so every group would score 0 and rl_loop would skip
+    # training; a reward it can earn (the reply's length parity) makes the groups differ and train.
+    monkeypatch.setattr(rl_loop, "get_reward", lambda response, answer: float(len(response) % 2))
 
     config = rl_loop.Config(
         log_path=str(tmp_path / "rl_loop"),
