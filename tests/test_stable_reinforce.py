@@ -276,3 +276,25 @@ def test_stable_reinforce_through_the_server_and_its_records_outlive_it(tmp_path
     with running(config, apps=apps):  # a restarted server on the same state dir still has them
         records = apps[1].serve_state.sequences.lookup(session_id, [s.sequence_id for s in sequences])
         assert [records[s.sequence_id].tokens_T.tolist() for s in sequences] == [s.tokens for s in sequences]
+
+
+def test_the_token_completer_reports_sequence_id_and_cache_hits(training: LocalTrainingClient) -> None:
+    """``TokensWithLogprobs`` carries what tinker-cookbook 0.6.1's completer reports."""
+    import asyncio
+
+    from envsuite.completers import SamplingTokenCompleter
+
+    sampler = training.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    completer = SamplingTokenCompleter(sampler, max_tokens=4, seed=5)
+    prompt = list(range(200, 230))
+
+    async def two_turns() -> tuple[Any, Any]:
+        first = await completer(types.ModelInput.from_ints(prompt), [])
+        second = await completer(types.ModelInput.from_ints(prompt + first.tokens + [7]), [])
+        return first, second
+
+    first, second = asyncio.run(two_turns())
+    assert first.sequence_id and second.sequence_id and first.sequence_id != second.sequence_id
+    assert first.prompt_cache_hit_tokens == 0 and second.prompt_cache_hit_tokens >= len(prompt)
+    recorded = sampler.records.lookup([first.sequence_id])[first.sequence_id]
+    assert recorded.tokens_T.tolist() == first.tokens and recorded.prompt_length == len(prompt)
