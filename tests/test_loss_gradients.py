@@ -287,3 +287,39 @@ def test_the_gradient_check_sees_a_five_percent_error(
     stepped = _after_one_step(service, [datum], "importance_sampling")
     off = _after_one_step(service, [_as_cross_entropy(datum, 1.05 * grad)], "cross_entropy")
     assert np.abs(stepped - off).max() > 1e-2
+
+
+def test_stable_reinforce_on_policy_is_importance_sampling(service: LocalServiceClient) -> None:
+    """Sampled from the weights being trained (pi = mu), both losses give the gradient -A * dlogp."""
+    fresh = service.create_lora_training_client(TEST_MODEL, rank=4, seed=SEED).result()
+    sampler = fresh.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = TOKENS[:4]
+    params = types.SamplingParams(max_tokens=4, temperature=1.0, seed=5, stop=[])
+    sequences = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result().sequences
+    fresh.close()
+    data = []
+    for seq, adv in zip(sequences, [1.0, -1.0, 0.5, -0.5], strict=True):
+        tokens = prompt + seq.tokens
+        pad = len(prompt) - 1
+        datum = _datum(
+            tokens,
+            logprobs=np.array([0.0] * pad + list(seq.logprobs or []), np.float32),
+            advantages=np.array([0.0] * pad + [adv] * len(seq.tokens), np.float32),
+        )
+        data.append(
+            datum.with_provenance(
+                model_input=[
+                    types.PromptProvenanceSpan(sequence_id=seq.sequence_id, length=len(prompt)),
+                    types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(seq.tokens) - 1),
+                ],
+                loss_fn_inputs=[
+                    types.PromptProvenanceSpan(sequence_id=seq.sequence_id, offset=1, length=pad),
+                    types.SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(seq.tokens)),
+                ],
+            )
+        )
+    np.testing.assert_allclose(
+        _after_one_step(service, data, "stable_reinforce"),
+        _after_one_step(service, data, "importance_sampling"),
+        atol=2e-4,
+    )
