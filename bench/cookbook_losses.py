@@ -15,8 +15,8 @@ The task is envsuite's ``arithmetic`` env with two-digit addition and a bare-num
 ``two_digit`` task of ``bench/time_to_reward.py``: base reward about 0.03), through envsuite's dataset
 builder, which cookbook's ``rl.train`` takes as its own: SmolLM2-135M-Instruct in fp32 on CPU, LoRA rank
 16, 8 problems x 4 rollouts per step, <= 16 new tokens at temperature 1, Adam at a constant rate.
-Held-out reward: cookbook's ``RLTestSetEvaluator`` on 64 test problems (one sample each, temperature 1)
-every ``--eval-every`` steps and after the last. cookbook draws its LoRA init and sampling seeds itself,
+Held-out reward: cookbook's ``RLTestSetEvaluator`` on ``--test-problems`` test problems (one sample
+each, temperature 1) every ``--eval-every`` steps and after the last. cookbook draws its LoRA init and sampling seeds itself,
 so ``--repeats`` runs each setting several times.
 
 Every run is a child process writing cookbook's own log dir under ``--out``; a rerun skips finished runs.
@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 MODEL = "smollm2-135m-instruct"
 ENV_ID = "arithmetic"
@@ -54,6 +54,7 @@ class Run:
 
 def run_child(run: Run, args: argparse.Namespace) -> None:
     """One cookbook ``rl.train.main`` run on the local backend (in this process)."""
+    from tinker.types import LossFnType
     from tinker_cookbook.rl.train import AsyncConfig, Config, main
 
     import envsuite
@@ -73,8 +74,9 @@ def run_child(run: Run, args: argparse.Namespace) -> None:
         model=MODEL,
         **ENV_KWARGS,
     )
+    loss = cast(LossFnType, run.loss)
     async_config = (
-        AsyncConfig(max_steps_off_policy=run.off_policy, groups_per_batch=args.batch_size, loss_fn=run.loss)
+        AsyncConfig(max_steps_off_policy=run.off_policy, groups_per_batch=args.batch_size, loss_fn=loss)
         if run.off_policy > 0
         else None
     )
@@ -88,7 +90,7 @@ def run_child(run: Run, args: argparse.Namespace) -> None:
         eval_every=args.eval_every,
         save_every=0,
         lora_rank=16,
-        loss_fn=run.loss if async_config is None else "importance_sampling",  # async: AsyncConfig's
+        loss_fn=loss if async_config is None else "importance_sampling",  # async: AsyncConfig's
         async_config=async_config,
         max_steps=args.steps,
         num_groups_to_log=0,
@@ -116,17 +118,21 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (loss, off-policy): final and best held-out reward of each repeat, and their means."""
+    """Per (loss, off-policy): each repeat's held-out reward at the end (mean of the last three
+    evaluations, which halves the noise of 32 one-sample problems), at its best and at the last
+    evaluation; and the mean over repeats of the first."""
     table: dict[str, Any] = {}
     for result in results:
         key = f"{result['loss']} off-policy {result['off_policy']}"
-        entry = table.setdefault(key, {"final": [], "best": [], "wall_s": []})
-        entry["final"].append(result["eval_reward"][-1] if result["eval_reward"] else None)
-        entry["best"].append(max(result["eval_reward"]) if result["eval_reward"] else None)
+        entry = table.setdefault(key, {"last3": [], "best": [], "final": [], "wall_s": []})
+        rewards = result["eval_reward"]
+        entry["last3"].append(round(sum(rewards[-3:]) / len(rewards[-3:]), 3) if rewards else None)
+        entry["best"].append(round(max(rewards), 3) if rewards else None)
+        entry["final"].append(round(rewards[-1], 3) if rewards else None)
         entry["wall_s"].append(round(result["wall_s"], 1))
     for entry in table.values():
-        finals = [x for x in entry["final"] if x is not None]
-        entry["mean_final"] = sum(finals) / len(finals) if finals else None
+        ends = [x for x in entry["last3"] if x is not None]
+        entry["mean_last3"] = round(sum(ends) / len(ends), 3) if ends else None
     return table
 
 
@@ -140,7 +146,7 @@ def cpu_name() -> str:
     return f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model {info.get('model', '?')}, {isa}"
 
 
-def plot(results: list[dict[str, Any]], path: Path, cpu: str) -> None:
+def plot(results: list[dict[str, Any]], path: Path, cpu: str, args: argparse.Namespace) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,24 +156,26 @@ def plot(results: list[dict[str, Any]], path: Path, cpu: str) -> None:
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.2), sharey=True, squeeze=False)
     colors = {"stable_reinforce": "tab:blue", "importance_sampling": "tab:red"}
     for ax, off in zip(axes[0], settings, strict=True):
-        for result in (r for r in results if r["off_policy"] == off):
-            label = result["loss"] if result["repeat"] == 0 else None
-            ax.plot(
-                result["eval_steps"],
-                result["eval_reward"],
-                marker="o",
-                color=colors.get(result["loss"], "gray"),
-                alpha=0.8,
-                label=label,
-            )
+        for loss in sorted({r["loss"] for r in results}):
+            runs = [r for r in results if r["off_policy"] == off and r["loss"] == loss]
+            color = colors.get(loss, "gray")
+            for run in runs:
+                ax.plot(run["eval_steps"], run["eval_reward"], color=color, alpha=0.3, linewidth=1)
+            steps = runs[0]["eval_steps"] if runs else []
+            if runs and all(r["eval_steps"] == steps for r in runs):
+                mean = [sum(r["eval_reward"][i] for r in runs) / len(runs) for i in range(len(steps))]
+                ax.plot(
+                    steps, mean, color=color, marker="o", linewidth=2.2, label=f"{loss} (mean of {len(runs)})"
+                )
         mode = "on-policy (sync)" if off == 0 else f"off-policy: AsyncConfig(max_steps_off_policy={off})"
         ax.set_title(mode)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out reward (64 problems)")
+    axes[0][0].set_ylabel(f"held-out reward ({args.test_problems} problems)")
     axes[0][0].legend(loc="lower right")
     fig.suptitle(
-        f"tinker-cookbook 0.6.1 rl.train on envsuite's local backend: two-digit addition, SmolLM2-135M ({cpu})"
+        f"tinker-cookbook 0.6.1 rl.train on envsuite's local backend: two-digit addition, SmolLM2-135M, "
+        f"LoRA r16, lr {args.lr:g}\n{cpu}"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -215,10 +223,13 @@ def main() -> int:
         child = [sys.executable, "-P", __file__, f"--child={run.loss},{run.off_policy},{run.repeat}"]
         subprocess.run([*child, *passthrough], stdout=log, stderr=subprocess.STDOUT, check=True)
     results = [read_run(out, run) for run in runs]
-    summary = {"settings": {k: v for k, v in vars(args).items() if k != "child"}, "table": summarize(results)}
-    summary["runs"] = results
+    summary: dict[str, Any] = {
+        "settings": {k: v for k, v in vars(args).items() if k != "child"},
+        "table": summarize(results),
+        "runs": results,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot(results, out / "cookbook_losses.png", cpu_name())
+    plot(results, out / "cookbook_losses.png", cpu_name(), args)
     print(json.dumps(summary["table"], indent=2))
     return 0
 
