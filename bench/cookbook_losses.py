@@ -172,7 +172,7 @@ def plot(results: list[dict[str, Any]], path: Path, cpu: str, args: argparse.Nam
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"held-out reward ({args.test_problems} problems)")
-    axes[0][0].legend(loc="lower right")
+    axes[0][0].legend(loc="best")
     fig.suptitle(
         f"tinker-cookbook 0.6.1 rl.train on envsuite's local backend: two-digit addition, SmolLM2-135M, "
         f"LoRA r16, lr {args.lr:g}\n{cpu}"
