@@ -104,7 +104,7 @@ def run_child(run: Run, args: argparse.Namespace) -> None:
 def read_run(out: Path, run: Run) -> dict[str, Any]:
     """A finished run's curves from cookbook's metrics.jsonl."""
     rows = [json.loads(line) for line in (out / run.name / "log" / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "progress/batch" in r]
+    steps = [r for r in rows if "env/all/reward/total" in r]  # async rows have no progress/batch
     evals = [r for r in rows if "test/env/all/reward/total" in r]
     done = json.loads((out / run.name / "done.json").read_text())
     return {
@@ -112,6 +112,7 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
         "wall_s": done["wall_s"],
         "train_reward": [r.get("env/all/reward/total") for r in steps],
         "kl_sample_train": [r.get("optim/kl_sample_train_v1") for r in steps],
+        "staleness": [r.get("async/staleness_mean", 0.0) for r in steps],
         "eval_steps": [r["step"] for r in evals],
         "eval_reward": [r["test/env/all/reward/total"] for r in evals],
     }
@@ -120,15 +121,19 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (loss, off-policy): each repeat's held-out reward at the end (mean of the last three
     evaluations, which halves the noise of 32 one-sample problems), at its best and at the last
-    evaluation; and the mean over repeats of the first."""
+    evaluation, the largest sampler-to-learner KL of its steps; and the mean over repeats of the first."""
     table: dict[str, Any] = {}
     for result in results:
         key = f"{result['loss']} off-policy {result['off_policy']}"
-        entry = table.setdefault(key, {"last3": [], "best": [], "final": [], "wall_s": []})
+        entry = table.setdefault(
+            key, {"last3": [], "best": [], "final": [], "max_kl_sample_train": [], "wall_s": []}
+        )
         rewards = result["eval_reward"]
         entry["last3"].append(round(sum(rewards[-3:]) / len(rewards[-3:]), 3) if rewards else None)
         entry["best"].append(round(max(rewards), 3) if rewards else None)
         entry["final"].append(round(rewards[-1], 3) if rewards else None)
+        kl = [x for x in result["kl_sample_train"] if x is not None]
+        entry["max_kl_sample_train"].append(round(max(kl), 4) if kl else None)
         entry["wall_s"].append(round(result["wall_s"], 1))
     for entry in table.values():
         ends = [x for x in entry["last3"] if x is not None]
