@@ -261,6 +261,12 @@ class TokensWithLogprobs:
     maybe_logprobs: list[float] | None = None
     stop_reason: SampleStop = "stop"
     """``"stop"``: the reply ended with a stop sequence; ``"length"``: it hit ``max_tokens``."""
+    sequence_id: str | None = None
+    """The sampler's id for this sequence (``SampledSequence.sequence_id``), which a datum's provenance
+    names (``stable_reinforce``); None when the completer has none."""
+    prompt_cache_hit_tokens: int = 0
+    """Prompt tokens the sampler served from its prefix cache for this call
+    (``SampleResponse.prompt_cache_hit_tokens``)."""
 
     @property
     def logprobs(self) -> list[float]:

@@ -30,7 +30,7 @@ import tinker
 import uvicorn
 from tinker import types
 
-from envsuite.backends.local import LocalServiceClient
+from envsuite.backends.local import LocalServiceClient, SequenceStore
 from envsuite.models import resolve_model
 from envsuite.serve import ServeConfig, ServeConfigError, create_app
 from tests.conftest import TEST_MODEL
@@ -326,10 +326,15 @@ def test_cookbook_rl_train_resumes_after_the_server_is_killed(
         server.terminate()
         server.wait(timeout=60)
     rows = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if "progress/batch" in row]  # 0.6.1 ends with a row of token totals
     assert [row["progress/batch"] for row in rows] == [0, 1, 2], "nothing lost, nothing repeated"
     assert all(
         abs(row["optim/kl_sample_train_v1"]) < 1e-3 for row in rows if "optim/kl_sample_train_v1" in row
     )
+    if math_rl.CLIConfig().loss_fn == "stable_reinforce":  # 0.6.1's default: its samples were recorded
+        store = SequenceStore(state / "sequences.sqlite")
+        assert store.count() >= 3 * 2 * 4  # three steps of 2 groups x 4 rollouts
+        store.close()
 
 
 def test_envsuite_train_runs_through_the_server(url: str, tmp_path: Path) -> None:
@@ -385,3 +390,37 @@ def _bench_through(url: str, tmp_path: Path) -> None:
     )
     report = run_bench(config)
     assert report.completed and report.episodes_added == 2
+
+
+def test_every_builtin_loss_through_the_server_matches_in_process(url: str, tmp_path: Path) -> None:
+    """cispo, dro and gspo (with and without loss_fn_config) through the SDK's protobuf path: the same
+    loss as in process (the values themselves are checked in tests/test_loss_gradients.py)."""
+    n = len(TOKENS) - 1
+    inputs = {
+        "target_tokens": np.array(TOKENS[1:]),
+        "logprobs": np.linspace(-3.0, -1.0, n).astype(np.float32),
+        "advantages": np.array([1.0, -1.0, 0.5, 2.0, -0.3, 0.0, 1.5], np.float32),
+    }
+    mask = {"sequence_ratio_mask": np.array([0, 1, 1, 1, 1, 0, 1], np.float32)}
+    cases: list[tuple[str, dict[str, Any], dict[str, float] | None]] = [
+        ("cispo", inputs, None),
+        ("cispo", inputs, {"clip_low_threshold": 0.5, "clip_high_threshold": 1.1}),
+        ("dro", inputs, {"beta": 0.2}),
+        ("gspo", {**inputs, **mask}, None),
+        ("ppo", inputs, {"clip_low_threshold": 0.9, "clip_high_threshold": 1.05}),
+    ]
+    datum = {name: types.Datum(model_input=types.ModelInput.from_ints(TOKENS[:-1]), loss_fn_inputs=values)
+             for name, values, _ in cases}  # fmt: skip
+    local = (
+        LocalServiceClient(log_dir=tmp_path / "local")
+        .create_lora_training_client(TEST_MODEL, rank=4, seed=0)
+        .result()
+    )
+    with sdk(url) as service:
+        remote = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+        for name, _, config in cases:
+            got = remote.forward([datum[name]], name, config).result().metrics["loss:sum"]
+            want = local.forward([datum[name]], name, config).result().metrics["loss:sum"]
+            assert got == pytest.approx(want, rel=1e-5), (name, config)
+        with pytest.raises(tinker.RequestFailedError, match="sequence_ratio_mask"):
+            remote.forward([datum["cispo"]], "gspo").result()

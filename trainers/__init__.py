@@ -9,7 +9,7 @@ The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``.
 from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
-from envsuite.trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
+from envsuite.trainers._datums import TrainingDatum, loss_datum, merge_turns, trajectory_to_datums
 from envsuite.trainers._heldout import (
     EVAL_EPISODES_FILE,
     Estimate,
@@ -59,6 +59,7 @@ __all__ = [
     "TrainingDatum",
     "assemble_batch",
     "compute_advantages",
+    "loss_datum",
     "merge_turns",
     "rollout_batch",
     "trajectory_to_datums",

@@ -45,9 +45,11 @@ def make_service(config: TrainConfig) -> Any:
 class PolicyClients:
     """A training client and the current sampling client on its weights."""
 
-    def __init__(self, training: Any) -> None:
+    def __init__(self, training: Any, record_samples: bool = False) -> None:
         self._training = training
         self._sampler: Any = None
+        self._record_samples = record_samples
+        """Samplers record every sequence (``record_stability_info``): the ``stable_reinforce`` loss reads them."""
 
     @classmethod
     async def create(cls, service: Any, config: TrainConfig, resume_state: str | None) -> PolicyClients:
@@ -64,7 +66,7 @@ class PolicyClients:
                 seed=config.seed,
                 train_unembed=config.train_unembed,
             )
-        return cls(training)
+        return cls(training, record_samples=config.loss_fn == "stable_reinforce")
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
         tok: PreTrainedTokenizerBase = self._training.get_tokenizer()
@@ -74,8 +76,21 @@ class PolicyClients:
         """A new sampling client on the current weights; the old one is closed and dropped first, so
         the two snapshots (a model copy each, locally) never coexist. Callers drop theirs first too."""
         self._close_sampler()
-        self._sampler = await self._training.save_weights_and_get_sampling_client()
+        self._sampler = await self._training.save_weights_and_get_sampling_client(
+            record_stability_info=self._record_samples
+        )
         return self._sampler
+
+    async def forward(self, data: list[tinker.Datum]) -> list[np.ndarray]:
+        """The learner's logprobs of each datum's targets (no gradient; the loss is ignored)."""
+        plain = [
+            tinker.Datum(
+                model_input=d.model_input, loss_fn_inputs={"target_tokens": d.loss_fn_inputs["target_tokens"]}
+            )
+            for d in data
+        ]
+        out = await self._training.forward(plain, "cross_entropy")
+        return [np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in out.loss_fn_outputs]
 
     async def forward_backward(
         self, data: list[tinker.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None

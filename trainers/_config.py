@@ -35,12 +35,23 @@ class LRSchedule(enum.StrEnum):
 
 
 class PolicyLoss(enum.StrEnum):
-    """The policy-gradient loss sent to ``forward_backward``."""
+    """The loss sent to ``forward_backward``: every built-in loss of the Tinker SDK (docs/backend.md)."""
 
     IMPORTANCE_SAMPLING = "importance_sampling"
     """REINFORCE with the sampler-to-learner probability ratio (unclipped)."""
     PPO = "ppo"
     """The ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]``."""
+    CISPO = "cispo"
+    """``logp`` weighted by the ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]`` (no gradient through it)."""
+    DRO = "dro"
+    """``logp * A`` with a quadratic penalty ``dro_beta / 2 * (logp - sampler_logp)^2``."""
+    GSPO = "gspo"
+    """``ppo`` on each reply's sequence-level ratio (its sampled tokens' geometric mean)."""
+    STABLE_REINFORCE = "stable_reinforce"
+    """REINFORCE with truncated sequence ratios on negative advantages; samples are recorded and datums
+    carry provenance (tinker-cookbook 0.6.1's default)."""
+    CROSS_ENTROPY = "cross_entropy"
+    """On-policy REINFORCE as cross-entropy weighted by the advantages (no off-policy correction)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,9 @@ class TrainConfig:
     learning rate each step, sampled tokens or not: the first setting to try when a run is unstable."""
     loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
     ppo_clip: float = 0.2
-    """Clip range epsilon of the ``ppo`` loss."""
+    """Clip range epsilon of the ``ppo``, ``cispo`` and ``gspo`` losses."""
+    dro_beta: float = 0.05
+    """Weight of the ``dro`` loss's quadratic penalty."""
     num_substeps: int = 1
     """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
     scale_advantages_by_std: bool = False
@@ -160,6 +173,10 @@ class TrainConfig:
                 "lora_rank=0 (full fine-tune) runs on the local backend only: hosted Tinker trains LoRA",
             ),
             (0 < self.ppo_clip < 1, f"ppo_clip must be in (0, 1), got {self.ppo_clip}"),
+            (
+                math.isfinite(self.dro_beta) and self.dro_beta >= 0,
+                f"dro_beta must be >= 0, got {self.dro_beta}",
+            ),
             (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
             (
                 math.isfinite(self.temperature) and self.temperature > 0,
@@ -191,6 +208,14 @@ class TrainConfig:
             json.dumps(self.env_kwargs)
         except TypeError as exc:
             raise ConfigError(f"env_kwargs must be JSON values: {exc}") from None
+
+    def loss_config(self) -> dict[str, float] | None:
+        """The ``loss_fn_config`` these settings give the loss (None: it takes none)."""
+        if self.loss_fn in (PolicyLoss.PPO, PolicyLoss.CISPO, PolicyLoss.GSPO):
+            return {"clip_low_threshold": 1 - self.ppo_clip, "clip_high_threshold": 1 + self.ppo_clip}
+        if self.loss_fn == PolicyLoss.DRO:
+            return {"beta": self.dro_beta}
+        return None
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import signal
 import time
@@ -33,6 +34,7 @@ from envsuite.rollouts import RolloutLimits
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
 from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._datums import TrainingDatum, loss_datum
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._plots import plot_reward_curve
@@ -228,17 +230,17 @@ class Trainer:
         config = self.config
         clients = self._require_clients()
         minibatches = split_minibatches(assembled.datums_D, assembled.n_groups_used, config.num_substeps)
-        loss_config = {"clip_low_threshold": 1 - config.ppo_clip, "clip_high_threshold": 1 + config.ppo_clip}
         row: Row = {}
         kl_rows: list[Row] = []
         losses: list[float] = []
         trained_tokens = 0
         for minibatch in minibatches:
+            data = [loss_datum(d, config.loss_fn) for d in minibatch]
+            if config.loss_fn == PolicyLoss.DRO:
+                data = await _dro_prompt_logprobs(clients, minibatch, data)
             try:
                 out: TrainOutput = await clients.forward_backward(
-                    [d.datum for d in minibatch],
-                    config.loss_fn.value,
-                    loss_config if config.loss_fn == PolicyLoss.PPO else None,
+                    data, config.loss_fn.value, config.loss_config()
                 )
                 if not np.isfinite(out.loss_sum):
                     raise NonFiniteLoss(f"{config.loss_fn.value} loss is {out.loss_sum}")
@@ -313,6 +315,22 @@ class Trainer:
         if self._clients is None:
             raise RuntimeError("the trainer's clients are not built yet")
         return self._clients
+
+
+async def _dro_prompt_logprobs(
+    clients: PolicyClients, minibatch: list[TrainingDatum], data: list[tinker.Datum]
+) -> list[tinker.Datum]:
+    """``dro``'s penalty ``(logp - logprobs)^2`` covers every position, and the sampler gave no logprob
+    for observation tokens: there they get the learner's own (one forward pass), so the penalty pulls
+    only sampled tokens towards the sampler, not the prompt towards probability 1."""
+    current_D = await clients.forward(data)
+    out = []
+    for training, datum, current_T in zip(minibatch, data, current_D, strict=True):
+        sampled_T = training.mask_T != 0
+        logprobs_T = np.where(sampled_T, training.sampler_logprobs_T, current_T).astype(np.float32)
+        inputs = {**datum.loss_fn_inputs, "logprobs": tinker.TensorData.from_numpy(logprobs_T)}
+        out.append(dataclasses.replace(datum, loss_fn_inputs=inputs))
+    return out
 
 
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:

@@ -33,8 +33,9 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--lr-schedule", "lr_schedule", str, "constant | linear | cosine"),
     ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
     ("--lora-rank", "lora_rank", int, "LoRA rank; 0 trains every weight (full fine-tune, local only)"),
-    ("--loss", "loss_fn", str, "importance_sampling | ppo"),
-    ("--ppo-clip", "ppo_clip", float, "ppo clip epsilon"),
+    ("--loss", "loss_fn", str, "the loss sent to forward_backward (docs/backend.md)"),
+    ("--ppo-clip", "ppo_clip", float, "clip epsilon of ppo, cispo and gspo"),
+    ("--dro-beta", "dro_beta", float, "dro's quadratic penalty weight"),
     ("--num-substeps", "num_substeps", int, "optimizer steps per batch (must divide --batch-size)"),
     ("--max-tokens", "max_tokens", int, "sampling budget per turn"),
     ("--temperature", "temperature", float, "sampling temperature (> 0)"),
@@ -80,9 +81,10 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
 
 def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
-    from envsuite.trainers import TrainConfig
+    from envsuite.trainers import PolicyLoss, TrainConfig
 
     defaults = TrainConfig(env_id="x", log_dir="x")
+    choices: dict[str, list[str]] = {"loss_fn": [loss.value for loss in PolicyLoss]}
     p = sub.add_parser(
         "train",
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
@@ -100,7 +102,12 @@ def add_parser(sub: Subparsers) -> None:
         default = getattr(defaults, name)
         shown = getattr(default, "value", default)
         p.add_argument(
-            flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"{text} (default {shown})"
+            flag,
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            choices=choices.get(name),
+            help=f"{text} (default {shown})",
         )
     for flag, name, value, text in _SWITCHES:
         p.add_argument(

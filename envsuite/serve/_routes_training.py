@@ -8,9 +8,8 @@ one at a time, in seq order). A request repeated with the same seq id gets the f
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import zstandard
 from fastapi import APIRouter, Request
@@ -18,32 +17,12 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from envsuite.backends.local import LocalTrainingClient, tinker_path_of
+from envsuite.serve._futures import then
 from envsuite.serve._http import Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
 from envsuite.serve._wire import decode_forward_backward
 
 router = APIRouter(prefix="/api/v1")
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-def then(future: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
-    """A future of ``fn(result)``: the server's view of a local result (ids and paths rewritten)."""
-    out: concurrent.futures.Future[U] = concurrent.futures.Future()
-
-    def done(source: concurrent.futures.Future[T]) -> None:
-        if source.cancelled():
-            out.cancel()
-        elif (exc := source.exception()) is not None:
-            out.set_exception(exc)
-        else:
-            try:
-                out.set_result(fn(source.result()))
-            except Exception as exc:
-                out.set_exception(exc)
-
-    future.add_done_callback(done)
-    return out
 
 
 def _accepted(request_id: str, model_id: str | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ import tinker
 from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
 
 from envsuite.backends.local._futures import LocalFuture, failed_future
+from envsuite.backends.local._sequences import SequenceScope
 from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import limit_heap_fragmentation
 from envsuite.engine.kernels import ReorderReport
@@ -61,6 +63,10 @@ class LocalSamplingClient:
     replaces its linear layers by faster ones, ``EngineConfig.reorder_weights``): pass a copy if the
     same weights are being trained, or name the tensors still shared with a live model in
     ``shared_weights`` (ids), which are then left as they are.
+
+    Every sampled sequence gets a ``sequence_id`` unique to this client; with ``records`` (a session's
+    :class:`SequenceScope`, what ``record_stability_info=True`` gives) each is also recorded there before
+    its response is handed out, for ``stable_reinforce`` training.
     """
 
     _ids = itertools.count()
@@ -75,6 +81,7 @@ class LocalSamplingClient:
         config: EngineConfig | None = None,
         base_weights: bool = False,
         shared_weights: Collection[int] = (),
+        records: SequenceScope | None = None,
     ) -> None:
         limit_heap_fragmentation()  # prefill and KV-cache tensors fragment glibc's heap otherwise
         self._tokenizer = tokenizer
@@ -86,7 +93,11 @@ class LocalSamplingClient:
         # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
         self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights)
         self._client_id = next(self._ids)
+        # Random, so ids stay distinct across clients and processes (records outlive a process).
+        self._sequence_prefix = f"seq-{uuid.uuid4().hex[:12]}"
         self._sequence_ids = itertools.count()
+        self.records = records
+        """Where sampled sequences are recorded (``record_stability_info``); None records nothing."""
         self._eos_ids = _eos_token_ids(model, tokenizer)
         if model_path is not None:
             self._handle = _PATH + str(model_path)
@@ -234,8 +245,13 @@ class LocalSamplingClient:
         except (ValueError, TypeError) as exc:
             return failed_future(exc)
 
+        prompt_length = len(request.prompt_T)
+
         def convert(result: EngineResult) -> tinker.SampleResponse:
-            return self._to_response(result, prompt_logprobs_last_n)
+            response = self._to_response(result, prompt_logprobs_last_n)
+            if self.records is not None:
+                self.records.record_response(prompt_length, response)
+            return response
 
         return LocalFuture(self._engine.submit(request, convert))
 
@@ -336,7 +352,7 @@ class LocalSamplingClient:
         sequences = [
             tinker.SampledSequence(
                 stop_reason=seq.finish.value,
-                sequence_id=f"local-{self._client_id}-{next(self._sequence_ids)}",
+                sequence_id=f"{self._sequence_prefix}-{next(self._sequence_ids)}",
                 tokens_np=np.asarray(seq.tokens, dtype=np.int32),
                 logprobs_np=np.asarray(seq.logprobs, dtype=np.float32),
             )
@@ -346,7 +362,11 @@ class LocalSamplingClient:
         if result.prompt_logprobs is not None:
             kept = _keep_last_n(result.prompt_logprobs, last_n)
             prompt_logprobs_np = np.asarray([np.nan if x is None else x for x in kept], dtype=np.float32)
-        return tinker.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_logprobs_np)
+        return tinker.SampleResponse(
+            sequences=sequences,
+            prompt_logprobs_np=prompt_logprobs_np,
+            prompt_cache_hit_tokens=result.prompt_cache_hit_tokens,
+        )
 
 
 def _token_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:

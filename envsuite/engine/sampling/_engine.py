@@ -348,6 +348,7 @@ class SamplingEngine:
         for job in jobs:
             prompt = job.request.prompt_T
             match = matches[prompt]
+            job.cached_prompt_tokens = match.length
             job.open_rows = job.request.num_samples
             for index in range(job.request.num_samples):
                 rows.append(self._make_row(job, index))
@@ -373,6 +374,9 @@ class SamplingEngine:
         for job, slot, count in zip(group, slot_of_job, counts, strict=True):
             if out.prompt_logprobs_B is not None:
                 job.prompt_logprobs = out.prompt_logprobs_B[slot]
+            match = matches.get(job.request.prompt_T)
+            if match is not None and match.length >= self.config.min_prefix_reuse:
+                job.cached_prompt_tokens = match.length  # _prefill started this prompt from its prefix
             job.open_rows = count
             new_rows.extend(self._make_row(job, i) for i in range(count))
             row_slots.extend([slot] * count)

@@ -26,9 +26,15 @@ class Job(Generic[R]):
     open_rows: int = 0
     sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
     prompt_logprobs: list[float | None] | None = None
+    cached_prompt_tokens: int = 0
+    """How much of the prompt came from the prefix cache."""
 
     def finish(self) -> None:
-        result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
+        result = EngineResult(
+            [self.sequences[i] for i in sorted(self.sequences)],
+            self.prompt_logprobs,
+            self.cached_prompt_tokens,
+        )
         try:
             value = self.convert(result)
         except Exception as exc:

@@ -100,6 +100,8 @@ class GeneratedSequence:
 class EngineResult:
     sequences: list[GeneratedSequence]
     prompt_logprobs: list[float | None] | None
+    prompt_cache_hit_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of prefilled (counted once per request)."""
 
 
 @dataclass(frozen=True)
