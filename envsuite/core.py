@@ -40,9 +40,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 # Re-exported (redundant aliases): the contracts speak of them, and env authors import them from here.
+from envsuite.chat import FunctionCall as FunctionCall
 from envsuite.chat import Message as Message
 from envsuite.chat import Role as Role
 from envsuite.chat import StopCondition as StopCondition
+from envsuite.chat import ToolCall as ToolCall
+from envsuite.chat import ToolSpec as ToolSpec
+from envsuite.chat import UnparsedToolCall as UnparsedToolCall
 
 if TYPE_CHECKING:
     import tinker
