@@ -47,10 +47,15 @@ from envsuite.core import (
     StopReason,
     TokenCompleter,
     TokensWithLogprobs,
+    Tool,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
     Trajectory,
     TrajectoryGroup,
     Transition,
     stop_reason_from_metrics,
+    tool,
 )
 from envsuite.registration import (
     DeprecatedEnvError,
@@ -103,6 +108,12 @@ __all__ = [
     "TrajectoryGroup",
     "Transition",
     "stop_reason_from_metrics",
+    # tool calling (envsuite.core, from envsuite.tools and envsuite.chat)
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "tool",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",
