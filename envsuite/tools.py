@@ -317,10 +317,15 @@ class FunctionTool:
                 input.call_id,
                 self._name,
             )
-        if isinstance(value, ToolResult):
-            return value
-        text = value if isinstance(value, str) else canonical_json(value)
-        return ToolResult([{"role": "tool", "content": text}])
+        if not isinstance(value, ToolResult):
+            value = ToolResult(
+                [{"role": "tool", "content": value if isinstance(value, str) else canonical_json(value)}]
+            )
+        for message in value.messages:  # as tinker-cookbook's tools do: results name their call
+            if input.call_id and not message.get("tool_call_id"):
+                message["tool_call_id"] = input.call_id
+            message.setdefault("name", self._name)
+        return value
 
     def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
         if instance is None:
