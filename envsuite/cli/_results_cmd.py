@@ -23,6 +23,9 @@ RESULT_PRESETS = (
     "twenty-questions-easy",
     "tictactoe-selfplay",
     "math-easy",
+    "tools-calculator-easy",
+    "tools-search-easy",
+    "tools-kv-store-easy",
 )
 """One preset per env family of docs/results.md, in its order."""
 
