@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 TASK = "{question} Use the search tool, then reply with the answer only."
 MAX_ANSWER_WORDS = 8
 MAX_QUERY_CHARS = 200
-DEMO_PERSON = "Orla Venn"
-"""The demonstration's subject: not in the atlas (a test checks)."""
+DEMO_TOWN = "Ardel"
+"""The demonstration's town (and its mayor Orla Venn): not in the atlas (a test checks)."""
 
 
 @functools.cache
@@ -58,8 +58,9 @@ def search_atlas(query: str, top_k: int) -> list[Document]:
     return [documents[int(i)] for i, s in zip(results[0], scores[0], strict=True) if s > 0]
 
 
+@functools.cache
 def make_search_tool(top_k: int) -> Tool:
-    """A ``search`` tool over the atlas returning ``top_k`` documents."""
+    """A ``search`` tool over the atlas returning ``top_k`` documents (one per ``top_k``; it holds no state)."""
 
     @tool
     def search(query: Annotated[str, "What to look for, e.g. a town's or a person's name"]) -> str:
@@ -137,12 +138,17 @@ class SearchEnv(ToolUseEnv):
         return self._task_template.format(question=self.question.text)
 
     def demonstration(self) -> list[Message]:
-        # About someone outside the atlas, so the example never gives away an answer.
-        query = DEMO_PERSON
-        call = ToolCall.create("search", {"query": query}, "call_example")
-        result = f"[1] {DEMO_PERSON} is a chemist who was born in Ardel in 1970."
+        # About a town outside the atlas, so the example never gives away an answer.
+        call = ToolCall.create("search", {"query": DEMO_TOWN}, "call_example")
+        result = (
+            f"[1] {DEMO_TOWN} is a town in Almera on the Bexa river. It was founded in 1312 and has a "
+            f"population of 51234. The mayor of {DEMO_TOWN} is Orla Venn."
+        )
         return [
-            {"role": "user", "content": self._task_template.format(question=f"What is {query}'s job?")},
+            {
+                "role": "user",
+                "content": self._task_template.format(question=f"What is the population of {DEMO_TOWN}?"),
+            },
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": result, "tool_call_id": "call_example", "name": "search"},
         ]
