@@ -240,7 +240,9 @@ def test_calculator_episode_call_then_answer() -> None:
     final = results[-1]
     assert final.stop_reason is StopReason.COMPLETED and final.reward == 1.0
     assert (
-        final.metrics["success"] == 1.0 and final.metrics["tool_calls"] == 1 and final.metrics["turns"] == 2
+        final.metrics["success"] == 1.0
+        and final.metrics["tool_calls"] == 1
+        and final.metrics["tool_errors"] == 0
     )
     tool_message = env.conversation()[-2]
     assert tool_message["role"] == "tool" and tool_message["content"] == str(env.value)  # type: ignore[attr-defined]

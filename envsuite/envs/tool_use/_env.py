@@ -12,6 +12,8 @@ without calls is the answer. The episode ends with:
   budget ran out; ``CONTEXT_OVERFLOW``: the next prompt would not fit (all graded, answer None);
 * ``PARSE_ERROR``: an empty or unreadable reply; ``MAX_TOKENS``: a reply cut off without a call.
 
+Metrics: ``success``, ``answered``, ``tool_calls``, ``tool_errors`` (the rollout driver counts turns).
+
 Reward: 1 for a correct outcome; otherwise ``tool_use_reward`` when at least one call succeeded (a
 shaping reward for easy rungs, 0 by default, always below a correct outcome's 1), else 0; a reply that
 is unreadable, empty or cut off without a call costs ``format_coef`` instead. Calls in a reply cut off
@@ -230,7 +232,6 @@ class ToolUseEnv(Env):
             "answered": float(answer is not None),
             "tool_calls": self._tally.calls,
             "tool_errors": self._tally.errors,
-            "turns": self._tally.turns,
         }
         logs: Logs = {
             "reference": verdict.reference,
