@@ -49,7 +49,7 @@ register(
 register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")
 
 # Tool use (envsuite.envs.tool_use): the policy calls tools the env declares, then answers (docs/tools.md).
-# The easy rungs show a worked call first and pay 0.2 for a successful call in a failed episode.
+# The easy rungs show a worked call first and pay 0.2 for a wrong answer given after a successful call.
 _TOOL_USE: dict[str, Any] = {"kind": EnvKind.MULTI_TURN, "reward_range": (-0.1, 1.0), "tags": ("tool-use",)}
 _EASY: dict[str, Any] = {"demonstrate": True, "tool_use_reward": 0.2}
 register(
@@ -77,8 +77,8 @@ register(
 register(
     "tools/search_easy-v0",
     entry_point="envsuite.envs.tool_use:SearchEnv",
-    kwargs={"kinds": ["population", "founded", "born"], "top_k": 2, **_EASY},
-    description="The first rung: one number to look up (a population or a year); a worked search shown first.",
+    kwargs={"kinds": ["born"], "top_k": 1, **_EASY},
+    description="The first rung: a person's birth year to look up, one result per search; a worked search shown first.",
     max_turns=4,
     **_TOOL_USE,
 )

@@ -260,6 +260,10 @@ def test_easy_rung_shows_a_worked_call_and_pays_for_a_successful_call() -> None:
     assert roles == ["system", "user", "assistant", "tool", "user"]
     no_call = envsuite.make_env("tools/calculator_easy", seed=5, model=TEST_MODEL)
     assert play(no_call, [lambda e: text_reply(e, "2")])[-1].reward == 0.0
+    # Calling until the turns run out earns nothing: the shaping pays a call followed by an answer.
+    never_answers = envsuite.make_env("tools/calculator_easy", seed=5, model=TEST_MODEL)
+    final = play(never_answers, [lambda e: call_reply(e, c("calculator", expression="1 + 1"))] * 4)[-1]
+    assert final.stop_reason is StopReason.MAX_TURNS and final.reward == 0.0
 
 
 @pytest.mark.parametrize(
@@ -405,10 +409,10 @@ def test_the_atlas_ships_as_built_and_splits_by_subject() -> None:
     data = Path(envsuite.__file__).parent / "envs" / "tool_use" / "data" / "atlas.jsonl"
     shipped = [json.loads(line) for line in data.read_text().splitlines()]
     assert shipped == [vars(d) for d in build_atlas()]
-    from envsuite.envs.tool_use.retrieval import DEMO_TOWN
+    from envsuite.envs.tool_use.retrieval import DEMO_PERSON
 
     names = {d.title for d in load_atlas()} | {p for d in load_atlas() for p in d.title.split()}
-    assert DEMO_TOWN not in names and not {"Orla", "Venn"} & names
+    assert not {DEMO_PERSON, "Ardel", *DEMO_PERSON.split()} & names
     subjects = {
         split: {
             envsuite.make_env("tools/search", seed=s, split=split, model=TEST_MODEL).question.subject

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 ATLAS_SEED = 20261125
-N_TOWNS = 120
-N_PEOPLE = 160
+N_TOWNS = 200
+N_PEOPLE = 400
 _FILE = "data/atlas.jsonl"
 
 _SYLLABLES = [

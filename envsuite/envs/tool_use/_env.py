@@ -14,9 +14,10 @@ without calls is the answer. The episode ends with:
 
 Metrics: ``success``, ``answered``, ``tool_calls``, ``tool_errors`` (the rollout driver counts turns).
 
-Reward: 1 for a correct outcome; otherwise ``tool_use_reward`` when at least one call succeeded (a
-shaping reward for easy rungs, 0 by default, always below a correct outcome's 1), else 0; a reply that
-is unreadable, empty or cut off without a call costs ``format_coef`` instead. Calls in a reply cut off
+Reward: 1 for a correct outcome; otherwise ``tool_use_reward`` when the policy answered after at least
+one successful call (a shaping reward for easy rungs, 0 by default, always below a correct outcome's
+1: it pays the whole protocol, call then answer, so calling until the turns run out earns nothing), else
+0; a reply that is unreadable, empty or cut off without a call costs ``format_coef`` instead. Calls in a reply cut off
 at the token limit still run (its closed blocks are read; the turn is closed by the next prompt).
 """
 
@@ -94,7 +95,7 @@ class ToolUseEnv(Env):
     ) -> None:
         """``max_turns``: policy turns (the answer included); ``max_tool_calls``: calls per episode;
         ``system_prompt``: text before the tool definitions; ``demonstrate``: show :meth:`demonstration`
-        before the task; ``tool_use_reward``: paid for an incorrect outcome after a successful call (in
+        before the task; ``tool_use_reward``: paid for a wrong answer given after a successful call (in
         [0, 1)); ``format_coef``: the cost of an unreadable reply."""
         if max_turns < 1 or max_tool_calls < 0:
             raise ValueError(
@@ -226,7 +227,7 @@ class ToolUseEnv(Env):
         elif verdict.correct:
             reward = 1.0
         else:
-            reward = self.tool_use_reward if self._tally.succeeded else 0.0
+            reward = self.tool_use_reward if self._tally.succeeded and answer is not None else 0.0
         metrics: Metrics = {
             "success": float(verdict.correct and not penalty),
             "answered": float(answer is not None),

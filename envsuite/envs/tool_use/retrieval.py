@@ -1,6 +1,6 @@
 """``tools/search``: questions about a fictional world, answerable only through a ``search`` tool.
 
-The world is the atlas shipped with envsuite (:mod:`~envsuite.envs.tool_use._atlas`: 120 towns and 160
+The world is the atlas shipped with envsuite (:mod:`~envsuite.envs.tool_use._atlas`: 200 towns and 400
 people, every fact invented). ``search(query)`` ranks its documents with BM25 (``bm25s``, built once per
 process, about 20 ms) and returns the best few. Each seed draws one question: by default one look-up
 (a town's population, founding year or mayor, a person's birthplace or birth year); the
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 TASK = "{question} Use the search tool, then reply with the answer only."
 MAX_ANSWER_WORDS = 8
 MAX_QUERY_CHARS = 200
-DEMO_TOWN = "Ardel"
-"""The demonstration's town (and its mayor Orla Venn): not in the atlas (a test checks)."""
+DEMO_PERSON = "Orla Venn"
+"""The demonstration's subject (born in Ardel): not in the atlas (a test checks)."""
 
 
 @functools.cache
@@ -138,16 +138,13 @@ class SearchEnv(ToolUseEnv):
         return self._task_template.format(question=self.question.text)
 
     def demonstration(self) -> list[Message]:
-        # About a town outside the atlas, so the example never gives away an answer.
-        call = ToolCall.create("search", {"query": DEMO_TOWN}, "call_example")
-        result = (
-            f"[1] {DEMO_TOWN} is a town in Almera on the Bexa river. It was founded in 1312 and has a "
-            f"population of 51234. The mayor of {DEMO_TOWN} is Orla Venn."
-        )
+        # About someone outside the atlas, so the example never gives away an answer.
+        call = ToolCall.create("search", {"query": DEMO_PERSON}, "call_example")
+        result = f"[1] {DEMO_PERSON} is a chemist who was born in Ardel in 1970."
         return [
             {
                 "role": "user",
-                "content": self._task_template.format(question=f"What is the population of {DEMO_TOWN}?"),
+                "content": self._task_template.format(question=f"In what year was {DEMO_PERSON} born?"),
             },
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": result, "tool_call_id": "call_example", "name": "search"},
