@@ -48,11 +48,16 @@ from envsuite.core import (
     StopReason,
     TokenCompleter,
     TokensWithLogprobs,
+    Tool,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
     Trajectory,
     TrajectoryGroup,
     Transition,
     stop_reason_from_metrics,
     tokens_outside_vocabulary,
+    tool,
 )
 from envsuite.errors import UsageError
 from envsuite.registration import (
@@ -110,6 +115,12 @@ __all__ = [
     "tokens_outside_vocabulary",
     # errors a user can fix (the CLI shows them as one line)
     "UsageError",
+    # tool calling (envsuite.core, from envsuite.tools and envsuite.chat)
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "tool",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",

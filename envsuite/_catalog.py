@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from typing import Any
 
 from envsuite.registration import EnvKind, register, register_scheme
 
@@ -123,3 +124,61 @@ register(
 
 # Any OpenEnv server is a catalog env: `openenv:http://host:port` (envsuite.adapters.openenv).
 register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")
+
+# Tool use (envsuite.envs.tool_use): the policy calls tools the env declares, then answers (docs/tools.md).
+# The easy rungs show a worked call first and pay 0.2 for a wrong answer given after a successful call.
+_TOOL_USE: dict[str, Any] = {"kind": EnvKind.MULTI_TURN, "reward_range": (-0.1, 1.0), "tags": ("tool-use",)}
+_EASY: dict[str, Any] = {"demonstrate": True, "tool_use_reward": 0.2}
+register(
+    "tools/calculator-v0",
+    entry_point="envsuite.envs.tool_use:CalculatorEnv",
+    description="Three 5-digit terms (+, -, *) to compute exactly, with a calculator tool.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/calculator_easy-v0",
+    entry_point="envsuite.envs.tool_use:CalculatorEnv",
+    kwargs={"digits": 4, "n_terms": 2, "operations": ["*"], **_EASY},
+    description="The first rung: one product of two 4-digit numbers; a worked call shown first.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    description="A question about a fictional atlas, answerable only with its BM25 search tool.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search_easy-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    kwargs={"kinds": ["born"], "top_k": 1, **_EASY},
+    description="The first rung: a person's birth year to look up, one result per search; a worked search shown first.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search_multihop-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    kwargs={"kinds": ["mayor_born", "birthplace_population", "birthplace_river"], "max_turns": 5},
+    description="Two chained look-ups in the atlas (e.g. the birth year of a town's mayor).",
+    max_turns=5,
+    **_TOOL_USE,
+)
+register(
+    "tools/kv_store-v0",
+    entry_point="envsuite.envs.tool_use:KVStoreEnv",
+    description="Reach a goal state of a key-value store through get/set/delete/keys/done tools.",
+    max_turns=6,
+    **_TOOL_USE,
+)
+register(
+    "tools/kv_store_easy-v0",
+    entry_point="envsuite.envs.tool_use:KVStoreEnv",
+    kwargs={"tasks": ["set"], "tools": ["get", "set"], "n_keys": 3, **_EASY},
+    description="The first rung: set one key (get and set tools); a worked call shown first.",
+    max_turns=6,
+    **_TOOL_USE,
+)

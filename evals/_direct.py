@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from envsuite import RendererConfig
 from envsuite.core import Message
 from envsuite.evals._direct_log import EpisodeRecord, write_env_log
-from envsuite.evals._provider import local_model, sample, sampling_params
+from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_of
+from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
 from envsuite.evals._task import (
     EpisodeOutcome,
     EpisodeTask,
@@ -300,12 +301,16 @@ class _Turns:
     async def __call__(self, messages: list[Message]) -> ModelReply:
         self.latest = list(messages)
         model = self.bench.model
-        prompt = model.renderer.build_generation_prompt(messages)
+        # Rendered as the provider renders what Inspect hands it (tools included), so both runners agree.
+        seen, tools = as_inspect_sees(messages)
+        prompt = model.renderer.build_generation_prompt(seen, tools=tools)
         response = await sample(model, prompt, 1, self.bench.params)
         tokens = list(response.sequences[0].tokens)
         parsed = model.renderer.parse_response(tokens)
         self.input_tokens += prompt.length
         self.output_tokens += len(tokens)
         self.answer, self.truncated = str(parsed.message["content"]), not parsed.clean_stop
-        self.latest = [*messages, {"role": "assistant", "content": self.answer}]
-        return ModelReply(self.answer, self.truncated)
+        self.latest = [*messages, parsed.message]
+        # As the provider and the solver hand calls over in the Inspect runner, so both runners agree.
+        calls = [from_inspect_call(c) for c in inspect_calls(parsed.message)] if tools_of(messages) else []
+        return ModelReply(self.answer, self.truncated, calls)

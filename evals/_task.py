@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -21,12 +21,23 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite.core import Env, Message, StopReason, as_overflow, stop_reason_from_metrics
-from envsuite.evals._messages import to_inspect
+from envsuite.core import (
+    Env,
+    Message,
+    StopCondition,
+    StopReason,
+    ToolCall,
+    as_overflow,
+    stop_reason_from_metrics,
+)
+from envsuite.evals._messages import from_inspect_call, inspect_tools, to_inspect, tools_of
 from envsuite.evals._workers import active_pool
 from envsuite.executors import WorkerLostError, WorkerPool
 from envsuite.registration import spec
-from envsuite.renderers import encodable_text, reply_to_tokens
+from envsuite.renderers import encodable_text, reply_message_tokens, reply_to_tokens
+
+if TYPE_CHECKING:
+    from envsuite.renderers import Renderer
 
 RESULT_KEY = "envsuite_result"
 MAX_TURNS_GUARD = 512
@@ -90,6 +101,17 @@ class ModelReply:
     text: str
     truncated: bool
     """It stopped at the token limit (so no stop sequence is appended)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """The tools it called (written into the reply in the env's chat format)."""
+
+    def reply_tokens(self, renderer: Renderer, stop: StopCondition) -> list[int]:
+        """The tokens the env steps on: the reply's text (and calls) in the env's chat format."""
+        if self.tool_calls:
+            message: Message = {"role": "assistant", "content": self.text, "tool_calls": self.tool_calls}
+            return reply_message_tokens(renderer, message)
+        if self.truncated:
+            return list(renderer.tokenizer.encode(encodable_text(self.text), add_special_tokens=False))
+        return reply_to_tokens(renderer, self.text, stop)
 
 
 ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
@@ -119,12 +141,8 @@ async def play_episode(
     built = renderer.build()
     for _ in range(MAX_TURNS_GUARD):
         reply = await model_turn(env.conversation())
-        if reply.truncated:
-            tokens = built.tokenizer.encode(encodable_text(reply.text), add_special_tokens=False)
-        else:
-            tokens = reply_to_tokens(built, reply.text, stop)
         try:
-            step = await env.step(list(tokens))
+            step = await env.step(reply.reply_tokens(built, stop))
         except Exception as exc:
             raise _EnvFailure(repr(exc)) from exc
         result["turns"] += 1
@@ -206,7 +224,9 @@ def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> Non
 def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included).
 
-    With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
+    A tool env's tools are given to the model as Inspect tools (generated with ``tool_calls="none"``:
+    the env, not Inspect, runs them), and the model's calls are written into its reply in the env's
+    chat format. With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
     each model turn comes back here, to Inspect's ``generate``.
     """
 
@@ -226,8 +246,10 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
             # Kept current every turn: an episode cut by the time limit is scored with what it earned.
             state.store.set(RESULT_KEY, result)
             state.messages = to_inspect(messages)
-            state = await generate(state)
-            return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens")
+            state.tools = inspect_tools(tools_of(messages))
+            state = await generate(state, tool_calls="none")  # the env runs its tools, not Inspect
+            calls = [from_inspect_call(call) for call in state.output.message.tool_calls or []]
+            return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens", calls)
 
         pool = active_pool()
         if pool is None:

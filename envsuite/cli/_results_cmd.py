@@ -26,6 +26,9 @@ RESULT_PRESETS = (
     "tictactoe-selfplay",
     "math-easy",
     "code-easy",
+    "tools-calculator-easy",
+    "tools-search-easy",
+    "tools-kv-store-easy",
 )
 """One preset per env family of docs/results.md, in its order."""
 

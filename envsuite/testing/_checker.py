@@ -35,6 +35,7 @@ from envsuite.testing._episodes import (
     text_actions,
     unreported_stop_reason,
 )
+from envsuite.testing._tool_checks import declared_tools, play_tool_case, tool_cases
 
 ENV_ERROR_WARN_RATE = 0.25
 """Share of the checker's episodes ending in ``env_error`` from which it warns (all of them fail)."""
@@ -332,6 +333,23 @@ async def _check_env_errors(s: _Setup, name: str) -> CheckResult:
     return _passed(name, detail)
 
 
+async def _check_tool_calls(s: _Setup, name: str) -> CheckResult:
+    """Well-formed and broken calls to the env's declared tools (``envsuite.testing._tool_checks``)."""
+    probe = s.env(s.seeds[0])
+    if as_overflow(await probe.initial_observation()) is not None:
+        return CheckResult(name, CheckOutcome.SKIPPED, "the default prompt overflows")
+    specs = declared_tools(probe)
+    if not specs:
+        return CheckResult(name, CheckOutcome.SKIPPED, "the env declares no tools")
+    renderer = s.renderer.build()
+    cases = tool_cases(specs)
+    problems = [p for case in cases if (p := await play_tool_case(lambda: s.env(s.seeds[0]), renderer, case))]
+    if problems:
+        fix = "answer every call with a tool message (envsuite.tools.run_tool_call never raises)"
+        return _failed(name, "; ".join(problems[:3]), fix)
+    return _passed(name, f"{len(specs)} tool(s); {len(cases)} calls, broken ones answered with errors")
+
+
 async def _check_overflow(s: _Setup, name: str) -> CheckResult:
     env = s.env(s.seeds[0], max_context_tokens=4)
     start = await env.initial_observation()
@@ -351,6 +369,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("garbage actions", _check_garbage),
     ("final transition has a stop reason", _check_plausible_episode),
     ("episodes end without env errors", _check_env_errors),
+    ("tool calls are answered", _check_tool_calls),
     ("prompt overflow sentinel", _check_overflow),
 )
 """Every check, by the name it reports under."""
@@ -417,7 +436,9 @@ def check_env(
     out-of-vocab ids, text with lone surrogates) end in a defined outcome within the turn budget, never
     an exception; the final transition carries exactly one stop reason; returns stay inside the spec's
     ``reward_range``; episodes do not end in ``env_error`` (all of them: a failure; a quarter or more: a
-    warning); an over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
-    shares SmolLM2's).
+    warning); calls to the tools an env declares, well-formed and broken (unreadable, unknown tool, wrong
+    argument type, unexpected argument), are answered by tool messages and extend the observation (skipped
+    for envs without tools); an over-long prompt gives the overflow sentinel. ``model`` picks the
+    tokenizer (the tiny test model shares SmolLM2's).
     """
     return asyncio.run(check_env_async(env_id, model=model, seeds=seeds, strict=strict, **env_kwargs))

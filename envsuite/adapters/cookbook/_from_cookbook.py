@@ -126,7 +126,12 @@ class CookbookCatalogEnv(Env):
 
     def conversation(self) -> list[Any]:
         inner_conversation = getattr(self.inner, "conversation", None)
-        return list(inner_conversation()) if callable(inner_conversation) else []
+        if callable(inner_conversation):
+            return list(inner_conversation())
+        # Their message-level envs (EnvFromMessageEnv: AgentToolMessageEnv, ...) keep the conversation
+        # in the message env's history, tool definitions and results included.
+        history = getattr(getattr(self.inner, "message_env", None), "history", None)
+        return list(history) if isinstance(history, list) else []
 
 
 @dataclass(frozen=True)
