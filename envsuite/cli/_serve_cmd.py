@@ -27,6 +27,14 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--state-dir", default=str(defaults.state_dir), help="runs and checkpoints (kept across restarts)"
     )
     p.add_argument(
+        "--allow-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory (besides --state-dir) whose checkpoints and models clients may name by path; "
+        "repeat for more. Any other path is answered as not found",
+    )
+    p.add_argument(
         "--api-key",
         default=None,
         help=f"key every request must carry (X-API-Key; the SDK's api_key); default: ${API_KEY_VAR}",
@@ -50,6 +58,7 @@ def run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         device=args.device,
         state_dir=Path(args.state_dir),
+        allowed_dirs=tuple(Path(d) for d in args.allow_dir),
         max_body_bytes=int(args.max_body_mb * 2**20),
         session_timeout_s=args.session_timeout,
     )

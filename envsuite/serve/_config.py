@@ -34,6 +34,9 @@ class ServeConfig:
     """Where models run (``cuda`` needs a visible GPU)."""
     state_dir: Path = Path("serve-state")
     """Training runs and checkpoints (``tinker://`` paths resolve here); survives restarts."""
+    allowed_dirs: tuple[Path, ...] = ()
+    """Directories besides ``state_dir`` whose checkpoints and model directories clients may name by
+    path; any other path is answered as not found (``envsuite.serve._paths``)."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Larger request bodies are refused with 413."""
     poll_wait_s: float = 20.0

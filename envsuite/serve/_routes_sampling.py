@@ -25,7 +25,7 @@ async def create_sampling_session(request: Request) -> dict[str, Any]:
     state = state_of(request)
     state.session(body.session_id)
     sampler_id = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
-    client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+    client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
     state.add_sampler(body.session_id, sampler_id, client)
     return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump()
 
@@ -47,7 +47,7 @@ async def asample(request: Request) -> dict[str, Any]:
     if body.sampling_session_id is not None:
         client = state.sampler(body.sampling_session_id).client
     else:
-        client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+        client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
     # A retried request (same session, seq id and body) gets the first one's id.
     key = ("sample", body.sampling_session_id, body.seq_id, hashlib.sha256(raw).hexdigest())
 
