@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence
+from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence, SampledToken
 from envsuite.engine.sampling._token_choice import RowSampling
 
 R = TypeVar("R")
@@ -26,6 +26,8 @@ class Job(Generic[R]):
     open_rows: int = 0
     sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
     prompt_logprobs: list[float | None] | None = None
+    on_token: Callable[[SampledToken], None] | None = None
+    """Called on the engine thread with every token as it is sampled (streaming); must be quick."""
 
     def finish(self) -> None:
         result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
@@ -51,6 +53,7 @@ class Row:
     sampling: RowSampling
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
