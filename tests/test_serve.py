@@ -137,7 +137,9 @@ def test_top_sample_logprobs_come_through_the_server(url: str, tmp_path: Path) -
     with sdk(url) as service:
         remote = service.create_sampling_client(base_model=TEST_MODEL).result()
         got = remote.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
-    local = LocalServiceClient(log_dir=tmp_path / "local").create_sampling_client(base_model=TEST_MODEL).result()
+    local = (
+        LocalServiceClient(log_dir=tmp_path / "local").create_sampling_client(base_model=TEST_MODEL).result()
+    )
     want = local.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
     assert got.tokens == want.tokens and got.topk_logprobs is not None and want.topk_logprobs is not None
     for best, expected in zip(got.topk_logprobs, want.topk_logprobs, strict=True):

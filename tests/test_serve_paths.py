@@ -26,7 +26,9 @@ _MISSING = "/no/such/dir/weights/x"
 def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A complete checkpoint written by another run, outside any server's state dir."""
     root = tmp_path_factory.mktemp("other-run")
-    training = LocalServiceClient(log_dir=root).create_lora_training_client(TEST_MODEL, rank=2, seed=0).result()
+    training = (
+        LocalServiceClient(log_dir=root).create_lora_training_client(TEST_MODEL, rank=2, seed=0).result()
+    )
     path = Path(training.save_state("elsewhere").result().path)
     training.close()
     assert (path / "envsuite_checkpoint.json").is_file()
@@ -40,7 +42,10 @@ def _answers(api: str, session_id: str, model_id: str, path: str) -> dict[str, t
             "load_weights",
             {"session_id": session_id, "model_seq_id": 90, "path": path, "optimizer": False},
         ),
-        "load_weights": ("load_weights", {"model_id": model_id, "seq_id": 5, "path": path, "optimizer": True}),
+        "load_weights": (
+            "load_weights",
+            {"model_id": model_id, "seq_id": 5, "path": path, "optimizer": True},
+        ),
         "weights_info": ("weights_info", {"tinker_path": path}),
         "copy_weights": ("copy_weights", {"source_path": path}),
         "sampling_session": (
