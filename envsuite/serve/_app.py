@@ -24,6 +24,8 @@ from fastapi.responses import JSONResponse
 from envsuite.backends.local import UnknownRunError
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._http import Unsupported, error
+from envsuite.serve._oai_wire import OpenAIError
+from envsuite.serve._routes_openai import router as openai_router
 from envsuite.serve._routes_rest import router as rest_router
 from envsuite.serve._routes_sampling import router as sampling_router
 from envsuite.serve._routes_service import router as service_router
@@ -87,6 +89,14 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
+def sent_key(headers: dict[bytes, bytes]) -> bytes:
+    """The key a request carries: ``X-API-Key`` (the tinker SDK) or ``Authorization: Bearer`` (OpenAI's)."""
+    if b"x-api-key" in headers:
+        return headers[b"x-api-key"]
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
+
+
 class _KeyCheck:
     """Refuses every request without the server's key (401); a no-op when no key is set."""
 
@@ -95,11 +105,10 @@ class _KeyCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.digest is not None:
-            sent = dict(scope.get("headers") or []).get(b"x-api-key", b"")
+            sent = sent_key(dict(scope.get("headers") or []))
             if not hmac.compare_digest(hashlib.sha256(sent).digest(), self.digest):
-                await _send_json(
-                    send, 401, {"error": "missing or wrong API key (X-API-Key)", "category": "user"}
-                )
+                message = "missing or wrong API key (X-API-Key, or Authorization: Bearer)"
+                await _send_json(send, 401, {"error": message, "category": "user"})
                 return
         await self.app(scope, receive, send)
 
@@ -133,6 +142,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, bad_request)
     for missing in (NotFound, UnknownRunError):
         app.add_exception_handler(missing, not_found)
+
+    async def openai_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, OpenAIError)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    app.add_exception_handler(OpenAIError, openai_error)
     app.add_exception_handler(Exception, crashed)
 
 
@@ -156,7 +171,7 @@ def create_app(config: ServeConfig, api_key: str | None = None) -> Any:
 
     app = FastAPI(title="envsuite serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.serve = state
-    for router in (service_router, training_router, sampling_router, rest_router):
+    for router in (service_router, training_router, sampling_router, rest_router, openai_router):
         app.include_router(router)
     _install_error_handlers(app)
     digest = hashlib.sha256(api_key.encode()).digest() if api_key else None

@@ -127,6 +127,11 @@ class LocalSamplingClient:
         """Prompt plus sampled tokens at most."""
         return self._engine.max_context
 
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The token ids ``SamplingParams(stop=None)`` stops at (the model's end of sequence)."""
+        return self._eos_ids
+
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         return self._tokenizer
 
