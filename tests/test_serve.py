@@ -48,10 +48,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(config: ServeConfig, api_key: str | None = None, apps: list[Any] | None = None) -> Iterator[str]:
+def running(
+    config: ServeConfig,
+    api_key: str | None = None,
+    apps: list[Any] | None = None,
+    capture_keys: dict[str, str] | None = None,
+) -> Iterator[str]:
     """A server in a thread; yields its URL and stops it afterwards (``apps`` receives the app)."""
     config = replace(config, port=_free_port())
-    app = create_app(config, api_key)
+    app = create_app(config, api_key, capture_keys)
     if apps is not None:
         apps.append(app)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_level="warning"))

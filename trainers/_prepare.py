@@ -39,16 +39,18 @@ def preflight(config: TrainConfig) -> None:
         raise ConfigError(
             f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
         ) from None
-    try:
-        spec(config.env_id)
-    except (RegistryError, ValueError) as exc:
-        raise ConfigError(f"env_id: {exc}") from None
+    if config.env_id:
+        try:
+            spec(config.env_id)
+        except (RegistryError, ValueError) as exc:
+            raise ConfigError(f"env_id: {exc}") from None
     local = config.backend == "local"
     from envsuite.models import KNOWN_MODELS
 
     if local and config.model not in KNOWN_MODELS:
         _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
-    _check_env_builds(config)
+    if config.env_id:
+        _check_env_builds(config)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
 

@@ -40,6 +40,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help=f"key every request must carry (X-API-Key; the SDK's api_key); default: ${API_KEY_VAR}",
     )
     p.add_argument(
+        "--capture-keys",
+        default=None,
+        metavar="FILE",
+        help="a file of 'NAME KEY' lines: requests carrying KEY are accepted and captured into set NAME",
+    )
+    p.add_argument(
         "--max-body-mb", type=float, default=defaults.max_body_bytes / 2**20, help="request body limit"
     )
     p.add_argument(
@@ -51,7 +57,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from envsuite.serve import ServeConfig, ServeConfigError, api_key_from_env, serve
+    from envsuite.serve import ServeConfig, ServeConfigError, api_key_from_env, read_capture_keys, serve
 
     config = ServeConfig(
         host=args.host,
@@ -63,8 +69,9 @@ def run_serve(args: argparse.Namespace) -> int:
         session_timeout_s=args.session_timeout,
     )
     try:
-        serve(config, api_key=args.api_key or api_key_from_env())
-    except ServeConfigError as exc:
+        capture_keys = read_capture_keys(args.capture_keys) if args.capture_keys else None
+        serve(config, api_key=args.api_key or api_key_from_env(), capture_keys=capture_keys)
+    except (ServeConfigError, OSError) as exc:
         print(f"envsuite serve: error: {exc}", file=sys.stderr)
         return 2
     return 0

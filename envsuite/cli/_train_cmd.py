@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from envsuite.cli._args import parse_env_args
@@ -49,6 +50,12 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
     ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
+    (
+        "--captured",
+        "captured_dir",
+        str,
+        "train on the scored episodes `envsuite serve` captured (a capture set dir) instead of rollouts",
+    ),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
@@ -78,7 +85,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
         description=__doc__,
     )
-    p.add_argument("env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config)")
+    p.add_argument(
+        "env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config/--captured)"
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", default=None, help="start from a shipped preset (see --list-presets)")
     source.add_argument("--config", default=None, help="start from a config file (.toml or .json)")
@@ -112,11 +121,16 @@ def config_from_args(args: argparse.Namespace) -> Any:
     elif args.config is not None:
         preset = load_config_file(args.config)
     if preset is None:
-        if args.env_id is None:
-            raise ConfigError("name an ENV_ID, or start from --preset NAME or --config FILE")
-        log_dir = args.log_dir or f"runs/{args.env_id.replace('/', '_')}"
+        captured = given.get("captured_dir")
+        if args.env_id is None and captured is None:
+            raise ConfigError(
+                "name an ENV_ID, or start from --preset NAME or --config FILE, or --captured DIR"
+            )
+        env_id = args.env_id or ""
+        name = env_id.replace("/", "_") or f"captured-{Path(str(captured)).name}"
+        log_dir = args.log_dir or f"runs/{name}"
         return TrainConfig.from_dict(
-            {"env_id": args.env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
+            {"env_id": env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
         )
     if args.env_id is not None:
         _check_same_env(args.env_id, str(preset.values.get("env_id", "")), preset.name)

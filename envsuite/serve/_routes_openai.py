@@ -10,17 +10,22 @@ events when ``stream`` is set (with a final usage chunk when ``stream_options.in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from envsuite.capture import CapturedChoice
+from envsuite.chat import Message
+from envsuite.serve._capture_http import CaptureRequest, Turn
 from envsuite.serve._http import state_of
 from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, check_tools, to_messages
 from envsuite.serve._oai_models import ServedModel, list_models, serve_model
@@ -56,6 +61,8 @@ from envsuite.serve._oai_wire import (
 
 router = APIRouter()
 PREFIXES = ("/oai/api/v1", "/v1")
+_RECORDED_PARAMS = {"max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop"}
+"""Sampling parameters kept with a captured call."""
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 """OpenAI's default for ``/completions`` (chat replies default to the engine's budget, 1024)."""
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -90,7 +97,7 @@ def _dump(model: pydantic.BaseModel) -> dict[str, Any]:
     return dumped
 
 
-def _sse(events: AsyncIterator[pydantic.BaseModel]) -> StreamingResponse:
+def _sse(events: AsyncIterator[pydantic.BaseModel], headers: dict[str, str]) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         try:
             async for event in events:
@@ -99,7 +106,8 @@ def _sse(events: AsyncIterator[pydantic.BaseModel]) -> StreamingResponse:
             yield f"data: {json.dumps(exc.body())}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    headers = {"Cache-Control": "no-cache", **headers}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
 
 def _usage(prompt_tokens: int, choices: list[SampledChoice]) -> Usage:
@@ -117,6 +125,22 @@ def _stop_ids(fmt: ChatFormat, served: ServedModel) -> frozenset[int]:
 
 
 # -- chat ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Chat:
+    """A chat request ready to sample: its model, format, prompt and (when captured) its episode."""
+
+    body: ChatRequest
+    served: ServedModel
+    fmt: ChatFormat
+    messages: list[Message]
+    spec: SampleSpec
+    capture: CaptureRequest | None
+    turn: Turn | None
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Envsuite-Episode": self.turn.episode_id} if self.turn is not None else {}
 
 
 def _chat_spec(body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: ServedModel) -> SampleSpec:
@@ -139,12 +163,52 @@ def _chat_spec(body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: Se
     )
 
 
+async def _prepare_chat(request: Request) -> _Chat:
+    body = _parse(await request.body(), ChatRequest)
+    check_tools(body)
+    state = state_of(request)
+    capture = CaptureRequest.of(request, state)
+    served = await serve_model(state, body.model)
+    client = served.client
+    fmt = chat_format(client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer)
+    messages = to_messages(body.messages)
+    turn = capture.place_chat(messages) if capture is not None else None
+    prompt = None
+    if capture is not None and turn is not None:
+        prompt = capture.spliced_prompt(turn, fmt, served, messages)
+    prompt = prompt or fmt.prompt(messages)
+    if capture is not None:
+        turn = capture.place_tokens(turn, prompt)
+    return _Chat(body, served, fmt, messages, _chat_spec(body, prompt, fmt, served), capture, turn)
+
+
 def chat_reply(fmt: ChatFormat, choice: SampledChoice, stops: tuple[str, ...]) -> tuple[AssistantReply, str]:
     """A choice's reply as the client sees it, and its finish reason."""
     reply = fmt.reply(choice.tokens)
     content, _ = cut_at_stops(reply.content, stops)
     finish = "tool_calls" if reply.tool_calls else choice.finish
     return AssistantReply(content, reply.tool_calls), finish
+
+
+async def _record_chat(chat: _Chat, choices: list[SampledChoice]) -> None:
+    if chat.capture is None or chat.turn is None:
+        return
+    captured = []
+    for choice in choices:
+        reply, finish = chat_reply(chat.fmt, choice, chat.spec.user_stops)
+        captured.append(
+            CapturedChoice(choice.tokens, choice.logprobs, finish, reply.content, reply.tool_calls)
+        )
+    await chat.capture.record(
+        chat.turn,
+        endpoint="chat.completions",
+        served=chat.served,
+        chat_format=chat.fmt.name,
+        params=chat.body.model_dump(include=_RECORDED_PARAMS | {"max_completion_tokens", "renderer"}),
+        prompt=chat.spec.prompt_T,
+        choices=captured,
+        conversation=chat.messages,
+    )
 
 
 def _content_logprobs(served: ServedModel, choice: SampledChoice, stop_ids: frozenset[int]) -> ChoiceLogprobs:
@@ -155,67 +219,53 @@ def _content_logprobs(served: ServedModel, choice: SampledChoice, stop_ids: froz
 
 
 async def chat_completions(request: Request) -> Response:
-    body = _parse(await request.body(), ChatRequest)
-    check_tools(body)
-    state = state_of(request)
-    served = await serve_model(state, body.model)
-    fmt = chat_format(
-        served.client.get_tokenizer(), served.base_model, served.client.eos_token_ids, body.renderer
-    )
-    messages = to_messages(body.messages)
-    prompt = fmt.prompt(messages)
-    spec = _chat_spec(body, prompt, fmt, served)
+    chat = await _prepare_chat(request)
     completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-    if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _sse(_chat_chunks(completion_id, created, served, fmt, spec, bool(body.logprobs), usage))
-    choices = await sample_all(served.client, [spec])
-    stop_ids = _stop_ids(fmt, served)
+    if chat.body.stream:
+        return _sse(_chat_chunks(chat, completion_id, created), chat.headers())
+    choices = await sample_all(chat.served.client, [chat.spec])
+    await _record_chat(chat, choices)
+    stop_ids = _stop_ids(chat.fmt, chat.served)
     out = []
     for choice in choices:
-        reply, finish = chat_reply(fmt, choice, spec.user_stops)
-        logprobs = _content_logprobs(served, choice, stop_ids) if body.logprobs else None
+        reply, finish = chat_reply(chat.fmt, choice, chat.spec.user_stops)
+        logprobs = _content_logprobs(chat.served, choice, stop_ids) if chat.body.logprobs else None
         message = AssistantMessage(content=reply.content, tool_calls=reply.tool_calls or None)
         out.append(ChatChoice(index=choice.index, message=message, logprobs=logprobs, finish_reason=finish))  # type: ignore[arg-type]
+    usage = _usage(len(chat.spec.prompt_T), choices)
     completion = ChatCompletion(
-        id=completion_id, created=created, model=served.name, choices=out, usage=_usage(len(prompt), choices)
+        id=completion_id, created=created, model=chat.served.name, choices=out, usage=usage
     )
-    return JSONResponse(_dump(completion))
+    return JSONResponse(_dump(completion), headers=chat.headers())
 
 
-async def _chat_chunks(
-    completion_id: str,
-    created: int,
-    served: ServedModel,
-    fmt: ChatFormat,
-    spec: SampleSpec,
-    logprobs: bool,
-    usage: bool,
-) -> AsyncIterator[ChatCompletionChunk]:
+async def _chat_chunks(chat: _Chat, completion_id: str, created: int) -> AsyncIterator[ChatCompletionChunk]:
     def chunk(choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=completion_id, created=created, model=served.name, choices=choices, **extra
+            id=completion_id, created=created, model=chat.served.name, choices=choices, **extra
         )
 
-    stop_ids = _stop_ids(fmt, served)
-    tokenizer = served.client.get_tokenizer()
+    fmt, spec = chat.fmt, chat.spec
+    stop_ids = _stop_ids(fmt, chat.served)
+    tokenizer = chat.served.client.get_tokenizer()
     texts = [TextStream(lambda tokens: fmt.reply(tokens).content, spec.user_stops) for _ in range(spec.n)]
     yield chunk([ChunkChoice(index=i, delta=ChunkDelta(role="assistant", content="")) for i in range(spec.n)])
-    async for event in stream_all(served.client, [spec]):
+    async for event in stream_all(chat.served.client, [spec]):
         if isinstance(event, ChoicesEvent):
+            await _record_chat(chat, event.choices)
             for choice in event.choices:
                 reply, finish = chat_reply(fmt, choice, spec.user_stops)
                 rest = texts[choice.index].finish(reply.content)
                 if rest:
                     yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(content=rest))])
                 yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)])  # type: ignore[arg-type]
-            if usage:
+            if chat.body.stream_options and chat.body.stream_options.include_usage:
                 yield chunk([], usage=_usage(len(spec.prompt_T), event.choices))
             continue
         sampled = event.token
         delta = texts[event.index].push(sampled.token)
         entries = None
-        if logprobs and sampled.token not in stop_ids:
+        if chat.body.logprobs and sampled.token not in stop_ids:
             entries = ChoiceLogprobs(
                 content=token_logprobs(tokenizer, [sampled.token], [sampled.logprob], [sampled.top])
             )
@@ -268,13 +318,47 @@ def _completion_logprobs(served: ServedModel, choice: SampledChoice) -> Completi
     )
 
 
-async def completions(request: Request) -> Response:
+@dataclass(frozen=True)
+class _Completions:
+    body: CompletionRequest
+    served: ServedModel
+    specs: list[SampleSpec]
+    capture: CaptureRequest | None
+    turn: Turn | None
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Envsuite-Episode": self.turn.episode_id} if self.turn is not None else {}
+
+    async def record(self, choices: list[SampledChoice]) -> None:
+        if self.capture is None or self.turn is None:
+            return
+        stops = self.specs[0].user_stops
+        captured = [
+            CapturedChoice(c.tokens, c.logprobs, c.finish, _completion_text(self.served, c.tokens, stops))
+            for c in choices
+        ]
+        await self.capture.record(
+            self.turn,
+            endpoint="completions",
+            served=self.served,
+            chat_format=None,
+            params=self.body.model_dump(include=_RECORDED_PARAMS | {"logprobs"}),
+            prompt=self.specs[0].prompt_T,
+            choices=captured,
+        )
+
+
+async def _prepare_completions(request: Request) -> _Completions:
     body = _parse(await request.body(), CompletionRequest)
     state = state_of(request)
+    capture = CaptureRequest.of(request, state)
     served = await serve_model(state, body.model)
     tokenizer = served.client.get_tokenizer()
+    prompts = _prompts(body, served)
+    if capture is not None and len(prompts) > 1:
+        raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")
     specs = []
-    for i, prompt in enumerate(_prompts(body, served)):
+    for i, prompt in enumerate(prompts):
         spec = build_spec(
             prompt_T=prompt,
             n=body.n,
@@ -289,63 +373,58 @@ async def completions(request: Request) -> Response:
             token_text=lambda t: str(tokenizer.decode([t], skip_special_tokens=False)),
             top_logprobs=body.logprobs or 0,
         )
-        specs.append(SampleSpec(**{**spec.__dict__, "first_index": i * spec.n}))
+        specs.append(dataclasses.replace(spec, first_index=i * spec.n))
+    turn = capture.place_tokens(None, specs[0].prompt_T) if capture is not None else None
+    return _Completions(body, served, specs, capture, turn)
+
+
+async def completions(request: Request) -> Response:
+    job = await _prepare_completions(request)
     completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    prompt_tokens = sum(len(s.prompt_T) for s in specs)
-    if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _sse(
-            _completion_chunks(completion_id, created, served, specs, body.logprobs is not None, usage)
-        )
-    choices = await sample_all(served.client, specs)
-    stops = specs[0].user_stops
+    if job.body.stream:
+        return _sse(_completion_chunks(job, completion_id, created), job.headers())
+    choices = await sample_all(job.served.client, job.specs)
+    await job.record(choices)
+    stops = job.specs[0].user_stops
     out = [
         CompletionChoice(
             index=c.index,
-            text=_completion_text(served, c.tokens, stops),
-            logprobs=_completion_logprobs(served, c) if body.logprobs is not None else None,
+            text=_completion_text(job.served, c.tokens, stops),
+            logprobs=_completion_logprobs(job.served, c) if job.body.logprobs is not None else None,
             finish_reason=c.finish,  # type: ignore[arg-type]
         )
         for c in choices
     ]
-    reply = Completion(
-        id=completion_id,
-        created=created,
-        model=served.name,
-        choices=out,
-        usage=_usage(prompt_tokens, choices),
-    )
-    return JSONResponse(_dump(reply))
+    usage = _usage(sum(len(s.prompt_T) for s in job.specs), choices)
+    reply = Completion(id=completion_id, created=created, model=job.served.name, choices=out, usage=usage)
+    return JSONResponse(_dump(reply), headers=job.headers())
 
 
 async def _completion_chunks(
-    completion_id: str,
-    created: int,
-    served: ServedModel,
-    specs: list[SampleSpec],
-    logprobs: bool,
-    usage: bool,
+    job: _Completions, completion_id: str, created: int
 ) -> AsyncIterator[Completion]:
+    served = job.served
+
     def chunk(choices: list[CompletionChoice], **extra: Any) -> Completion:
         return Completion(id=completion_id, created=created, model=served.name, choices=choices, **extra)
 
-    stops = specs[0].user_stops
+    def stream_of(index: int) -> TextStream:
+        return texts.setdefault(index, TextStream(lambda t: _completion_text(served, t, ()), stops))
+
+    stops = job.specs[0].user_stops
     texts: dict[int, TextStream] = {}
     finished: list[SampledChoice] = []
-    async for event in stream_all(served.client, specs):
+    async for event in stream_all(served.client, job.specs):
         if isinstance(event, ChoicesEvent):
+            await job.record(event.choices)
             for choice in event.choices:
-                stream = texts.setdefault(
-                    choice.index, TextStream(lambda t: _completion_text(served, t, ()), stops)
-                )
-                rest = stream.finish(_completion_text(served, choice.tokens, stops))
+                rest = stream_of(choice.index).finish(_completion_text(served, choice.tokens, stops))
                 yield chunk([CompletionChoice(index=choice.index, text=rest, finish_reason=choice.finish)])  # type: ignore[arg-type]
             finished.extend(event.choices)
             continue
-        stream = texts.setdefault(event.index, TextStream(lambda t: _completion_text(served, t, ()), stops))
-        delta = stream.push(event.token.token)
+        delta = stream_of(event.index).push(event.token.token)
         entries = None
-        if logprobs:
+        if job.body.logprobs is not None:
             single = SampledChoice(
                 event.index, [event.token.token], [event.token.logprob], [event.token.top], ""
             )
@@ -354,8 +433,8 @@ async def _completion_chunks(
             yield chunk(
                 [CompletionChoice(index=event.index, text=delta, logprobs=entries, finish_reason=None)]
             )
-    if usage:
-        yield chunk([], usage=_usage(sum(len(s.prompt_T) for s in specs), finished))
+    if job.body.stream_options and job.body.stream_options.include_usage:
+        yield chunk([], usage=_usage(sum(len(s.prompt_T) for s in job.specs), finished))
 
 
 # -- models --------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from envsuite.backends.local import (
     LocalServiceClient,
     LocalTrainingClient,
 )
+from envsuite.capture import CaptureSets
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._errors import NotFound
 from envsuite.serve._futures import FutureRegistry
@@ -81,6 +82,8 @@ class ServerState:
         self.service = LocalServiceClient(log_dir=self.runs_dir, device=config.device)
         self.rest = LocalRestClient(log_dir=self.runs_dir, tinker_paths=True)
         self.futures = FutureRegistry()
+        self.captures = CaptureSets(Path(config.state_dir) / "captures")
+        """Capture sets of the OpenAI routes (``<state-dir>/captures/<name>``)."""
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, Model] = {}
         self.samplers: dict[str, Sampler] = {}
