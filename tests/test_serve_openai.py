@@ -6,6 +6,9 @@ token with the same request through the in-process sampling client.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +263,64 @@ def test_neutral_values_and_auth(server: tuple[str, str, Path], tmp_path: Path) 
         f"{url}/v1/chat/completions", json={"model": TEST_MODEL}, headers={"Authorization": f"Bearer {KEY}"}
     )
     assert raw.status_code == 400 and raw.json()["error"]["param"] == "messages"
+
+
+def test_inspects_openai_api_provider_evaluates_the_checkpoint(
+    server: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    """``inspect eval envsuite/env ... --model openai-api/envsuite/<checkpoint>``, as a user runs it."""
+    url, path, _ = server
+    env = {
+        **os.environ,
+        "ENVSUITE_BASE_URL": f"{url}/oai/api/v1",
+        "ENVSUITE_API_KEY": KEY,
+        "HF_HUB_OFFLINE": "1",
+    }
+    args = ["eval", "envsuite/env", "-T", "env_id=arithmetic", "-T", "episodes=2", "-T", "max_tokens=8"]
+    args += ["--model", f"openai-api/envsuite/{path}", "--log-dir", str(tmp_path), "--display", "plain"]
+    # Run outside the repository: there, Inspect would take envsuite/env for a path.
+    result = subprocess.run(
+        [sys.executable, "-m", "inspect_ai", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    from inspect_ai.log import read_eval_log
+
+    (log_path,) = tmp_path.glob("*.eval")
+    log = read_eval_log(str(log_path))
+    assert log.status == "success" and log.eval.model == f"openai-api/envsuite/{path}"
+    assert log.samples and all(s.output.completion is not None for s in log.samples)
+    assert all(s.scores for s in log.samples)
+
+
+def test_envsuite_bench_benchmarks_the_checkpoint_through_openai_api(
+    server: tuple[str, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``envsuite bench --model openai-api/envsuite/<checkpoint>``: the path of any OpenAI-compatible server."""
+    from envsuite.cli import main
+    from envsuite.leaderboard import ResultStore
+
+    url, path, _ = server
+    monkeypatch.setenv("ENVSUITE_BASE_URL", f"{url}/v1")
+    monkeypatch.setenv("ENVSUITE_API_KEY", KEY)
+    model = f"openai-api/envsuite/{path}"
+    args = ["bench", "--model", model, "--envs", "arithmetic", "twenty_questions", "--episodes", "2"]
+    args += [
+        "--max-tokens",
+        "8",
+        "--log-dir",
+        str(tmp_path / "bench"),
+        "--db",
+        str(tmp_path / "board.sqlite"),
+    ]
+    assert main(args) == 0
+    store = ResultStore(str(tmp_path / "board.sqlite"))
+    try:
+        keys = store.keys(["arithmetic", "twenty_questions"])
+        assert {k.model for k in keys} == {model} and len(keys) == 2
+    finally:
+        store.close()
