@@ -149,6 +149,27 @@ def test_streaming_gives_the_same_text_and_a_final_usage_chunk(server: tuple[str
     assert [pieces[i] for i in (0, 1)] == [c.message.content for c in whole.choices]
     assert [finish[i] for i in (0, 1)] == [c.finish_reason for c in whole.choices]
     assert usage is not None and usage.total_tokens == whole.usage.total_tokens  # type: ignore[union-attr]
+    # A stop string spread over several tokens never leaks into the stream, not even in part.
+    free = client.chat.completions.create(model=path, messages=MESSAGES, max_tokens=12, temperature=0)
+    text = free.choices[0].message.content or ""
+    stop = text[len(text) // 3 : len(text) // 3 + 6]
+    stop_args: dict[str, Any] = {
+        "model": path,
+        "messages": MESSAGES,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stop": [stop],
+    }
+    deltas = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(**stop_args, stream=True)
+        if c.choices
+    ]
+    assert (
+        "".join(deltas)
+        == text[: text.index(stop)]
+        == client.chat.completions.create(**stop_args).choices[0].message.content
+    )
     streamed = "".join(
         c.choices[0].text
         for c in client.completions.create(model=path, prompt="Hi", max_tokens=6, seed=2, stream=True)

@@ -10,6 +10,7 @@ events when ``stream`` is set (with a final usage chunk when ``stream_options.in
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -172,13 +173,14 @@ async def _prepare_chat(request: Request) -> _Chat:
     client = served.client
     fmt = chat_format(client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer)
     messages = to_messages(body.messages)
-    turn = capture.place_chat(messages) if capture is not None else None
+    # Placing a call may read the capture set's files (the first time): off the event loop.
+    turn = await asyncio.to_thread(capture.place_chat, messages) if capture is not None else None
     prompt = None
     if capture is not None and turn is not None:
         prompt = capture.spliced_prompt(turn, fmt, served, messages)
-    prompt = prompt or fmt.prompt(messages)
+    prompt = prompt or fmt.prompt(messages, body.tools)
     if capture is not None:
-        turn = capture.place_tokens(turn, prompt)
+        turn = await asyncio.to_thread(capture.place_tokens, turn, prompt)
     return _Chat(body, served, fmt, messages, _chat_spec(body, prompt, fmt, served), capture, turn)
 
 
@@ -374,7 +376,7 @@ async def _prepare_completions(request: Request) -> _Completions:
             top_logprobs=body.logprobs or 0,
         )
         specs.append(dataclasses.replace(spec, first_index=i * spec.n))
-    turn = capture.place_tokens(None, specs[0].prompt_T) if capture is not None else None
+    turn = await asyncio.to_thread(capture.place_tokens, None, specs[0].prompt_T) if capture else None
     return _Completions(body, served, specs, capture, turn)
 
 
@@ -441,7 +443,7 @@ async def _completion_chunks(
 
 
 async def models(request: Request) -> Response:
-    return JSONResponse(_dump(list_models(state_of(request))))
+    return JSONResponse(_dump(await asyncio.to_thread(list_models, state_of(request))))
 
 
 for _prefix in PREFIXES:
