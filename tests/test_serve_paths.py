@@ -6,6 +6,7 @@ whether or not it exists (issue 32, item 3). Real server on 127.0.0.1, the real 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ def test_paths_outside_the_state_dir_are_not_found_whether_or_not_they_exist(
     state = tmp_path / "state"
     (state / "runs").mkdir(parents=True)
     (state / "runs" / "link").symlink_to(outside.parent.parent)  # a link inside must not lead out
-    model_dir = str(resolve_model(TEST_MODEL).path)  # a real model directory, outside the state dir
+    model_dir = str(tmp_path / "a-model")  # a real model directory, outside the state dir
+    shutil.copytree(resolve_model(TEST_MODEL).path, model_dir)
     with running(ServeConfig(state_dir=state)) as url, sdk(url) as service:
         training = service.create_lora_training_client(TEST_MODEL, rank=2, seed=0).result()
         inside = training.save_state("mine").result().path

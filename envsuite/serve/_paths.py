@@ -39,8 +39,13 @@ class PathScope:
 
     @classmethod
     def create(cls, state_dir: Path, allowed: tuple[Path, ...] = ()) -> PathScope:
-        roots = tuple(Path(os.path.realpath(p.expanduser())) for p in (state_dir, *allowed))
-        return cls(Path(state_dir) / "runs", roots)
+        """The state dir, the operator's ``allowed`` directories, and envsuite's own materialized models
+        (``<envsuite cache>/models``: the directories ``get_info`` reports as tokenizer ids, so clients
+        such as tinker-cookbook name those models by them)."""
+        from envsuite.models import cache_dir
+
+        dirs = (state_dir, *allowed, cache_dir() / "models")
+        return cls(Path(state_dir) / "runs", tuple(Path(os.path.realpath(p.expanduser())) for p in dirs))
 
     def checkpoint(self, path: str) -> str:
         """``path`` as the backend should get it: a ``tinker://`` path unchanged, a directory as its real
