@@ -28,6 +28,8 @@ from tests.test_serve import running, sdk
 
 KEY = "tml-openai-test"
 MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
+_SNAPSHOT: list[str] = []
+"""The live sampling session of an in-memory weight snapshot (``save_weights_and_get_sampling_client``)."""
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +45,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
         training.forward_backward([datum], "cross_entropy").result()
         training.optim_step(tinker.AdamParams(learning_rate=1e-2)).result()
         path = training.save_weights_for_sampler("step1").result().path
+        snapshot = training.save_weights_and_get_sampling_client().result()
+        _SNAPSHOT.append(snapshot._sampling_session_id)
         yield url, path, state / "runs" / path.removeprefix("tinker://")
 
 
@@ -207,6 +211,21 @@ def test_concurrent_async_clients_share_one_engine(
             )
         )
     assert asyncio.run(ask_all()) == expected, "batched together, each seeded reply is unchanged"
+
+
+def test_a_live_sampling_session_is_a_model_too(
+    server: tuple[str, str, Path], local: LocalSamplingClient
+) -> None:
+    url, _, _ = server
+    (session_id,) = _SNAPSHOT
+    reply = _client(url).chat.completions.create(
+        model=session_id, messages=MESSAGES, max_tokens=6, temperature=0
+    )
+    seq = _reference(local, _template_prompt(MESSAGES), 1, max_tokens=6, temperature=0.0).sequences[0]
+    tokens = seq.tokens[:-1] if seq.stop_reason == "stop" else seq.tokens
+    assert reply.choices[0].message.content == get_tokenizer(TEST_MODEL).decode(
+        tokens, skip_special_tokens=True
+    )
 
 
 def test_an_envsuite_renderer_can_render_the_chat(
