@@ -48,10 +48,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(config: ServeConfig, api_key: str | None = None, apps: list[Any] | None = None) -> Iterator[str]:
+def running(
+    config: ServeConfig,
+    api_key: str | None = None,
+    apps: list[Any] | None = None,
+    capture_keys: dict[str, str] | None = None,
+) -> Iterator[str]:
     """A server in a thread; yields its URL and stops it afterwards (``apps`` receives the app)."""
     config = replace(config, port=_free_port())
-    app = create_app(config, api_key)
+    app = create_app(config, api_key, capture_keys)
     if apps is not None:
         apps.append(app)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_level="warning"))
@@ -129,6 +134,23 @@ def test_the_sdk_trains_and_samples_through_the_server_exactly_as_in_process(
     for got, want in zip(remote[2], local[2], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(remote[3][1:], local[3][1:], atol=1e-5)
+
+
+def test_top_sample_logprobs_come_through_the_server(url: str, tmp_path: Path) -> None:
+    params = types.SamplingParams(max_tokens=4, seed=5, temperature=1.0, stop=[])
+    prompt = types.ModelInput.from_ints(TOKENS)
+    with sdk(url) as service:
+        remote = service.create_sampling_client(base_model=TEST_MODEL).result()
+        got = remote.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
+    local = (
+        LocalServiceClient(log_dir=tmp_path / "local").create_sampling_client(base_model=TEST_MODEL).result()
+    )
+    want = local.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
+    assert got.tokens == want.tokens and got.topk_logprobs is not None and want.topk_logprobs is not None
+    for best, expected in zip(got.topk_logprobs, want.topk_logprobs, strict=True):
+        assert best is not None and expected is not None
+        assert [t for t, _ in best] == [t for t, _ in expected]
+        np.testing.assert_allclose([v for _, v in best], [v for _, v in expected], atol=1e-5)
 
 
 def test_sessions_are_isolated(url: str) -> None:
@@ -224,7 +246,7 @@ def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(tmp_path: Path)
         check(httpx.post(f"{api}/create_session", content=b"x" * (64 * 1024 + 1)), 413, "over 65536 bytes")
         with sdk(base) as service:  # still serving real work
             bad = service.create_lora_training_client("no-such-model", rank=2)
-            with pytest.raises(tinker.RequestFailedError, match="unknown model"):
+            with pytest.raises(tinker.NotFoundError, match="unknown model"):  # as any name it lacks
                 bad.result(timeout=60)
             sampler = service.create_sampling_client(base_model=TEST_MODEL).result()
             future = sampler.sample(

@@ -137,13 +137,21 @@ class TrainConfig:
     trackio_project: str | None = None
     """Also log each step's metrics to this Trackio project (local-first: a SQLite file per project;
     ``trackio show`` opens the dashboard)."""
+    captured_dir: str | None = None
+    """Train on the scored episodes an ``envsuite serve`` captured (a capture set's directory,
+    ``<state-dir>/captures/<name>``) instead of rollouts of ``env_id``: step ``i`` trains on batch ``i`` of
+    their groups, with the tokens and logprobs sampled then. ``env_id`` may then be empty, or name an env
+    to evaluate on."""
 
     # ---------------------------------------------------------------------------------------------
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the setting to change; checks only what needs no model."""
         checks: list[tuple[bool, str]] = [
-            (bool(self.env_id), "env_id is empty: pass a catalog id (see `envsuite list`)"),
+            (
+                bool(self.env_id) or self.captured_dir is not None,
+                "env_id is empty: pass a catalog id (see `envsuite list`), or captured episodes (--captured)",
+            ),
             (bool(self.log_dir), "log_dir is empty: pass a directory for metrics and checkpoints"),
             (self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),

@@ -31,6 +31,7 @@ import tinker
 from envsuite.core import RLDataset
 from envsuite.executors import WorkerPool, open_pool
 from envsuite.rollouts import RolloutLimits
+from envsuite.trainers._captured import CapturedBatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
 from envsuite.trainers._config import PolicyLoss, TrainConfig
@@ -107,6 +108,8 @@ class Trainer:
         self._sampler: Any = None
         self._pool: WorkerPool | None = None
         self._trackers = Trackers()
+        self._captured: CapturedBatches | None = None
+        """Batches of captured episodes (``config.captured_dir``), trained on instead of rollouts."""
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -117,6 +120,8 @@ class Trainer:
     async def run(self) -> TrainResult:
         config = self.config
         env_spec = preflight(config)
+        if config.captured_dir is not None:
+            self._captured = CapturedBatches.load(config)
         check_and_record_config(config, self.log_dir)
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
@@ -125,7 +130,8 @@ class Trainer:
         with run_log(self.log_dir / "train.log"):
             where = f"resuming at step {start}" if resume else "starting"
             announce(
-                self.show_progress, f"GRPO on {config.env_id} with {config.model}: {where}; loading the model"
+                self.show_progress,
+                f"GRPO on {self._source()} with {config.model}: {where}; loading the model",
             )
             train_data, test_data = await _datasets(config, env_spec)
             self._clients = await PolicyClients.create(
@@ -145,11 +151,15 @@ class Trainer:
             return result
 
     async def _steps(
-        self, start: int, last: CheckpointRecord | None, train_data: RLDataset, test_data: RLDataset | None
+        self,
+        start: int,
+        last: CheckpointRecord | None,
+        train_data: RLDataset | None,
+        test_data: RLDataset | None,
     ) -> TrainResult:
         config = self.config
         done = start
-        with progress(self.show_progress, config.env_id, config.n_steps, start) as advance:
+        with progress(self.show_progress, self._source(), config.n_steps, start) as advance:
             for step in range(start, config.n_steps):
                 if self._stop_requested:
                     break
@@ -175,7 +185,7 @@ class Trainer:
         rows = read_rows(self.metrics.path)
         plot = None
         if rows:
-            title = f"GRPO on {self.config.env_id} ({self.config.model})"
+            title = f"GRPO on {self._source()} ({self.config.model})"
             plot = plot_reward_curve(rows, self.log_dir / "reward_curve.png", title)
         if last is not None:
             message += f"; last checkpoint at step {last.step}: {last.state_path}"
@@ -183,7 +193,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases
 
-    async def _one_step(self, step: int, train_data: RLDataset, test_data: RLDataset | None) -> Row:
+    async def _one_step(self, step: int, train_data: RLDataset | None, test_data: RLDataset | None) -> Row:
         config = self.config
         timer = _StepTimer()
         row: Row = {"step": step, "lr": config.learning_rate_at(step)}
@@ -195,10 +205,14 @@ class Trainer:
             with timer.phase("eval"):
                 row.update(await self._evaluate(test_data, step))
         with timer.phase("rollout"):
-            # No local name holds the completer: the refresh below must find the old sampler unreferenced.
-            rollouts = await rollout_batch(
-                train_data.get_batch(step), self._policy(step, "sampling"), self._limits(), self._pool
-            )
+            if self._captured is not None:
+                rollouts = self._captured.batch(step)
+            else:
+                assert train_data is not None
+                # No local name holds the completer: the refresh below must find the old sampler unreferenced.
+                rollouts = await rollout_batch(
+                    train_data.get_batch(step), self._policy(step, "sampling"), self._limits(), self._pool
+                )
         with timer.phase("assemble"):
             assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
         row.update(episode_summary(rollouts.groups_P))
@@ -207,7 +221,7 @@ class Trainer:
             row["error/first"] = rollouts.failed_errors[0][:300]
         with timer.phase("train"):
             row.update(await self._train(step, assembled))
-        if assembled.datums_D:
+        if assembled.datums_D and (self._captured is None or test_data is not None):
             with timer.phase("save"):
                 await self._refresh_sampler()
         if step == 0 or step == config.n_steps - 1:
@@ -308,6 +322,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
 
+    def _source(self) -> str:
+        """What the run trains on, for messages: the env, or the captured episodes."""
+        if self.config.captured_dir is not None:
+            return f"captured {self.config.captured_dir}"
+        return self.config.env_id
+
     def _limits(self) -> RolloutLimits:
         return RolloutLimits(max_turns=self.config.max_turns, timeout_s=self.config.rollout_timeout_s)
 
@@ -354,9 +374,13 @@ def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int)
     }
 
 
-async def _datasets(config: TrainConfig, env_spec: EnvSpec) -> tuple[RLDataset, RLDataset | None]:
+async def _datasets(
+    config: TrainConfig, env_spec: EnvSpec | None
+) -> tuple[RLDataset | None, RLDataset | None]:
     from envsuite import make_dataset_builder
 
+    if env_spec is None:  # captured episodes only: nothing to roll out or evaluate
+        return None, None
     builder = make_dataset_builder(
         env_spec,
         batch_size=config.batch_size,

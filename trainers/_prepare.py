@@ -33,9 +33,10 @@ RESUME_MAY_CHANGE = frozenset(
 """Fields a resumed run may change; any other difference means a different experiment."""
 
 
-def preflight(config: TrainConfig) -> EnvSpec:
+def preflight(config: TrainConfig) -> EnvSpec | None:
     """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError.
-    Returns the env's spec: the run's one lookup of its id (datasets and builders carry it from here).
+    Returns the env's spec: the run's one lookup of its id (datasets and builders carry it from here);
+    None for a run on captured episodes alone (no ``env_id``).
 
     Cheap checks go first: the env (and its test split, when the run evaluates) is built before the
     embedded model is materialized (about 20 s the first time), so a bad dataset fails in seconds.
@@ -51,16 +52,19 @@ def preflight(config: TrainConfig) -> EnvSpec:
         raise ConfigError(
             f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
         ) from None
-    try:
-        env_spec = spec(config.env_id)
-    except (RegistryError, ValueError) as exc:
-        raise ConfigError(f"env_id: {exc}") from None
+    env_spec = None
+    if config.env_id:
+        try:
+            env_spec = spec(config.env_id)
+        except (RegistryError, ValueError) as exc:
+            raise ConfigError(f"env_id: {exc}") from None
     local = config.backend == "local"
     from envsuite.models import KNOWN_MODELS
 
     if local and config.model not in KNOWN_MODELS:
         _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
-    _check_env_builds(config, env_spec)
+    if env_spec is not None:
+        _check_env_builds(config, env_spec)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
     return env_spec

@@ -8,6 +8,7 @@ config; flags given on the command line override it. Rerunning the same command 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envsuite.cli._args import Subparsers, parse_env_args
@@ -60,6 +61,12 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ),
     ("--wandb-name", "wandb_name", str, "tracker run name (W&B and Trackio; default: the log dir's name)"),
     ("--trackio-project", "trackio_project", str, "also log metrics to this Trackio project (local SQLite)"),
+    (
+        "--captured",
+        "captured_dir",
+        str,
+        "train on the scored episodes `envsuite serve` captured (a capture set dir) instead of rollouts",
+    ),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
@@ -90,7 +97,9 @@ def add_parser(sub: Subparsers) -> None:
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
         description=__doc__,
     )
-    p.add_argument("env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config)")
+    p.add_argument(
+        "env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config/--captured)"
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", default=None, help="start from a shipped preset (see --list-presets)")
     source.add_argument("--config", default=None, help="start from a config file (.toml or .json)")
@@ -129,11 +138,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     elif args.config is not None:
         preset = load_config_file(args.config)
     if preset is None:
-        if args.env_id is None:
-            raise ConfigError("name an ENV_ID, or start from --preset NAME or --config FILE")
-        log_dir = args.log_dir or f"runs/{args.env_id.replace('/', '_')}"
+        captured = given.get("captured_dir")
+        if args.env_id is None and captured is None:
+            raise ConfigError(
+                "name an ENV_ID, or start from --preset NAME or --config FILE, or --captured DIR"
+            )
+        env_id = args.env_id or ""
+        name = env_id.replace("/", "_") or f"captured-{Path(str(captured)).name}"
+        log_dir = args.log_dir or f"runs/{name}"
         return TrainConfig.from_dict(
-            {"env_id": args.env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
+            {"env_id": env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
         )
     if args.env_id is not None:
         _check_same_env(args.env_id, str(preset.values.get("env_id", "")), preset.name)

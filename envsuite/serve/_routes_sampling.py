@@ -29,7 +29,7 @@ async def create_sampling_session(request: Request) -> dict[str, Any]:
     state = state_of(request)
     state.session(body.session_id)
     sampler_id = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
-    client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+    client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
     state.add_sampler(body.session_id, sampler_id, client)
     return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump()
 
@@ -53,7 +53,7 @@ async def asample(request: Request) -> dict[str, Any]:
         sampler = state.sampler(body.sampling_session_id)
         client, session_id = sampler.client, sampler.session_id
     else:
-        client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+        client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
     if body.record_stability_info and session_id is None:
         raise Unsupported("record_stability_info needs a sampling session (records belong to a session)")
     # A retried request (same session, seq id and body) gets the first one's id.

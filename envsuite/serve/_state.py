@@ -32,17 +32,18 @@ from envsuite.backends.local import (
     LocalTrainingClient,
     SequenceStore,
 )
+from envsuite.capture import CaptureSets
 from envsuite.serve._config import ServeConfig
+from envsuite.serve._errors import NotFound
 from envsuite.serve._futures import FutureRegistry
+from envsuite.serve._paths import PathScope
+
+__all__ = ["Model", "NotFound", "Sampler", "ServerState", "Session"]
 
 SEQUENCES_FILE = "sequences.sqlite"
 """The sampling records of every session, under the state dir."""
 _SHARED_SAMPLERS = 8
 """Samplers for base models and checkpoints kept at once (each holds a model in memory)."""
-
-
-class NotFound(LookupError):
-    """An id (session, model, sampler) the server does not know: a 404 for the client."""
 
 
 @dataclass
@@ -82,11 +83,16 @@ class ServerState:
         self.config = config
         self.runs_dir = Path(config.state_dir) / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.scope = PathScope.create(Path(config.state_dir), tuple(config.allowed_dirs))
+        """What client-named checkpoint paths and model directories may be (inside the state dir or
+        the operator's --allow-dir directories)."""
         self.service = LocalServiceClient(log_dir=self.runs_dir, device=config.device)
         self.rest = LocalRestClient(log_dir=self.runs_dir, tinker_paths=True)
         self.sequences = SequenceStore(Path(config.state_dir) / SEQUENCES_FILE)
         """Every session's sampling records (``record_stability_info``), on disk."""
         self.futures = FutureRegistry()
+        self.captures = CaptureSets(Path(config.state_dir) / "captures")
+        """Capture sets of the OpenAI routes (``<state-dir>/captures/<name>``)."""
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, Model] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -200,6 +206,14 @@ class ServerState:
         for old in evicted:
             old.close()
         return client
+
+    def scoped_sampler(self, base_model: str | None, model_path: str | None) -> LocalSamplingClient:
+        """:meth:`shared_sampler` for the names a client sent, after :attr:`scope` has checked them."""
+        if model_path is not None:
+            return self.shared_sampler(None, self.scope.checkpoint(model_path))
+        if base_model is None:
+            raise ValueError("name a model_path or a base_model")
+        return self.shared_sampler(self.scope.model(base_model), None)
 
     def add_sampler(self, session_id: str, sampler_id: str, client: LocalSamplingClient) -> None:
         with self.lock:

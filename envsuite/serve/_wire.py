@@ -164,6 +164,17 @@ def encode_sample_response(response: types.SampleResponse) -> bytes:
         out.tokens = np.asarray(seq.tokens, dtype=np.int32).tobytes()
         if seq.logprobs is not None:
             out.logprobs = np.asarray(seq.logprobs, dtype=np.float32).tobytes()
+        if seq.topk_logprobs_np is not None:
+            topk = seq.topk_logprobs_np
+            length, k = topk.token_ids.shape
+            out.topk_sampled_logprobs.CopyFrom(
+                pb.TopkLogprobs(
+                    token_ids=np.ascontiguousarray(topk.token_ids, dtype=np.int32).tobytes(),
+                    logprobs=np.ascontiguousarray(topk.logprobs, dtype=np.float32).tobytes(),
+                    k=k,
+                    length=length,
+                )
+            )
     if response.prompt_logprobs is not None:
         values = [np.nan if x is None else x for x in response.prompt_logprobs]
         msg.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()

@@ -22,7 +22,7 @@ from envsuite.backends.local._sequences import (
 from envsuite.backends.local._service import LocalServiceClient
 from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, NonFiniteError
 from envsuite.backends.local._unsupported import NOT_LOCAL, not_local
-from envsuite.engine.sampling import EngineClosedError, EngineConfig, PromptTooLongError
+from envsuite.engine.sampling import EngineClosedError, EngineConfig, PromptTooLongError, SampledToken
 from envsuite.engine.training import (
     LossFn,
     LossInputError,
@@ -65,6 +65,7 @@ __all__ = [
     "EngineClosedError",
     "EngineConfig",
     "PromptTooLongError",
+    "SampledToken",
     # training and checkpoints
     "CheckpointError",
     "CheckpointKind",
