@@ -14,7 +14,9 @@ from envsuite.registration import registry
 def add_parser(sub: Subparsers) -> None:
     """Add ``envsuite check`` to the command's sub-parsers."""
     p = sub.add_parser("check", help="run the conformance checker on envs")
-    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    p.add_argument(
+        "env_ids", nargs="*", metavar="ENV_ID", help="ids, family:NAME, tag:NAME or globs (as `envsuite list`)"
+    )
     p.add_argument("--all", action="store_true", help="check every available env")
     p.add_argument("--strict", action="store_true", help="treat warnings as failures")
     p.add_argument("--model", default="tiny-random", help="model whose tokenizer renders prompts")
@@ -22,10 +24,14 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check each env; exit 1 when any fails."""
+    from envsuite._select import is_pattern, select_envs
     from envsuite.testing import check_env
 
     console = Console()
-    env_ids = list(args.env_ids)
+    # Plain ids go to the checker as given (it reports an unknown one); patterns expand here.
+    env_ids: list[str] = []
+    for text in args.env_ids:
+        env_ids += [s.id for s in select_envs([text])] if is_pattern(text) else [text]
     if args.all:
         env_ids += [s.id for s in registry.all_specs() if not s.unavailable and not s.deprecated]
     if not env_ids:
