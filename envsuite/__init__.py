@@ -26,6 +26,7 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
+from envsuite._select import is_env_pattern, select_envs
 from envsuite.adapters.gymnasium import make
 from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 from envsuite.core import (
@@ -62,11 +63,13 @@ from envsuite.registration import (
     EnvKwargsError,
     EnvSpec,
     RegistryError,
+    Rung,
     UnavailableEnvError,
     UnknownEnvError,
     catalog_env_families,
     catalog_reward_ranges,
     env_family,
+    family_order,
     pprint_registry,
     register,
     registry,
@@ -117,15 +120,20 @@ __all__ = [
     "EnvKwargsError",
     "EnvSpec",
     "RegistryError",
+    "Rung",
     "UnavailableEnvError",
     "UnknownEnvError",
     "catalog_env_families",
     "catalog_reward_ranges",
     "env_family",
+    "family_order",
     "pprint_registry",
     "register",
     "registry",
     "spec",
+    # choosing envs: ids, family:NAME, tag:NAME, globs
+    "is_env_pattern",
+    "select_envs",
     # making envs from an id
     "DEFAULT_MAX_CONTEXT_TOKENS",
     "DEFAULT_MODEL",

@@ -38,7 +38,7 @@ def normalized(name: str) -> str:
     return " ".join(name.lower().replace("-", " ").replace("_", " ").split())
 
 
-def is_pattern(text: str) -> bool:
+def is_env_pattern(text: str) -> bool:
     """Whether ``text`` selects by family, tag or glob (or ``all``) rather than naming one id."""
     text = text.removeprefix(EXCLUDE_PREFIX)
     return text == ALL or text.startswith((FAMILY_PREFIX, TAG_PREFIX)) or bool(_GLOB_CHARS & set(text))
@@ -66,7 +66,7 @@ def select_envs(patterns: Iterable[str], *, include_unavailable: bool = False) -
 
 
 def _matches(pattern: str, include_unavailable: bool) -> list[EnvSpec]:
-    if not is_pattern(pattern):
+    if not is_env_pattern(pattern):
         return [registry.spec(pattern)]
     candidates = [
         s for s in registry.all_specs() if not s.deprecated and (include_unavailable or not s.unavailable)
@@ -81,10 +81,14 @@ def _matches(pattern: str, include_unavailable: bool) -> list[EnvSpec]:
         found = [s for s in candidates if wanted in {normalized(t) for t in s.all_tags}]
     else:
         found = [
-            s for s in candidates if fnmatch.fnmatchcase(s.id, pattern) or fnmatch.fnmatchcase(s.base_id, pattern)
+            s
+            for s in candidates
+            if fnmatch.fnmatchcase(s.id, pattern) or fnmatch.fnmatchcase(s.base_id, pattern)
         ]
     if not found:
-        raise UsageError(f"no {'' if include_unavailable else 'available '}env matches {pattern!r}. {vocabulary()}")
+        raise UsageError(
+            f"no {'' if include_unavailable else 'available '}env matches {pattern!r}. {vocabulary()}"
+        )
     return found
 
 

@@ -264,8 +264,9 @@ class Registry:
         self.load_plugins()
         return isinstance(env_id, str) and env_id in self._specs
 
-    def spec(self, env_id: str) -> EnvSpec:
-        """Look up a spec; unversioned ids resolve to the latest non-deprecated version."""
+    def spec(self, env_id: str, *, deprecated_ok: bool = False) -> EnvSpec:
+        """Look up a spec; unversioned ids resolve to the latest non-deprecated version. A deprecated
+        one raises :class:`DeprecatedEnvError` unless ``deprecated_ok`` (views of old results)."""
         self.load_plugins()
         scheme = _SCHEME_RE.match(env_id)
         if scheme and scheme.group("scheme") in self._schemes:
@@ -277,7 +278,7 @@ class Registry:
             found = self._latest(namespace, name)
         if found is None:
             raise UnknownEnvError(self._miss_message(env_id))
-        if found.deprecated:
+        if found.deprecated and not deprecated_ok:
             raise DeprecatedEnvError(f"{found.id} is deprecated: {found.deprecated}")
         return found
 
@@ -367,7 +368,7 @@ def catalog_reward_ranges(env_ids: Iterable[str]) -> dict[str, tuple[float, floa
     ranges: dict[str, tuple[float, float]] = {}
     for env_id in env_ids:
         try:
-            lo, hi = registry.spec(env_id).reward_range
+            lo, hi = registry.spec(env_id, deprecated_ok=True).reward_range
         except RegistryError:
             continue
         if hi > lo:
@@ -423,7 +424,7 @@ def catalog_env_families(env_ids: Iterable[str]) -> dict[str, str]:
     families: dict[str, str] = {}
     for env_id in env_ids:
         try:
-            families[env_id] = env_family(registry.spec(env_id))
+            families[env_id] = env_family(registry.spec(env_id, deprecated_ok=True))
         except RegistryError:
             families[env_id] = EnvFamily.PLUGINS.value
     return families

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envsuite import select_envs
 from envsuite.cli._args import Subparsers
-from envsuite._select import FAMILY_PREFIX, TAG_PREFIX, select_envs
 from envsuite.display import printable
 from envsuite.registration import EnvSpec, env_family, family_order, registry
 
@@ -51,7 +51,7 @@ def _listed(args: argparse.Namespace) -> list[EnvSpec]:
     if args.patterns:
         chosen = {s.id for s in select_envs(args.patterns, include_unavailable=True)}
         specs = [s for s in specs if s.id in chosen]
-    for prefix, names in ((FAMILY_PREFIX, args.family), (TAG_PREFIX, args.tag)):
+    for prefix, names in (("family:", args.family), ("tag:", args.tag)):
         if names:  # each flag narrows what the patterns chose
             chosen = {s.id for s in select_envs([prefix + n for n in names], include_unavailable=True)}
             specs = [s for s in specs if s.id in chosen]
@@ -88,8 +88,8 @@ def _print_families(console: Console, specs: list[EnvSpec]) -> None:
         table.add_column(column, no_wrap=True)
     families = family_order(env_family(s) for s in specs)
     tags = sorted({t for s in specs for t in s.all_tags})
-    rows = [(FAMILY_PREFIX + f, [s for s in specs if env_family(s) == f]) for f in families]
-    rows += [(TAG_PREFIX + t, [s for s in specs if t in s.all_tags]) for t in tags]
+    rows = [("family:" + f, [s for s in specs if env_family(s) == f]) for f in families]
+    rows += [("tag:" + t, [s for s in specs if t in s.all_tags]) for t in tags]
     for selector, members in rows:
         ready = sum(not (s.unavailable or s.deprecated) for s in members)
         table.add_row(escape(printable(selector)), str(ready), str(len(members)))

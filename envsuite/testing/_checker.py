@@ -30,6 +30,9 @@ from envsuite.testing._episodes import (
     unreported_stop_reason,
 )
 
+VARIETY_SEEDS = 8
+"""Seeds the variety check plays (``quick``: :data:`QUICK_VARIETY_SEEDS`)."""
+QUICK_VARIETY_SEEDS = 3
 ENV_ERROR_WARN_RATE = 0.25
 """Share of the checker's episodes ending in ``env_error`` from which it warns (all of them fail)."""
 _STEP_FIELDS = ("reward", "episode_done", "next_observation", "next_stop_condition", "metrics", "logs")
@@ -92,6 +95,7 @@ class _Setup:
     env_kwargs: dict[str, Any]
     seeds: tuple[int, ...]
     max_steps: int
+    variety_seeds: int = VARIETY_SEEDS
 
     def env(self, seed: int, **overrides: Any) -> Env:
         return make_env(self.env_spec.id, seed=seed, renderer=self.renderer, **(self.env_kwargs | overrides))
@@ -153,12 +157,13 @@ async def _check_seed_variety(s: _Setup, name: str) -> CheckResult:
     # Hidden state (a secret word) may leave the prompt unchanged, so compare whole played episodes,
     # whose final logs reveal it.
     actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
-    episodes = {(await play_episode(s.env(seed), actions, s.max_steps)).signature() for seed in range(8)}
+    n = s.variety_seeds
+    episodes = {(await play_episode(s.env(seed), actions, s.max_steps)).signature() for seed in range(n)}
     if len(episodes) < 2:
         return CheckResult(
-            name, CheckOutcome.WARNED, "8 seeds played one episode", "let the seed pick the episode"
+            name, CheckOutcome.WARNED, f"{n} seeds played one episode", "let the seed pick the episode"
         )
-    return _passed(name, f"{len(episodes)} distinct episodes from 8 seeds")
+    return _passed(name, f"{len(episodes)} distinct episodes from {n} seeds")
 
 
 async def _play_group(s: _Setup) -> tuple[EnvGroupBuilder, list[EpisodeRecord]] | CheckResult:
@@ -337,6 +342,7 @@ async def check_env_async(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
+    quick: bool = False,
     **env_kwargs: Any,
 ) -> ConformanceReport:
     """Async form of :func:`check_env`."""
@@ -357,8 +363,9 @@ async def check_env_async(
         env_spec=env_spec,
         renderer=RendererConfig(model_name=model),
         env_kwargs=dict(env_kwargs),
-        seeds=seeds,
+        seeds=seeds[:1] if quick else seeds,
         max_steps=2 * (env_spec.max_turns or 1) + 5,
+        variety_seeds=QUICK_VARIETY_SEEDS if quick else VARIETY_SEEDS,
     )
     for name, check in CHECKS:
         try:
@@ -376,6 +383,7 @@ def check_env(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
+    quick: bool = False,
     **env_kwargs: Any,
 ) -> ConformanceReport:
     """Run every conformance check on catalog env ``env_id`` and return the report.
@@ -387,6 +395,9 @@ def check_env(
     an exception; the final transition carries exactly one stop reason; returns stay inside the spec's
     ``reward_range``; episodes do not end in ``env_error`` (all of them: a failure; a quarter or more: a
     warning); an over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
-    shares SmolLM2's).
+    shares SmolLM2's). ``quick`` runs every check on fewer episodes (the first of ``seeds``, and 3 seeds
+    instead of 8 for variety): for catalogs of many envs of one class, where episodes are costly to make.
     """
-    return asyncio.run(check_env_async(env_id, model=model, seeds=seeds, strict=strict, **env_kwargs))
+    return asyncio.run(
+        check_env_async(env_id, model=model, seeds=seeds, strict=strict, quick=quick, **env_kwargs)
+    )

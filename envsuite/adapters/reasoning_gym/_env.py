@@ -58,7 +58,9 @@ class ReasoningGymEnv(ProblemEnv):
         **difficulty: Any,
     ) -> None:
         prompts = _reasoning_gym("utils").SYSTEM_PROMPTS
-        super().__init__(ctx, system_prompt=prompts.get(system_prompt, system_prompt), format_coef=format_coef)
+        super().__init__(
+            ctx, system_prompt=prompts.get(system_prompt, system_prompt), format_coef=format_coef
+        )
         config_key = json.dumps(_checked(dataset, difficulty), sort_keys=True)
         index, entry = _draw(dataset, config_key, ctx.seed, ctx.split)
         self.dataset_name = dataset
@@ -80,7 +82,9 @@ class ReasoningGymEnv(ProblemEnv):
         except Exception as exc:
             # Some scorers parse the answer and raise on junk; that is a wrong answer, not a crash.
             self._score = 0.0
-            return Verdict(GradeResult(GradeOutcome.WRONG, f"scorer rejected it: {exc!r}"[:200]), True, answer)
+            return Verdict(
+                GradeResult(GradeOutcome.WRONG, f"scorer rejected it: {exc!r}"[:200]), True, answer
+            )
         self._score = min(max(score, 0.0), 1.0) if score == score else 0.0  # NaN: 0
         outcome = GradeOutcome.CORRECT if self._score >= 1.0 else GradeOutcome.WRONG
         return Verdict(GradeResult(outcome, f"reasoning-gym score {self._score:.3f}"), True, answer)
@@ -99,7 +103,9 @@ def _checked(dataset: str, difficulty: dict[str, Any]) -> dict[str, Any]:
     the ones it does (the catalog turns it into an EnvKwargsError)."""
     factory = _reasoning_gym("factory")
     if dataset not in factory.DATASETS:
-        raise ValueError(f"reasoning-gym has no dataset {dataset!r} (reasoning_gym.factory.DATASETS lists them)")
+        raise ValueError(
+            f"reasoning-gym has no dataset {dataset!r} (reasoning_gym.factory.DATASETS lists them)"
+        )
     config_fields = {f.name: f for f in dataclasses.fields(factory.DATASETS[dataset][1])}
     accepted = sorted(set(config_fields) - {"seed", "size"})
     unknown = sorted(set(difficulty) - set(accepted))
@@ -158,7 +164,9 @@ def composite_specs(mix: Any) -> list[Any]:
     for item in mix:
         if not isinstance(item, dict) or "name" not in item:
             raise ValueError(f"composite dataset entry {item!r} has no name")
-        spec = spec_cls(name=item["name"], weight=float(item.get("weight", 1.0)), config=dict(item.get("config") or {}))
+        spec = spec_cls(
+            name=item["name"], weight=float(item.get("weight", 1.0)), config=dict(item.get("config") or {})
+        )
         spec.validate()
         specs.append(spec)
     return specs
@@ -175,14 +183,18 @@ def _shared(dataset: str, config_key: str) -> Any:
 def _scorer(dataset: str, config_key: str) -> Any:
     """A dataset of the config to call ``score_answer`` on (scoring does not depend on the seed)."""
     if _per_episode(dataset):
-        return _reasoning_gym().create_dataset(dataset, seed=0, size=PER_EPISODE_SIZE, **_config(dataset, config_key))
+        return _reasoning_gym().create_dataset(
+            dataset, seed=0, size=PER_EPISODE_SIZE, **_config(dataset, config_key)
+        )
     return _shared(dataset, config_key)
 
 
 def _info(dataset: str) -> DatasetInfo:
     info = load_table().get(dataset)
     if info is None:
-        raise ValueError(f"reasoning-gym has no dataset {dataset!r} (reasoning_gym.factory.DATASETS lists them)")
+        raise ValueError(
+            f"reasoning-gym has no dataset {dataset!r} (reasoning_gym.factory.DATASETS lists them)"
+        )
     return info
 
 
