@@ -26,6 +26,13 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
+from envsuite._mixture import (
+    ConcatDataset,
+    MixtureDataset,
+    MixtureDatasetBuilder,
+    make_mixture_dataset_builder,
+    round_robin_slots,
+)
 from envsuite._select import is_env_pattern, select_envs
 from envsuite.adapters.gymnasium import make
 from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
@@ -147,5 +154,11 @@ __all__ = [
     "make_dataset_builder",
     "make_env",
     "make_group_builder",
+    # several envs as one RL dataset
+    "ConcatDataset",
+    "MixtureDataset",
+    "MixtureDatasetBuilder",
+    "make_mixture_dataset_builder",
+    "round_robin_slots",
     "__version__",
 ]

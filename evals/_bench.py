@@ -88,13 +88,13 @@ def _run_direct(
     for run in finished:
         recorder.store_log_now(str(run.finished_log))
     to_play = [run for run in runs if run not in finished]
-    session.plan(
-        len(to_play),
-        sum(len(run.pending()) for run in to_play),
-        resumed=sum(len(run.records) for run in to_play),
-        finished_envs=len(finished),
-    )
     with direct_progress(display, to_play, session) as on_episode:
+        session.plan(
+            len(to_play),
+            sum(len(run.pending()) for run in to_play),
+            resumed=sum(len(run.records) for run in to_play),
+            finished_envs=len(finished),
+        )
         asyncio.run(DirectBench(config, recorder, session, on_episode).play(to_play))
     report.log_paths = [str(run.finished_log or run.log_path) for run in runs]
     report.completed = len(runs) == len(env_ids) and all(not run.pending() for run in to_play)

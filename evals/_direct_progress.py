@@ -52,10 +52,15 @@ def direct_progress(
         total = sum(len(run.pending()) for run in runs)
         bar = progress.add_task(_description(session), total=total)
         said, brief = session.say, session.brief
-        session.say, session.brief = (lambda text: progress.console.print(escape(text))), True
+
+        def say(text: str) -> None:
+            progress.console.print(escape(text))
+            progress.update(bar, description=_description(session))
 
         def on_episode(run: EnvRun) -> None:
             progress.update(bar, completed=session.episodes_played, description=_description(session))
+
+        session.say, session.brief = say, True
 
         try:
             yield on_episode

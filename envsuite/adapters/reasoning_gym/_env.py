@@ -28,7 +28,8 @@ from envsuite.core import Action, ActionExtra, EnvContext, Split, StepResult
 from envsuite.envs import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict, split_of
 from envsuite.grading import GradeOutcome, GradeResult
 
-INSTRUCTION = "Give your final answer inside <answer></answer> tags, e.g. <answer>42</answer>."
+INSTRUCTION = "Give your final answer inside <answer></answer> tags."
+"""Appended to each question. No example answer: SmolLM2 copied an example's number into every reply."""
 MAX_DRAWS = 256
 """Items tried from the episode's start until one falls in the split (test: 10%; 256 misses: 2e-12)."""
 PER_EPISODE_SIZE = MAX_DRAWS
