@@ -10,7 +10,9 @@ every problem env, a reply cut off at the token limit is not graded.
 
 Problems: the episode seed picks an item of the dataset, and the first item from there whose question
 falls in the requested split (a hash of the question: train and test never share one) is the problem.
-A group's members, and every episode of one seed, draw it once per process (cached).
+A group's members, and every episode of one seed, draw it once per process (cached). ``few_shot=k``
+puts ``k`` solved train problems of the same dataset and difficulty before the question, as earlier
+turns (a reply of just the answer block each): small models rarely write answer blocks zero-shot.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import importlib
 import json
 from typing import Any
 
+from envsuite._make import episode_seed
 from envsuite.adapters.reasoning_gym._table import DatasetInfo, load_table
-from envsuite.core import Action, ActionExtra, EnvContext, Split, StepResult
+from envsuite.core import Action, ActionExtra, EnvContext, Message, Split, StepResult
 from envsuite.envs import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict, split_of
 from envsuite.grading import GradeOutcome, GradeResult
 
@@ -56,8 +59,11 @@ class ReasoningGymEnv(ProblemEnv):
         dataset: str,
         system_prompt: str | None = None,
         format_coef: float = DEFAULT_FORMAT_COEF,
+        few_shot: int = 0,
         **difficulty: Any,
     ) -> None:
+        if few_shot < 0:
+            raise ValueError(f"few_shot must be >= 0, got {few_shot}")
         prompts = _reasoning_gym("utils").SYSTEM_PROMPTS
         super().__init__(
             ctx, system_prompt=prompts.get(system_prompt, system_prompt), format_coef=format_coef
@@ -71,7 +77,21 @@ class ReasoningGymEnv(ProblemEnv):
         self._scorer = _scorer(dataset, config_key)
         self.problem = Problem(question=str(entry["question"]), answer=str(entry["answer"]))
         self.prompt = f"{self.problem.question}\n\n{INSTRUCTION}"
+        self.shots = [
+            _draw(dataset, config_key, episode_seed(ctx.seed, "shot", k), "train")[1] for k in range(few_shot)
+        ]
         self._score: float | None = None
+
+    def messages(self) -> list[Message]:
+        """The system prompt (if any), the solved examples, then the question."""
+        system, question = super().messages()[:-1], super().messages()[-1]
+        examples: list[Message] = []
+        for shot in self.shots:
+            examples += [
+                {"role": "user", "content": f"{shot['question']}\n\n{INSTRUCTION}"},
+                {"role": "assistant", "content": f"<answer>{shot['answer']}</answer>"},
+            ]
+        return [*system, *examples, question]
 
     async def check(self, reply: str) -> Verdict:
         answer = _reasoning_gym("utils").extract_answer(reply)
@@ -97,6 +117,20 @@ class ReasoningGymEnv(ProblemEnv):
             result.reward = self._score + self.format_coef * (result.metrics["format"] - 1.0)
         result.metrics["score"] = self._score or 0.0
         return result
+
+
+def _shots(dataset: str, config_key: str, seed: int, n: int, question: str) -> list[dict[str, Any]]:
+    """``n`` solved train problems for an episode's prompt, none of them its own question."""
+    shots: list[dict[str, Any]] = []
+    seen = {question}
+    for k in range(4 * n + 8):
+        if len(shots) == n:
+            break
+        _, entry = _draw(dataset, config_key, episode_seed(seed, "shot", k), "train")
+        if str(entry["question"]) not in seen:
+            seen.add(str(entry["question"]))
+            shots.append(entry)
+    return shots
 
 
 def _checked(dataset: str, difficulty: dict[str, Any]) -> dict[str, Any]:
