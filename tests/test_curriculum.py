@@ -323,3 +323,21 @@ def test_the_command_line_names_several_envs_weights_and_the_curriculum(tmp_path
     plain = config_from_args(parser.parse_args(["train", "arithmetic", "--curriculum", "--log-dir", "x"]))
     assert plain.curriculum == Curriculum() and plain.env_weights == {}
     assert config_from_args(parser.parse_args(["train", "arithmetic", "--log-dir", "x"])).curriculum is None
+
+
+def test_results_summarize_each_env_and_rung_of_a_run(tmp_path: Path) -> None:
+    from envsuite.cli._results_cmd import run_one, summary_markdown
+    from envsuite.trainers import parse_preset
+
+    preset = parse_preset(
+        "tiny-mix",
+        'env_id = "arithmetic_easy,reasoning_gym/chain_sum"\nmodel = "tiny-random"\nn_steps = 2\n'
+        "batch_size = 2\ngroup_size = 2\nmax_tokens = 2\nlora_rank = 4\neval_every = 1\nn_test_groups = 2\n"
+        'eval_rungs = [1]\n[preset]\ndescription = "tiny"\nquantity = "reward"\n',
+    )
+    summary = run_one(preset, tmp_path, {}, show_progress=False)
+    by_env = summary["held_out_by_env"]
+    assert set(by_env) == {"arithmetic_easy", "reasoning_gym/chain_sum", "reasoning_gym/chain_sum@rung1"}
+    assert set(by_env["reasoning_gym/chain_sum@rung1"]) == {"reward", "correct"}
+    assert by_env["arithmetic_easy"]["reward"]["before"]["n"] == 2
+    assert "  - reasoning_gym/chain_sum@rung1 (n=2): reward" in summary_markdown(summary)

@@ -231,3 +231,21 @@ def _run_cli(argv: list[str]) -> str:
     with contextlib.redirect_stdout(buffer):
         assert main(argv) == 0
     return buffer.getvalue()
+
+
+def test_few_shot_prompts_show_solved_train_problems_of_the_same_rung() -> None:
+    from envsuite.envs import split_of
+
+    env = make_env(env_id("chain_sum"), seed=9, split="test", renderer=RENDERER, rung=0, few_shot=2)
+    messages = env.messages()  # type: ignore[attr-defined]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    question = env.problem.question  # type: ignore[attr-defined]
+    shots = [m["content"].split("\n\n")[0] for m in messages[0:4:2]]
+    assert question not in shots and len(set(shots)) == 2
+    assert all(split_of(q) == "train" for q in shots), "held-out problems never appear as examples"
+    assert all(m["content"].startswith("<answer>") for m in messages[1:4:2])
+    assert all(len([t for t in q.split() if t.isdigit()]) == 2 for q in shots), "rung 0: two one-digit terms"
+    again = make_env(env_id("chain_sum"), seed=9, split="test", renderer=RENDERER, rung=0, few_shot=2)
+    assert again.messages() == messages  # type: ignore[attr-defined]
+    with pytest.raises(EnvKwargsError, match="few_shot"):
+        make_env(env_id("chain_sum"), renderer=RENDERER, few_shot=-1)

@@ -16,6 +16,7 @@ from envsuite.trainers._heldout import (
     Estimate,
     HeldOutComparison,
     compare_held_out,
+    episode_value,
     mean_ci,
     read_eval_rows,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "Estimate",
     "HeldOutComparison",
     "compare_held_out",
+    "episode_value",
     "mean_ci",
     "read_eval_rows",
 ]
