@@ -26,6 +26,14 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
+from envsuite._mixture import (
+    ConcatDataset,
+    MixtureDataset,
+    MixtureDatasetBuilder,
+    make_mixture_dataset_builder,
+    round_robin_slots,
+)
+from envsuite._select import is_env_pattern, select_envs
 from envsuite.adapters.gymnasium import make
 from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 from envsuite.core import (
@@ -67,11 +75,13 @@ from envsuite.registration import (
     EnvKwargsError,
     EnvSpec,
     RegistryError,
+    Rung,
     UnavailableEnvError,
     UnknownEnvError,
     catalog_env_families,
     catalog_reward_ranges,
     env_family,
+    family_order,
     pprint_registry,
     register,
     registry,
@@ -128,15 +138,20 @@ __all__ = [
     "EnvKwargsError",
     "EnvSpec",
     "RegistryError",
+    "Rung",
     "UnavailableEnvError",
     "UnknownEnvError",
     "catalog_env_families",
     "catalog_reward_ranges",
     "env_family",
+    "family_order",
     "pprint_registry",
     "register",
     "registry",
     "spec",
+    # choosing envs: ids, family:NAME, tag:NAME, globs
+    "is_env_pattern",
+    "select_envs",
     # making envs from an id
     "DEFAULT_MAX_CONTEXT_TOKENS",
     "DEFAULT_MODEL",
@@ -150,5 +165,11 @@ __all__ = [
     "make_dataset_builder",
     "make_env",
     "make_group_builder",
+    # several envs as one RL dataset
+    "ConcatDataset",
+    "MixtureDataset",
+    "MixtureDatasetBuilder",
+    "make_mixture_dataset_builder",
+    "round_robin_slots",
     "__version__",
 ]

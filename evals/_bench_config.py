@@ -11,11 +11,11 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from envsuite import select_envs
 from envsuite.display import printable
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
-from envsuite.registration import registry, spec
 
 DEFAULT_LOG_ROOT = "runs/bench"
 DEFAULT_EPISODE_TIMEOUT_S = 600.0
@@ -29,7 +29,8 @@ class BenchConfig:
     model: str
     """An envsuite model (known name, HF dir or checkpoint dir) or any Inspect model (``openai/...``)."""
     env_ids: tuple[str, ...] = ()
-    """Catalog ids; empty means every available env."""
+    """What to play, as ``envsuite list`` reads it: ids, ``family:NAME``, ``tag:NAME``, globs
+    (``textarena/*``), ``all``, ``!PATTERN`` to leave out; empty means every available env."""
     episodes: int = 20
     seed: int = 0
     max_tokens: int = 256
@@ -76,9 +77,9 @@ class BenchConfig:
         return "direct" if self.local_model() is not None else "inspect"
 
     def resolved_env_ids(self) -> list[str]:
-        if not self.env_ids or self.env_ids == ("all",):
-            return [s.id for s in registry.all_specs() if not s.unavailable and not s.deprecated]
-        return [spec(env_id).id for env_id in self.env_ids]
+        """The versioned ids :attr:`env_ids` selects, in order (a pattern matching nothing, or an unknown
+        id, is a UsageError naming what there is)."""
+        return [s.id for s in select_envs(self.env_ids or ("all",))]
 
     def local_model(self) -> str | None:
         """The envsuite model to load (a known name or a directory's absolute path); None for other
@@ -124,6 +125,8 @@ class BenchReport:
     runs_added: int = 0
     episodes_added: int = 0
     completed: bool = False
+    failed_envs: dict[str, str] = field(default_factory=dict)
+    """Envs that did not finish, and why (reported and skipped; a rerun plays them)."""
 
 
 def display_mode(config: BenchConfig) -> str:

@@ -122,29 +122,43 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def env_runs(config: BenchConfig, log_dir: Path, env_ids: list[str]) -> list[EnvRun]:
-    """Each env's run, resumed from its journal where an earlier bench left one."""
+def env_runs(
+    config: BenchConfig,
+    log_dir: Path,
+    env_ids: list[str],
+    on_error: Callable[[str, str], None] | None = None,
+) -> list[EnvRun]:
+    """Each env's run, resumed from its journal where an earlier bench left one. An env whose run cannot
+    be set up (an unreadable log of an earlier run, say) is left out and passed to ``on_error`` with
+    the reason."""
     runs = []
     for env_id in env_ids:
-        versioned = spec(env_id).id
-        stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
-        journal = log_dir / f"direct_{stem}.jsonl"
-        header, records = _read_journal(journal)
-        started = datetime.fromisoformat(header["started_at"]) if "started_at" in header else _now()
-        eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
-        runs.append(
-            EnvRun(
-                env_id=versioned,
-                seeds=episode_seeds(versioned, config.episodes, config.seed),
-                journal=journal,
-                eval_id=eval_id,
-                started_at=_iso(started),
-                log_path=log_dir / f"{started.strftime('%Y-%m-%dT%H-%M-%S-00-00')}_{stem}_{eval_id}.json",
-                finished_log=None if journal.is_file() else _finished_log(log_dir, stem, versioned),
-                records=records,
-            )
-        )
+        try:
+            runs.append(_env_run(config, log_dir, env_id))
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(env_id, f"{type(exc).__name__}: {exc}"[:300])
     return runs
+
+
+def _env_run(config: BenchConfig, log_dir: Path, env_id: str) -> EnvRun:
+    versioned = spec(env_id).id
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
+    journal = log_dir / f"direct_{stem}.jsonl"
+    header, records = _read_journal(journal)
+    started = datetime.fromisoformat(header["started_at"]) if "started_at" in header else _now()
+    eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
+    return EnvRun(
+        env_id=versioned,
+        seeds=episode_seeds(versioned, config.episodes, config.seed),
+        journal=journal,
+        eval_id=eval_id,
+        started_at=_iso(started),
+        log_path=log_dir / f"{started.strftime('%Y-%m-%dT%H-%M-%S-00-00')}_{stem}_{eval_id}.json",
+        finished_log=None if journal.is_file() else _finished_log(log_dir, stem, versioned),
+        records=records,
+    )
 
 
 def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
@@ -212,12 +226,16 @@ class DirectBench:
             run.open_journal()
             self.session.task_started(run.eval_id, run.env_id, len(run.seeds))
             for record in run.records.values():  # resumed episodes count as played
-                self.session.sample_ended(run.eval_id, record.reward)
+                self.session.sample_ended(run.eval_id, record.reward, resumed=True)
         await asyncio.gather(*(self._play_env(run, gate) for run in runs))
 
     async def _play_env(self, run: EnvRun, gate: asyncio.Semaphore) -> None:
+        """Play an env's pending episodes and finish it; anything that escapes (its log or the store
+        failing) is reported, and the env skipped, never the end of the bench."""
+
         async def one(seed: int) -> None:
             async with gate:
+                self.session.episode_started(run.eval_id)
                 record = await self._episode(run.env_id, seed)
             run.keep(record)
             if record.error is None:
@@ -225,8 +243,15 @@ class DirectBench:
             if self.on_episode is not None:
                 self.on_episode(run)
 
-        await asyncio.gather(*(one(seed) for seed in run.pending()))
-        await self._finish(run)
+        try:
+            outcomes = await asyncio.gather(*(one(seed) for seed in run.pending()), return_exceptions=True)
+            raised = next((o for o in outcomes if isinstance(o, BaseException)), None)
+            if raised is not None:
+                raise raised
+            await self._finish(run)
+        except Exception as exc:
+            run.close_journal()
+            self.session.task_failed(run.eval_id, f"error: {type(exc).__name__}: {exc}"[:300])
 
     async def _finish(self, run: EnvRun) -> None:
         """Write the env's log; when every episode is in, drop the journal and store what was played."""

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from envsuite import family_order
 from envsuite.leaderboard._board import Leaderboard
 from envsuite.leaderboard._compare import ALL_POOLS, HeadToHead, MatrixCell
 from envsuite.leaderboard._html_parts import (
@@ -33,7 +34,6 @@ from envsuite.leaderboard._stats import Estimate, KeySummary
 from envsuite.leaderboard._terminal import fmt_sampling, fmt_seeds
 from envsuite.leaderboard._viewer import ViewerBundle, log_href, sample_href
 
-FAMILY_ORDER = ("math", "twenty questions", "games", "reasoning-gym", "plugins", "other")
 KEY_FIELDS = ("partner", "renderer", "sampling", "seeds", "version")
 OPEN_RESULTS_MAX = 300
 """Up to this many result rows the results table is open when the page loads."""
@@ -45,7 +45,7 @@ class PageContext:
 
     board: Leaderboard
     families: Mapping[str, str]
-    """Versioned env id -> family (math, twenty questions, games, reasoning-gym, plugins, other)."""
+    """Versioned env id -> family (the catalog's: ``envsuite.catalog_env_families``)."""
     viewer: ViewerBundle | None
     model_pages: Mapping[str, str]
     """Model name -> its page, relative to the index."""
@@ -56,9 +56,13 @@ class PageContext:
     def family(self, env: str) -> str:
         return self.families.get(env, "other")
 
+    def family_order(self) -> list[str]:
+        """The families of the board's envs, in the catalog's order (``envsuite.family_order``)."""
+        return family_order(self.family(e) for e in self.board.envs)
+
     def envs(self) -> list[str]:
-        """Env versions grouped by family (in :data:`FAMILY_ORDER`), then by id."""
-        order = {f: i for i, f in enumerate(FAMILY_ORDER)}
+        """Env versions grouped by family (in the catalog's order), then by id."""
+        order = {f: i for i, f in enumerate(self.family_order())}
         return sorted(self.board.envs, key=lambda e: (order.get(self.family(e), len(order)), e))
 
 
@@ -131,7 +135,7 @@ Means with {pct}% percentile-bootstrap intervals (B={board.n_boot}, seed={board.
 def filters(ctx: PageContext) -> str:
     board = ctx.board
     options = {
-        "family": [f for f in FAMILY_ORDER if f in {ctx.family(e) for e in board.envs}],
+        "family": ctx.family_order(),
         "version": sorted({e.key.package_version for e in board.entries}),
         "partner": sorted({e.key.partner or "-" for e in board.entries}),
         "model": list(board.models),

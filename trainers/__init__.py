@@ -9,17 +9,20 @@ The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``.
 from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
+from envsuite.trainers._curriculum import Curriculum, CurriculumState
 from envsuite.trainers._datums import TrainingDatum, loss_datum, merge_turns, trajectory_to_datums
 from envsuite.trainers._heldout import (
     EVAL_EPISODES_FILE,
     Estimate,
     HeldOutComparison,
     compare_held_out,
+    episode_value,
     mean_ci,
     read_eval_rows,
 )
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
+from envsuite.trainers._mixture import EvalSet, RunEnv, resolve_run_envs
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._presets import (
@@ -40,6 +43,12 @@ __all__ = [
     "PolicyLoss",
     "TrainConfig",
     "preflight",
+    # several envs and adaptive difficulty
+    "Curriculum",
+    "CurriculumState",
+    "EvalSet",
+    "RunEnv",
+    "resolve_run_envs",
     # presets and config files
     "Preset",
     "PresetInfo",
@@ -75,6 +84,7 @@ __all__ = [
     "Estimate",
     "HeldOutComparison",
     "compare_held_out",
+    "episode_value",
     "mean_ci",
     "read_eval_rows",
 ]

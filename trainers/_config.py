@@ -17,6 +17,7 @@ from typing import Any
 
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
+from envsuite.trainers._curriculum import Curriculum
 
 
 class ConfigError(UsageError):
@@ -59,11 +60,20 @@ class TrainConfig:
     """A GRPO run on one catalog env. Field docstrings double as CLI help."""
 
     env_id: str
-    """Catalog id of the env to train on (``envsuite list`` shows them)."""
+    """Catalog id of the env to train on (``envsuite list`` shows them), or a selection of several:
+    comma-separated ids, ``family:NAME``, ``tag:NAME``, globs (a multi-env run, ``trainers._mixture``)."""
     log_dir: str
     """Where config, metrics, checkpoints, transcripts and plots go; rerunning into it resumes."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``."""
+    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``; in a multi-env run, a table
+    per env id, e.g. ``{"reasoning_gym/chain_sum": {"rung": 1}}``."""
+    env_weights: dict[str, float] = field(default_factory=dict)
+    """Multi-env runs: each env's share of a batch's groups, by id (default 1 each)."""
+    curriculum: Curriculum | None = None
+    """Move each env with difficulty rungs up and down them from its groups' running success (None:
+    fixed difficulty); see ``trainers._curriculum``."""
+    eval_rungs: list[int] = field(default_factory=list)
+    """Also evaluate held-out on these difficulty rungs of each env that has them."""
     model: str = "smollm2-135m-instruct"
     """Base model: an envsuite model name, a local HF directory, or (hosted backend) a Tinker model."""
     backend: str = "local"
@@ -214,8 +224,16 @@ class TrainConfig:
             raise ConfigError(str(exc)) from None
         try:
             json.dumps(self.env_kwargs)
+            json.dumps(self.env_weights)
         except TypeError as exc:
-            raise ConfigError(f"env_kwargs must be JSON values: {exc}") from None
+            raise ConfigError(f"env_kwargs and env_weights must be JSON values: {exc}") from None
+        if any(not isinstance(r, int) or r < 0 for r in self.eval_rungs):
+            raise ConfigError(f"eval_rungs must be rung indexes >= 0, got {self.eval_rungs}")
+        if self.curriculum is not None:
+            try:
+                self.curriculum.validate()
+            except UsageError as exc:
+                raise ConfigError(str(exc)) from None
 
     def loss_config(self) -> dict[str, float] | None:
         """The ``loss_fn_config`` these settings give the loss (None: it takes none)."""
@@ -244,6 +262,10 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown config keys {unknown}; known: {sorted(names)}")
         values = dict(data)
+        try:
+            values["curriculum"] = Curriculum.from_value(values.get("curriculum"))
+        except (UsageError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
         for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", PolicyLoss)):
             if key in values:
                 try:
@@ -282,4 +304,6 @@ def _positive(value: float) -> bool:
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Curriculum):
+        return dataclasses.asdict(value)
     return value

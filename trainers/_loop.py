@@ -35,9 +35,11 @@ from envsuite.trainers._captured import CapturedBatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
 from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._curriculum import CurriculumState, group_label
 from envsuite.trainers._datums import TrainingDatum, loss_datum
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
+from envsuite.trainers._mixture import EvalSet, build_datasets, per_env_summary
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
@@ -46,8 +48,7 @@ from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
 
 if TYPE_CHECKING:
-    from envsuite.core import TokenCompleter
-    from envsuite.registration import EnvSpec
+    from envsuite.core import EnvGroupBuilder, TokenCompleter
 
 
 class StopCause(enum.StrEnum):
@@ -110,6 +111,7 @@ class Trainer:
         self._trackers = Trackers()
         self._captured: CapturedBatches | None = None
         """Batches of captured episodes (``config.captured_dir``), trained on instead of rollouts."""
+        self._curriculum: CurriculumState | None = None
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -119,7 +121,7 @@ class Trainer:
 
     async def run(self) -> TrainResult:
         config = self.config
-        env_spec = preflight(config)
+        envs = preflight(config)
         if config.captured_dir is not None:
             self._captured = CapturedBatches.load(config)
         check_and_record_config(config, self.log_dir)
@@ -127,13 +129,16 @@ class Trainer:
         start = resume.step if resume is not None else 0
         truncate_after(self.metrics.path, start)
         truncate_eval_rows(self.log_dir, start)
+        if config.curriculum is not None:
+            self._curriculum = CurriculumState(config.curriculum, [e.spec for e in envs])
+            self._curriculum.restore(self.log_dir, start)
         with run_log(self.log_dir / "train.log"):
             where = f"resuming at step {start}" if resume else "starting"
             announce(
                 self.show_progress,
                 f"GRPO on {self._source()} with {config.model}: {where}; loading the model",
             )
-            train_data, test_data = await _datasets(config, env_spec)
+            train_data, test_data = await build_datasets(config, envs) if envs else (None, None)
             self._clients = await PolicyClients.create(
                 make_service(config), config, resume.state_path if resume else None
             )
@@ -155,7 +160,7 @@ class Trainer:
         start: int,
         last: CheckpointRecord | None,
         train_data: RLDataset | None,
-        test_data: RLDataset | None,
+        test_data: EvalSet | None,
     ) -> TrainResult:
         config = self.config
         done = start
@@ -193,7 +198,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases
 
-    async def _one_step(self, step: int, train_data: RLDataset | None, test_data: RLDataset | None) -> Row:
+    async def _one_step(self, step: int, train_data: RLDataset | None, test_data: EvalSet | None) -> Row:
         config = self.config
         timer = _StepTimer()
         row: Row = {"step": step, "lr": config.learning_rate_at(step)}
@@ -204,18 +209,26 @@ class Trainer:
         ):
             with timer.phase("eval"):
                 row.update(await self._evaluate(test_data, step))
+        # Captured episodes come as they were played: no env batch, so no per-env rows or curriculum.
+        batch = self._batch(train_data, step) if self._captured is None and train_data is not None else None
         with timer.phase("rollout"):
             if self._captured is not None:
                 rollouts = self._captured.batch(step)
             else:
-                assert train_data is not None
+                assert batch is not None
                 # No local name holds the completer: the refresh below must find the old sampler unreferenced.
                 rollouts = await rollout_batch(
-                    train_data.get_batch(step), self._policy(step, "sampling"), self._limits(), self._pool
+                    batch, self._policy(step, "sampling"), self._limits(), self._pool
                 )
         with timer.phase("assemble"):
             assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
         row.update(episode_summary(rollouts.groups_P))
+        if batch is not None:
+            labels_P = [group_label(batch[i]) for i in rollouts.indices_P]
+            row.update(per_env_summary(rollouts.groups_P, labels_P))
+            if self._curriculum is not None:
+                row.update(self._curriculum.observe(batch, rollouts.groups_P, rollouts.indices_P))
+                self._curriculum.save(self.log_dir, step)
         row.update(_batch_counts(rollouts.failed_errors, assembled, len(rollouts.groups_P)))
         if rollouts.failed_errors:
             row["error/first"] = rollouts.failed_errors[0][:300]
@@ -274,10 +287,23 @@ class Trainer:
         row["optim_steps"] = len(minibatches)
         return row
 
-    async def _evaluate(self, test_data: RLDataset, step: int) -> Row:
+    def _batch(self, train_data: RLDataset, step: int) -> list[EnvGroupBuilder]:
+        """Batch ``step`` of the train data, each curriculum env at its current rung."""
+        batch = list(train_data.get_batch(step))
+        return self._curriculum.apply(batch) if self._curriculum is not None else batch
+
+    async def _evaluate(self, test_data: EvalSet, step: int) -> Row:
         policy = self._policy(step, "eval-sampling")
-        rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits(), self._pool)
-        append_eval_rows(self.log_dir, eval_rows(rollouts.groups_P, rollouts.indices_P, step))
+        rollouts = await rollout_batch(test_data.get_batch(), policy, self._limits(), self._pool)
+        labels_P = [test_data.labels_P[i] for i in rollouts.indices_P]
+        own_P = [test_data.rungs_P[i] is None for i in rollouts.indices_P]
+        if test_data.labelled:
+            envs_P = [test_data.env_of(i) for i in rollouts.indices_P]
+            rungs_P = [test_data.rungs_P[i] for i in rollouts.indices_P]
+            rows = eval_rows(rollouts.groups_P, rollouts.indices_P, step, envs_P, rungs_P)
+        else:
+            rows = eval_rows(rollouts.groups_P, rollouts.indices_P, step)
+        append_eval_rows(self.log_dir, rows)
         write_transcripts(
             rollouts.groups_P,
             self._require_clients().tokenizer(),
@@ -287,7 +313,11 @@ class Trainer:
             prefix="test_",
             indices_P=rollouts.indices_P,
         )
-        row = episode_summary(rollouts.groups_P, prefix="test/")
+        # The run's own held-out sets make its test/ numbers; per-rung sets only their by_env/ ones.
+        row = episode_summary(
+            [g for g, own in zip(rollouts.groups_P, own_P, strict=True) if own], prefix="test/"
+        )
+        row.update(per_env_summary(rollouts.groups_P, labels_P, prefix="test/"))
         row["test/failed_groups"] = len(rollouts.failed_errors)
         if rollouts.failed_errors:
             row["test/error/first"] = rollouts.failed_errors[0][:300]
@@ -372,28 +402,6 @@ def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int)
         "groups/finished": n_finished,
         "datums": len(assembled.datums_D),
     }
-
-
-async def _datasets(
-    config: TrainConfig, env_spec: EnvSpec | None
-) -> tuple[RLDataset | None, RLDataset | None]:
-    from envsuite import make_dataset_builder
-
-    if env_spec is None:  # captured episodes only: nothing to roll out or evaluate
-        return None, None
-    builder = make_dataset_builder(
-        env_spec,
-        batch_size=config.batch_size,
-        group_size=config.group_size,
-        seed=config.seed,
-        n_batches=config.n_steps,
-        n_test_groups=config.n_test_groups,
-        model=config.model,
-        renderer=config.renderer_name,
-        max_context_tokens=config.max_context_tokens,
-        **config.env_kwargs,
-    )
-    return await builder()
 
 
 def run_training(config: TrainConfig, *, show_progress: bool = True) -> TrainResult:

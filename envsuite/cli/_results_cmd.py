@@ -29,6 +29,9 @@ RESULT_PRESETS = (
     "tools-calculator-easy",
     "tools-search-easy",
     "tools-kv-store-easy",
+    "chain-sum-curriculum",
+    "chain-sum-fixed",
+    "mix-three-families",
 )
 """One preset per env family of docs/results.md, in its order."""
 
@@ -103,6 +106,9 @@ def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progr
     for quantity in dict.fromkeys([preset.info.quantity, "reward"]):
         comparison = compare_held_out(log_dir, quantity)
         summary.setdefault("held_out", {})[quantity] = _comparison_dict(comparison)
+    by_env = _held_out_by_env(log_dir, preset.info.quantity)
+    if by_env:
+        summary["held_out_by_env"] = by_env
     if preset.info.match_games and result.last_checkpoint is not None:
         summary["match"] = previous.get("match") or _match(
             config, result.last_checkpoint.sampler_path, preset
@@ -132,6 +138,32 @@ def _match(config: Any, checkpoint: str, preset: Any) -> dict[str, Any]:
         f"--max-tokens {config.max_tokens} --temperature {config.temperature} --seed {config.seed}"
     )
     return summary
+
+
+SUCCESS_METRICS = ("correct", "success", "win")
+"""The first of these an env's held-out episodes report is its success, in per-env summaries."""
+
+
+def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, Any]]:
+    """A multi-env run's (or one with per-rung held-out sets) before -> after for each env and rung."""
+    from envsuite.trainers import compare_held_out, read_eval_rows
+
+    sets: dict[tuple[str, int | None], set[str]] = {}
+    for row in read_eval_rows(log_dir):
+        if "env" in row:
+            rung = row.get("rung")
+            metrics = row.get("metrics")
+            names = set(metrics) if isinstance(metrics, dict) else set()
+            sets.setdefault((str(row["env"]), rung if isinstance(rung, int) else None), set()).update(names)
+    out: dict[str, dict[str, Any]] = {}
+    for (env, rung), names in sorted(sets.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
+        label = env + (f"@rung{rung}" if rung is not None else "")
+        success = next((m for m in SUCCESS_METRICS if m in names), None)
+        wanted = [q for q in (quantity, "reward", success) if q is not None and (q == "reward" or q in names)]
+        for name in dict.fromkeys(wanted):
+            comparison = compare_held_out(log_dir, name, env=env, rung=rung)
+            out.setdefault(label, {})[name] = _comparison_dict(comparison)
+    return out
 
 
 def _comparison_dict(comparison: Any) -> dict[str, Any]:
@@ -170,6 +202,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             f"{c['before_step']} -> {a['mean']:.2f} [{a['low']:.2f}, {a['high']:.2f}] at step {c['after_step']}; "
             f"paired change {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (95% bootstrap CIs)"
         )
+    for label, quantities in summary.get("held_out_by_env", {}).items():
+        parts = [
+            f"{name} {c['before']['mean']:.2f} -> {c['after']['mean']:.2f} "
+            f"(change {c['change']['mean']:+.2f} [{c['change']['low']:+.2f}, {c['change']['high']:+.2f}])"
+            for name, c in quantities.items()
+        ]
+        n = next(iter(quantities.values()))["before"]["n"]
+        lines.append(f"  - {label} (n={n}): " + "; ".join(parts))
     match = summary.get("match")
     if match:
         low, high = match["ci95"]

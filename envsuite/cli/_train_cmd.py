@@ -1,8 +1,10 @@
 """``envsuite train ENV_ID``: GRPO on a catalog env (the CLI face of ``envsuite.trainers.run_training``).
 
-``--preset NAME`` (``envsuite train --list-presets``) or ``--config FILE`` starts from a written-down
-config; flags given on the command line override it. Rerunning the same command into the same
-``--log-dir`` resumes from the last checkpoint.
+Several ids (or ``family:NAME``, ``tag:NAME``, globs) train one policy on a weighted mix of envs
+(``--env-weight ID=W``, ``--env-arg ID:KEY=VALUE``); ``--curriculum`` moves each env's difficulty rung
+from its running success. ``--preset NAME`` (``envsuite train --list-presets``) or ``--config FILE``
+starts from a written-down config; flags given on the command line override it. Rerunning the same
+command into the same ``--log-dir`` resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envsuite.cli._args import Subparsers, parse_env_args
+from envsuite.cli._args import Subparsers, field_defaults, parse_env_args
 
 if TYPE_CHECKING:
     from envsuite.trainers import TrainConfig
@@ -86,6 +88,51 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
 ]
 
 
+# (flag, Curriculum field, type, help): any of them turns the curriculum on; defaults from Curriculum.
+_CURRICULUM: list[tuple[str, str, Any, str]] = [
+    ("--curriculum-promote", "promote_at", float, "running success that moves an env one rung up"),
+    ("--curriculum-demote", "demote_below", float, "running success under which it moves one rung down"),
+    ("--curriculum-window", "window", int, "groups in the running success (a move needs this many)"),
+    ("--curriculum-start", "start_rung", int, "the rung every env starts at"),
+    ("--curriculum-max", "max_rung", int, "the highest rung an env may reach (default: its last)"),
+]
+
+
+def _add_mix_and_curriculum(p: argparse.ArgumentParser) -> None:
+    from envsuite.trainers import Curriculum
+
+    p.add_argument(
+        "--env-weight",
+        action="append",
+        default=[],
+        metavar="ID=W",
+        help="several envs: an env's share of each batch's groups (default 1 each)",
+    )
+    p.add_argument(
+        "--curriculum",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="move each env with difficulty rungs up and down them from its groups' running success",
+    )
+    defaults = field_defaults(Curriculum)
+    for flag, name, kind, text in _CURRICULUM:
+        p.add_argument(
+            flag,
+            dest=f"curriculum_{name}",
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=f"{text} (default {defaults[name]})",
+        )
+    p.add_argument(
+        "--eval-rungs",
+        type=int,
+        nargs="+",
+        default=argparse.SUPPRESS,
+        metavar="RUNG",
+        help="also evaluate held-out on these difficulty rungs of each env that has them",
+    )
+
+
 def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
     from envsuite.trainers import PolicyLoss, TrainConfig
@@ -98,14 +145,25 @@ def add_parser(sub: Subparsers) -> None:
         description=__doc__,
     )
     p.add_argument(
-        "env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config/--captured)"
+        "env_ids",
+        metavar="ENV_ID",
+        nargs="*",
+        help="catalog id, or several (ids, family:NAME, tag:NAME, globs) for a multi-env run "
+        "(optional with --preset/--config/--captured)",
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", default=None, help="start from a shipped preset (see --list-presets)")
     source.add_argument("--config", default=None, help="start from a config file (.toml or .json)")
     p.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
     p.add_argument("--log-dir", default=None, help="output directory (default: runs/<preset or ENV_ID>)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env keyword argument (several envs: ID:KEY=VALUE); rung=N picks a difficulty rung",
+    )
+    _add_mix_and_curriculum(p)
     # No argparse defaults: a flag counts only when given, so it can override a preset's value.
     for flag, name, kind, text in _OPTIONS:
         default = getattr(defaults, name)
@@ -131,7 +189,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     named = [name for _, name, _, _ in _OPTIONS] + [name for _, name, _, _ in _SWITCHES]
     given = {name: getattr(args, name) for name in named if hasattr(args, name)}
-    env_kwargs = parse_env_args(args.env_arg)
+    env_kwargs = _env_kwargs(args.env_arg)
+    given |= _mix_and_curriculum(args)
+    env_id = ",".join(args.env_ids) or None
     preset = None
     if args.preset is not None:
         preset = load_preset(args.preset)
@@ -139,21 +199,77 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         preset = load_config_file(args.config)
     if preset is None:
         captured = given.get("captured_dir")
-        if args.env_id is None and captured is None:
+        if env_id is None and captured is None:
             raise ConfigError(
                 "name an ENV_ID, or start from --preset NAME or --config FILE, or --captured DIR"
             )
-        env_id = args.env_id or ""
-        name = env_id.replace("/", "_") or f"captured-{Path(str(captured)).name}"
+        name = _slug(env_id) if env_id else f"captured-{Path(str(captured)).name}"
         log_dir = args.log_dir or f"runs/{name}"
+        env_id = env_id or ""
         return TrainConfig.from_dict(
             {"env_id": env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
         )
-    if args.env_id is not None:
-        _check_same_env(args.env_id, str(preset.values.get("env_id", "")), preset.name)
+    if env_id is not None:
+        _check_same_env(env_id, str(preset.values.get("env_id", "")), preset.name)
     if env_kwargs:
-        given["env_kwargs"] = {**preset.values.get("env_kwargs", {}), **env_kwargs}
+        given["env_kwargs"] = _merged(preset.values.get("env_kwargs", {}), env_kwargs)
+    if "curriculum" in given and isinstance(preset.values.get("curriculum"), dict):
+        given["curriculum"] = {**preset.values["curriculum"], **given["curriculum"]}
     return preset.config(args.log_dir, **given)
+
+
+def _slug(env_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)[:80]
+
+
+def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, and ``ID:KEY=VALUE`` pairs as a table per env (a multi-env run's)."""
+    plain = [p for p in pairs if ":" not in p.partition("=")[0]]
+    kwargs: dict[str, Any] = parse_env_args(plain)
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        if ":" in key:
+            env, _, name = key.partition(":")
+            kwargs.setdefault(env, {}).update(parse_env_args([f"{name}={pair.partition('=')[2]}"]))
+    return kwargs
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, per-env tables merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = (
+            {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def _mix_and_curriculum(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields the mix and curriculum flags set (only those given)."""
+    from envsuite.trainers import ConfigError
+
+    given: dict[str, Any] = {}
+    if args.env_weight:
+        weights: dict[str, float] = {}
+        for pair in args.env_weight:
+            name, sep, raw = pair.partition("=")
+            try:
+                weights[name] = float(raw)
+            except ValueError:
+                sep = ""
+            if not sep or not name:
+                raise ConfigError(f"--env-weight expects ID=WEIGHT, got {pair!r}")
+        given["env_weights"] = weights
+    curriculum = {
+        name: getattr(args, f"curriculum_{name}")
+        for _, name, _, _ in _CURRICULUM
+        if hasattr(args, f"curriculum_{name}")
+    }
+    if curriculum or getattr(args, "curriculum", False):
+        given["curriculum"] = curriculum
+    if hasattr(args, "eval_rungs"):
+        given["eval_rungs"] = list(args.eval_rungs)
+    return given
 
 
 def _check_same_env(asked: str, preset_env: str, preset_name: str) -> None:
@@ -162,7 +278,7 @@ def _check_same_env(asked: str, preset_env: str, preset_name: str) -> None:
     from envsuite.trainers import ConfigError
 
     try:
-        same = spec(asked).id == spec(preset_env).id
+        same = asked == preset_env or spec(asked).id == spec(preset_env).id
     except (RegistryError, ValueError) as exc:
         raise ConfigError(f"env_id: {exc}") from None
     if not same:
