@@ -413,6 +413,8 @@ class EnvFamily(enum.StrEnum):
 
     MATH = "math"
     CODE = "code"
+    TOOL_USE = "tool use"
+    """Multi-turn envs whose policy calls the tools they declare (envsuite.envs.tool_use)."""
     REASONING = "reasoning"
     """reasoning-gym's procedural tasks."""
     TWENTY_QUESTIONS = "twenty questions"
@@ -437,6 +439,8 @@ def env_family(env_spec: EnvSpec) -> str:
         return EnvFamily.MATH.value
     if "code" in env_spec.tags:
         return EnvFamily.CODE.value
+    if "tool-use" in env_spec.tags:
+        return EnvFamily.TOOL_USE.value
     if "game" in env_spec.tags or env_spec.kind is EnvKind.GAME:
         return EnvFamily.GAMES.value
     return EnvFamily.OTHER.value

@@ -27,8 +27,8 @@ def tool_env() -> Iterator[str]:
         env_id,
         "tests.support.toy_envs:EchoNumberEnv",
         reward_range=(0.0, 1.0),
-        family="tool-use",
-        tags=("tool-use", "sandboxed"),
+        family="web-agents",
+        tags=("web-agents", "sandboxed"),
         max_turns=4,
         package="scratch-tools",
     )
@@ -61,27 +61,29 @@ def test_families_tags_and_globs_select_envs() -> None:
 
 
 def test_a_selection_that_matches_nothing_says_what_there_is() -> None:
-    with pytest.raises(UsageError, match=r"no available env matches 'tag:nope'.*Families: math, reasoning"):
+    with pytest.raises(
+        UsageError, match=r"no available env matches 'tag:nope'.*Families: math, code, tool use, reasoning"
+    ):
         select_envs(["tag:nope"])
     with pytest.raises(UsageError, match="Did you mean: arithmetic"):
         select_envs(["arithmetc"])
 
 
 def test_a_plugin_declares_its_family_and_tags(tool_env: str) -> None:
-    assert _ids("family:tool-use") == [tool_env] == _ids("tag:tool-use")
+    assert _ids("family:web-agents") == [tool_env] == _ids("tag:web-agents")
     spec = envsuite.spec(tool_env)
-    assert env_family(spec) == "tool-use" and {"multi-turn", "sandboxed"} <= spec.all_tags
+    assert env_family(spec) == "web-agents" and {"multi-turn", "sandboxed"} <= spec.all_tags
     assert catalog_env_families([tool_env, "arithmetic-v0", "not-installed-v3"]) == {
-        tool_env: "tool-use",
+        tool_env: "web-agents",
         "arithmetic-v0": "math",
         "not-installed-v3": "plugins",
     }
     # Views list a declared family after envsuite's own, before plugins and other.
-    assert family_order(["other", "tool-use", "plugins", "games", "math", "code"]) == [
+    assert family_order(["other", "web-agents", "plugins", "games", "math", "code"]) == [
         "math",
-        "games",
         "code",
-        "tool-use",
+        "games",
+        "web-agents",
         "plugins",
         "other",
     ]
@@ -98,7 +100,7 @@ def test_list_takes_patterns_families_and_tags(tool_env: str, monkeypatch: pytes
     monkeypatch.setenv("COLUMNS", "200")
     listed = json.loads(_cli(["list", "family:math", "--json"]))
     assert [e["id"] for e in listed] == _ids("family:math") and listed[0]["family"] == "math"
-    assert {e["id"] for e in json.loads(_cli(["list", "--family", "tool-use", "--json"]))} == {tool_env}
+    assert {e["id"] for e in json.loads(_cli(["list", "--family", "web-agents", "--json"]))} == {tool_env}
     narrowed = json.loads(_cli(["list", "textarena/*", "--tag", "game", "--json"]))
     assert narrowed and all(e["id"].startswith("textarena/") and "game" in e["tags"] for e in narrowed)
     assert json.loads(_cli(["list", "textarena/*", "--family", "math", "--json"])) == [], (
@@ -109,7 +111,7 @@ def test_list_takes_patterns_families_and_tags(tool_env: str, monkeypatch: pytes
     chain = json.loads(_cli(["list", "reasoning_gym/chain_sum", "--json"]))[0]
     assert len(chain["rungs"]) == 11 and "curriculum" in chain["tags"]
     table = _cli(["list", "--families"])
-    assert "family:tool-use" in table and "tag:multi-turn" in table
+    assert "family:web-agents" in table and "tag:multi-turn" in table
     assert main(["list", "family:nope"]) == 2
 
 
