@@ -53,6 +53,10 @@ class TrainingDatum:
     sampler_logprobs_T: np.ndarray
     group_index: int
     """Which group of the batch it came from (minibatches keep groups whole)."""
+    policy_version: int = 0
+    """The policy version (optimizer steps taken) whose sampler produced its actions; the
+    importance-sampling losses weigh it by the learner-to-sampler probability ratio, which corrects
+    for the lag when it was sampled steps ago (async training)."""
 
     @property
     def n_action_tokens(self) -> int:
@@ -87,7 +91,9 @@ def merge_turns(trajectory: Trajectory) -> list[SequenceBuilder]:
     return sequences
 
 
-def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: int) -> TrainingDatum | None:
+def sequence_to_datum(
+    sequence: SequenceBuilder, advantage: float, group_index: int, policy_version: int = 0
+) -> TrainingDatum | None:
     """The datum of one merged sequence; None when it holds no sampled token to learn from."""
     if len(sequence.tokens_T) < 2:
         return None
@@ -103,10 +109,12 @@ def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: 
             "advantages": tinker.TensorData.from_numpy(mask_T * np.float32(advantage)),
         },
     )
-    return TrainingDatum(datum, mask_T, logprobs_T, group_index)
+    return TrainingDatum(datum, mask_T, logprobs_T, group_index, policy_version)
 
 
-def trajectory_to_datums(trajectory: Trajectory, advantage: float, group_index: int) -> list[TrainingDatum]:
+def trajectory_to_datums(
+    trajectory: Trajectory, advantage: float, group_index: int, policy_version: int = 0
+) -> list[TrainingDatum]:
     """All datums of one trajectory, every action token carrying ``advantage``."""
-    datums = (sequence_to_datum(s, advantage, group_index) for s in merge_turns(trajectory))
+    datums = (sequence_to_datum(s, advantage, group_index, policy_version) for s in merge_turns(trajectory))
     return [d for d in datums if d is not None]

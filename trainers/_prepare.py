@@ -23,6 +23,8 @@ RESUME_MAY_CHANGE = frozenset(
         "executor",
         "workers",
         "ray_address",
+        # nor does how many sampler replicas play the groups (identical samples at staleness 0)
+        "samplers",
         # nor do where its metrics are also logged
         "wandb_project",
         "wandb_name",

@@ -57,6 +57,17 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ),
     ("--wandb-name", "wandb_name", str, "tracker run name (W&B and Trackio; default: the log dir's name)"),
     ("--trackio-project", "trackio_project", str, "also log metrics to this Trackio project (local SQLite)"),
+    (
+        "--async-max-steps-off-policy",
+        "async_max_steps_off_policy",
+        int,
+        "async off-policy: sample while training, drop groups more than K steps stale",
+    ),
+    ("--stream-minibatches", "stream_minibatches", int, "train each of M minibatches per substep as it fills"),
+    ("--kl-penalty", "kl_penalty_coef", float, "KL penalty coefficient against the reference (0: off)"),
+    ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
+    ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
+    ("--samplers", "samplers", int, "sampler replicas of the executor's kind, env work with them (0: here)"),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
