@@ -46,7 +46,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--seed", "seed", int, "data order and LoRA init seed"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay"),
     ("--grad-clip", "grad_clip_norm", float, "gradient norm clip (0: off)"),
-    ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
+    ("--executor", "executor", str, "where env work and --samplers replicas run: inprocess | process | ray"),
     ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
     (
@@ -63,7 +63,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
         int,
         "async off-policy: sample while training, drop groups more than K steps stale",
     ),
-    ("--stream-minibatches", "stream_minibatches", int, "train each of M minibatches per substep as it fills"),
+    ("--stream-minibatches", "stream_minibatches", int, "train each of M minibatches per substep once full"),
     ("--kl-penalty", "kl_penalty_coef", float, "KL penalty coefficient against the reference (0: off)"),
     ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
     ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
