@@ -167,47 +167,48 @@ def test_replicas_sample_the_same_trajectories_as_the_single_sampler(
     assert _episodes(config) == _episodes(single_sampler_run) and _episodes(config)
 
 
-def test_a_killed_replica_process_loses_no_group(tmp_path: Path) -> None:
-    """A replica that dies mid-run: its groups are played again on the other one and counted; the run
-    finishes every step."""
-    config = _config(
-        tmp_path,
-        n_steps=4,
-        samplers=2,
-        executor="process",
-        env_id=TURNS_ID,
-        batch_size=4,
-        save_every=1,
-    )
-    killed: list[int] = []
-
-    async def kill_one_after_the_first_step() -> None:
-        import psutil
-
-        log = Path(config.log_dir) / "metrics.jsonl"
-        while not (log.exists() and log.read_text().strip()):
-            await asyncio.sleep(0.05)
-        children = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
-        children[0].kill()
-        killed.append(children[0].pid)
+def test_killed_replica_processes_lose_no_group_and_the_last_one_stops_the_run_saved(tmp_path: Path) -> None:
+    """A replica that dies mid-run: its groups are played again on the other one and counted, and the
+    run goes on. When the last one dies too, the run stops (``SAMPLERS_LOST``) with its trained steps
+    saved."""
+    import psutil
 
     from envsuite.trainers import Trainer
 
-    async def run() -> object:
-        killer = asyncio.create_task(kill_one_after_the_first_step())
-        try:
-            return await Trainer(config).run()
-        finally:
-            killer.cancel()
+    config = _config(tmp_path, n_steps=6, samplers=2, executor="process", batch_size=4, save_every=1)
+    log = Path(config.log_dir) / "metrics.jsonl"
 
-    result = asyncio.run(run())
-    assert killed
-    assert getattr(result, "cause", None) is StopCause.COMPLETED
+    async def kill_replicas() -> list[int]:
+        killed = []
+        for rows in (1, 3):  # one replica after the first step, the other after the third
+            while len(read_metrics(log)) < rows:
+                await asyncio.sleep(0.02)
+            alive = [p for p in psutil.Process().children() if p.pid not in killed and _is_replica(p)]
+            alive[0].kill()
+            killed.append(alive[0].pid)
+        return killed
+
+    async def run() -> tuple[object, list[int]]:
+        killer = asyncio.create_task(kill_replicas())
+        result = await Trainer(config).run()
+        return result, await asyncio.wait_for(killer, 5)
+
+    def _is_replica(proc: psutil.Process) -> bool:
+        try:
+            return proc.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(proc.cmdline())
+        except psutil.Error:
+            return False
+
+    result, killed = asyncio.run(run())
+    assert len(killed) == 2
+    assert getattr(result, "cause", None) is StopCause.SAMPLERS_LOST, getattr(result, "message", "")
     rows = _rows(config)
-    assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    assert sum(int(r["replicas/lost"]) for r in rows) == 1  # type: ignore[call-overload]
-    assert rows[-1]["replicas/alive"] == 1
+    assert 3 <= len(rows) < 6 and [r["step"] for r in rows] == list(range(len(rows)))
+    assert sum(int(r["replicas/lost"]) for r in rows) >= 1  # type: ignore[call-overload]
     assert all(r["groups/finished"] == 4 and r["groups/failed"] == 0 for r in rows)
+    assert getattr(result, "steps_completed", None) == len(rows)
+    saved = json.loads((Path(config.log_dir) / "checkpoints.jsonl").read_text().splitlines()[-1])
+    assert saved["step"] == len(rows)  # a rerun resumes there (resume: tests/test_trainer_run.py)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ class AsyncSteps:
             for index in range(config.batch_size):
                 if Slot(batch, index) not in taken:
                     self._pending.put_nowait(Slot(batch, index))
-        self._finished: asyncio.Queue[tuple[Slot, SampledGroup]] = asyncio.Queue()
+        self._finished: asyncio.Queue[tuple[Slot, SampledGroup] | BaseException] = asyncio.Queue()
         self._builders: dict[int, list[EnvGroupBuilder]] = {}
         self._collecting = start
         self._taken_now = 0
@@ -181,6 +181,12 @@ class AsyncSteps:
                 await task
 
     async def _sampler_loop(self) -> None:
+        try:
+            await self._sample_forever()
+        except Exception as exc:  # no sampler left, or a bug: the step waiting for groups must hear of it
+            self._finished.put_nowait(exc)
+
+    async def _sample_forever(self) -> None:
         while True:
             slot = await self._pending.get()
             async with self._changed:
@@ -240,7 +246,10 @@ class AsyncSteps:
             nonlocal taken
             while True:
                 started = time.perf_counter()
-                slot, sampled = await self._finished.get()
+                item = await self._finished.get()
+                if isinstance(item, BaseException):
+                    raise item
+                slot, sampled = item
                 waited["wait"] = waited.get("wait", 0.0) + time.perf_counter() - started
                 stale = step - sampled.version > self.max_staleness
                 await self._consumed(taken=not stale)

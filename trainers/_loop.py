@@ -39,7 +39,8 @@ from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
-from envsuite.trainers._replicas import open_sampling
+from envsuite.trainers._replica_sampling import open_sampling
+from envsuite.trainers._replicas import NoSamplersLeftError
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
 from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, split_minibatches
 from envsuite.trainers._samplers import BusyMeter, SampledGroup, SamplingService, group_seed
@@ -60,6 +61,9 @@ class StopCause(enum.StrEnum):
     """Ctrl-C (SIGINT) or :meth:`Trainer.request_stop`: stopped after a step and saved."""
     NON_FINITE = "non_finite"
     """A loss or gradient came out NaN/inf; the last good checkpoint is kept, nothing newer saved."""
+    SAMPLERS_LOST = "samplers_lost"
+    """Every sampler replica died (processes killed, Ray nodes gone): stopped after the last trained
+    step and saved; rerun (with live samplers) to resume."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,10 @@ class Trainer:
                     row = await self._one_step(step, train_data, test_data)
                 except NonFiniteLoss as exc:
                     return self._finish(StopCause.NON_FINITE, done, last, f"stopped at step {step}: {exc}")
+                except NoSamplersLeftError as exc:
+                    if last is None or last.step < done:
+                        last = await self._save(done)
+                    return self._finish(StopCause.SAMPLERS_LOST, done, last, f"stopped at step {step}: {exc}")
                 self.metrics.append(row)
                 self._trackers.log(row)
                 done = step + 1

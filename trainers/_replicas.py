@@ -12,8 +12,10 @@ trainer per turn.
 
 A replica that dies (its process killed, its Ray node gone) fails its groups in flight; each is played
 again on another live replica (``replicas/retried_groups``), the dead one is counted
-(``replicas/lost``) and never used again. When none is left the run stops with an error (its trained
-steps are kept). Replicas are not restarted: on a cluster, the capacity they held is gone with them.
+(``replicas/lost``) and never used again. When none is left the run stops (``StopCause.SAMPLERS_LOST``,
+its trained steps saved). Replicas are not restarted: on a cluster, the capacity they held is gone
+with them. The trainer's side (:class:`~envsuite.trainers._replica_sampling.ReplicaSampling`) is
+beside this module.
 """
 
 from __future__ import annotations
@@ -26,20 +28,15 @@ import multiprocessing
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envsuite.core import EnvGroupBuilder
 from envsuite.executors import ExecutorConfig, ExecutorKind
 from envsuite.rollouts import GroupRolloutResult, do_group_rollout
 from envsuite.trainers._clients import SamplerWeights
-from envsuite.trainers._samplers import DriverSampling, Row, SampledGroup, SamplerSettings, SamplingService
-
-if TYPE_CHECKING:
-    from envsuite.executors import WorkerPool
-    from envsuite.trainers._clients import PolicyClients
-    from envsuite.trainers._config import TrainConfig
+from envsuite.trainers._samplers import SamplerSettings
 
 START_TIMEOUT_S = 300.0
 """How long a replica may take to start (spawn, imports) before the run gives up on it."""
@@ -175,6 +172,10 @@ class ReplicaHandle(abc.ABC):
     @abc.abstractmethod
     async def start(self) -> None: ...
 
+    def where(self) -> str:
+        """Where it runs, for the run's log."""
+        return "in the trainer's process"
+
     @abc.abstractmethod
     async def update(self, version: int, weights: SamplerWeights) -> float: ...
 
@@ -255,6 +256,9 @@ class ProcessReplica(ReplicaHandle):
     def pid(self) -> int | None:
         return None if self._process is None else int(self._process.pid)
 
+    def where(self) -> str:
+        return f"process {self.pid}"
+
 
 def _receive_handles(conn: Any, process: Any, timeout_s: float) -> dict[str, Callable[..., Awaitable[Any]]]:
     deadline = time.monotonic() + timeout_s
@@ -330,6 +334,9 @@ class RayReplica(ReplicaHandle):
         self._actor = actor_class.options(scheduling_strategy="SPREAD").remote(self.settings)
         self.node_id = str(await self._call(self._actor.ready.remote))
 
+    def where(self) -> str:
+        return f"Ray actor on node {self.node_id[:12]}"
+
     async def update(self, version: int, weights: SamplerWeights) -> float:
         return float(await self._call(self._actor.update.remote, version, weights))
 
@@ -352,130 +359,6 @@ class RayReplica(ReplicaHandle):
             with contextlib.suppress(Exception):
                 ray.kill(self._actor)
             self._actor = None
-
-
-# --------------------------------------------------------------------------------------------------
-# The trainer's sampling service over the replicas
-# --------------------------------------------------------------------------------------------------
-
-
-class ReplicaSampling(SamplingService):
-    """Plays each group on the least busy live replica; new weights go to every replica by version.
-
-    ``wait`` (synchronous training): :meth:`publish` returns once every replica holds the new version.
-    Otherwise (async) it returns once the weights are saved, and the replicas load them in the
-    background (in order), each starting new groups on them as soon as it has.
-    """
-
-    def __init__(self, clients: PolicyClients, replicas: list[ReplicaHandle], *, wait: bool) -> None:
-        super().__init__()
-        self._clients = clients
-        self.replicas = replicas
-        self._wait = wait
-        self._pushing: asyncio.Task[None] | None = None
-        self._retried = self._lost = 0
-        self._weights_bytes = 0
-        self._weights_s = 0.0
-        self._changed = asyncio.Event()
-
-    @property
-    def version(self) -> int:
-        live = [r.version for r in self.replicas if r.alive]
-        return max(live) if live else -1
-
-    async def publish(self, version: int) -> None:
-        weights = await self._clients.sampler_weights()
-        self._weights_bytes = weights.nbytes
-        previous = self._pushing
-        self._pushing = asyncio.create_task(self._push(version, weights, previous))
-        if self._wait:
-            await self.settle()
-
-    async def settle(self) -> None:
-        """Wait until the replicas hold the last published version."""
-        if self._pushing is not None:
-            await self._pushing
-
-    async def _push(self, version: int, weights: SamplerWeights, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            with contextlib.suppress(Exception):
-                await previous
-        started = time.perf_counter()
-        await asyncio.gather(*(self._update(r, version, weights) for r in self.replicas if r.alive))
-        self._weights_s += time.perf_counter() - started
-        if not any(r.alive for r in self.replicas):
-            raise NoSamplersLeftError("every sampler replica died")
-
-    async def _update(self, replica: ReplicaHandle, version: int, weights: SamplerWeights) -> None:
-        try:
-            await replica.update(version, weights)
-        except ReplicaLostError:
-            self._mark_lost(replica)
-            return
-        replica.version = version
-        self._changed.set()
-        if self.on_version is not None:
-            await self.on_version()
-
-    async def _play(self, builder: EnvGroupBuilder, seed: int) -> SampledGroup:
-        started = time.perf_counter()
-        while True:
-            replica = await self._pick()
-            replica.in_flight += 1
-            try:
-                result, version = await replica.rollout(builder, seed)
-            except ReplicaLostError:
-                self._mark_lost(replica)
-                self._retried += 1
-                continue
-            except Exception as exc:  # the group itself failed in the replica (its builder raised)
-                result, version = (
-                    GroupRolloutResult(None, f"sampler {replica.index}: {exc!r}"[:2000]),
-                    replica.version,
-                )
-            finally:
-                replica.in_flight -= 1
-            return SampledGroup(result, version, time.perf_counter() - started, replica.index)
-
-    async def _pick(self) -> ReplicaHandle:
-        """The least busy live replica holding the newest version any live replica has."""
-        while True:
-            live = [r for r in self.replicas if r.alive]
-            if not live:
-                raise NoSamplersLeftError(
-                    "every sampler replica died (their processes were killed or their nodes left the cluster)"
-                )
-            newest = max(r.version for r in live)
-            ready = [r for r in live if r.version == newest and r.version >= 0]
-            if ready:
-                return min(ready, key=lambda r: (r.in_flight, r.index))
-            self._changed.clear()
-            await self._changed.wait()
-
-    def _mark_lost(self, replica: ReplicaHandle) -> None:
-        if replica.alive:
-            replica.alive = False
-            self._lost += 1
-            self._changed.set()
-
-    def metrics(self) -> Row:
-        row: Row = {
-            "replicas/alive": sum(r.alive for r in self.replicas),
-            "replicas/lost": self._lost,
-            "replicas/retried_groups": self._retried,
-            "replicas/weights_bytes": self._weights_bytes,
-            "replicas/weights_s": self._weights_s,
-        }
-        self._retried = self._lost = 0
-        self._weights_s = 0.0
-        return row
-
-    async def close(self) -> None:
-        if self._pushing is not None:
-            self._pushing.cancel()
-            with contextlib.suppress(BaseException):
-                await self._pushing
-        await asyncio.gather(*(r.close() for r in self.replicas), return_exceptions=True)
 
 
 async def open_replicas(
@@ -516,26 +399,3 @@ def _ensure_ray(address: str | None, n: int) -> Callable[[], None]:
     else:
         ray.init(num_cpus=n, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return ray.shutdown
-
-
-@contextlib.asynccontextmanager
-async def open_sampling(
-    config: TrainConfig, clients: PolicyClients, pool: WorkerPool | None
-) -> AsyncIterator[SamplingService]:
-    """The run's sampling service: the trainer's own client (``samplers=0``) or N replicas."""
-    settings = SamplerSettings.of(config)
-    overlap = config.async_max_steps_off_policy is not None
-    done: Callable[[], None] = _nothing
-    service: SamplingService
-    if config.samplers == 0:
-        service = DriverSampling(clients, pool, settings, overlap=overlap)
-    else:
-        replicas, done = await open_replicas(config.executor_config(), config.samplers, settings)
-        service = ReplicaSampling(clients, replicas, wait=not overlap)
-    try:
-        yield service
-    finally:
-        try:
-            await service.close()
-        finally:
-            done()

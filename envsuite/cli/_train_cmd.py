@@ -169,7 +169,8 @@ def _print_presets() -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
+    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 3 every sampler replica died (saved),
+    130 interrupted (saved)."""
     from envsuite.trainers import ConfigError, StopCause, run_training
 
     if args.list_presets:
@@ -185,4 +186,10 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"metrics: {result.log_dir / 'metrics.jsonl'}")
     if result.plot_path is not None:
         print(f"reward curve: {result.plot_path}")
-    return {StopCause.COMPLETED: 0, StopCause.NON_FINITE: 1, StopCause.INTERRUPTED: 130}[result.cause]
+    codes = {
+        StopCause.COMPLETED: 0,
+        StopCause.NON_FINITE: 1,
+        StopCause.SAMPLERS_LOST: 3,
+        StopCause.INTERRUPTED: 130,
+    }
+    return codes[result.cause]
