@@ -167,6 +167,20 @@ def test_replicas_sample_the_same_trajectories_as_the_single_sampler(
     assert _episodes(config) == _episodes(single_sampler_run) and _episodes(config)
 
 
+def test_full_fine_tune_replicas_get_the_whole_model_and_sample_the_same(tmp_path: Path) -> None:
+    """Without LoRA the whole model travels to the replicas after each step; samples are unchanged."""
+    single = _config(tmp_path, "single", lora_rank=0)
+    replicas = _config(tmp_path, "replicas", lora_rank=0, samplers=1)
+    for config in (single, replicas):
+        assert run_training(config, show_progress=False).cause is StopCause.COMPLETED
+    assert int(_rows(single)[0]["datums"]) > 0  # type: ignore[call-overload]
+    assert _episodes(replicas) == _episodes(single)
+    sent = int(_rows(replicas)[1]["replicas/weights_bytes"])  # type: ignore[call-overload]
+    checkpoint = json.loads((Path(single.log_dir) / "checkpoints.jsonl").read_text().splitlines()[-1])
+    model_bytes = sum(f.stat().st_size for f in Path(checkpoint["sampler_path"]).iterdir())
+    assert sent == pytest.approx(model_bytes, rel=0.01)  # the full model's sampler checkpoint
+
+
 def test_killed_replica_processes_lose_no_group_and_the_last_one_stops_the_run_saved(tmp_path: Path) -> None:
     """A replica that dies mid-run: its groups are played again on the other one and counted, and the
     run goes on. When the last one dies too, the run stops (``SAMPLERS_LOST``) with its trained steps
@@ -349,7 +363,7 @@ def test_kl_penalty_shifts_each_action_tokens_advantage_by_its_log_ratio_to_the_
     """``coef * (mean(d) - d_t)`` with ``d_t = log p_sampler - log p_ref`` on action tokens only; the
     reference's logprobs are read at the right positions (a shift by one would not give back ``d``)."""
     from envsuite.backends.local import LocalSamplingClient
-    from envsuite.trainers._kl import KLPenalty
+    from envsuite.trainers import KLPenalty
 
     reference = LocalSamplingClient.load(base_model="tiny-random")
     try:
@@ -383,7 +397,7 @@ def test_kl_penalty_shifts_each_action_tokens_advantage_by_its_log_ratio_to_the_
 
 
 def test_kl_discount_sums_later_penalties_and_leaves_observation_tokens_alone() -> None:
-    from envsuite.trainers._kl import discounted_future_sum
+    from envsuite.trainers import discounted_future_sum
 
     x = np.array([1.0, 0.0, 2.0, 4.0], dtype=np.float32)
     assert discounted_future_sum(x, 0.5) == pytest.approx([1 + 0 + 0.5 + 0.5, 0 + 1 + 1, 2 + 2, 4])
