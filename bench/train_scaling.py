@@ -45,6 +45,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 _CHILD = """
 import sys
+from envsuite.engine import reexec_under_jemalloc
+reexec_under_jemalloc(sys.orig_argv[1:])  # as the envsuite command does: jemalloc where installed
 from envsuite.trainers import TrainConfig, run_training
 result = run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
 print("RESULT", result.cause.value, result.steps_completed, flush=True)

@@ -285,7 +285,8 @@ run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
 def test_async_sigkill_then_rerun_trains_every_group_exactly_once(tmp_path: Path) -> None:
     """Issue 37.1: killed (SIGKILL) with groups in flight and queued, the rerun resumes from the last
     checkpoint, keeps the ledger rows before it, samples every group it had not trained again, and ends
-    with each of the dataset's groups trained once and each step logged once."""
+    with each of the dataset's groups trained once and each step logged once (async with streaming
+    minibatches on two in-process sampler replicas)."""
     config = _config(
         tmp_path,
         env_id=TOY_ID,
@@ -296,6 +297,7 @@ def test_async_sigkill_then_rerun_trains_every_group_exactly_once(tmp_path: Path
         save_every=3,
         async_max_steps_off_policy=2,
         stream_minibatches=3,
+        samplers=2,  # in-process replicas: async, streaming and replicas together
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, config.to_json()], env=env, cwd=Path.cwd())
@@ -437,6 +439,13 @@ def test_bad_v2_settings_are_refused_with_a_message(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _config(tmp_path, **changes).validate()
+
+
+def test_a_kl_reference_that_is_not_a_checkpoint_is_refused_before_any_work(tmp_path: Path) -> None:
+    config = _config(tmp_path, kl_penalty_coef=0.1, kl_reference_checkpoint=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="kl_reference_checkpoint"):
+        run_training(config, show_progress=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_the_v2_flags_reach_the_config_and_a_run_through_the_cli(

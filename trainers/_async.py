@@ -330,8 +330,10 @@ async def async_steps(
         yield None
         return
     steps = AsyncSteps(config, service, train_data, learner, GroupLedger(log_dir / LEDGER_FILE), start)
+    service.on_version = steps.notify_version  # replicas that load new weights in the background
     steps.start()
     try:
         yield steps
     finally:
+        service.on_version = None
         await steps.stop()

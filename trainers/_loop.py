@@ -148,7 +148,8 @@ class Trainer:
                     self._pool, self._sampling = pool, sampling
                     await self._refresh_sampler(start)
                     self._util_since = time.perf_counter()
-                    sampling.meter.take(), self._learner_meter.take()
+                    sampling.meter.take()  # utilisation counts from the first step on
+                    self._learner_meter.take()
                     async with async_steps(
                         config, sampling, train_data, self, self.log_dir, start
                     ) as stepper:

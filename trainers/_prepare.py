@@ -64,7 +64,20 @@ def preflight(config: TrainConfig) -> EnvSpec:
     _check_env_builds(config, env_spec)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
+    if local and config.kl_reference_checkpoint is not None:
+        _check_kl_reference(config.kl_reference_checkpoint)
     return env_spec
+
+
+def _check_kl_reference(path: str) -> None:
+    from envsuite.engine.weights import CheckpointError, read_meta
+
+    try:
+        read_meta(path)
+    except CheckpointError as exc:
+        raise ConfigError(
+            f"kl_reference_checkpoint: {exc} (pass a sampler_path from checkpoints.jsonl)"
+        ) from None
 
 
 def _check_model(name: str) -> None:
