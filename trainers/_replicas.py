@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import tempfile
 import threading
 import time
@@ -209,9 +210,11 @@ class InProcessReplica(ReplicaHandle):
 class ProcessReplica(ReplicaHandle):
     """A replica in a spawned process; calls travel over envsuite's callback channel (loopback)."""
 
-    def __init__(self, index: int, settings: SamplerSettings) -> None:
+    def __init__(self, index: int, settings: SamplerSettings, threads: int = 0) -> None:
         super().__init__(index)
         self.settings = settings
+        self.threads = threads
+        """Torch threads in the process (0: torch's default, every core)."""
         self._process: Any = None
         self._conn: Any = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
@@ -220,7 +223,9 @@ class ProcessReplica(ReplicaHandle):
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
         self._process = context.Process(
-            target=serve_replica_process, args=(child, self.settings), name=f"envsuite-sampler-{self.index}"
+            target=serve_replica_process,
+            args=(child, self.settings, self.threads),
+            name=f"envsuite-sampler-{self.index}",
         )
         self._process.start()
         child.close()
@@ -271,8 +276,12 @@ def _receive_handles(conn: Any, process: Any, timeout_s: float) -> dict[str, Cal
     raise ReplicaLostError(f"the sampler process did not start within {timeout_s:.0f} s")
 
 
-def serve_replica_process(conn: Any, settings: SamplerSettings) -> None:
+def serve_replica_process(conn: Any, settings: SamplerSettings, threads: int = 0) -> None:
     """A sampler process's entry point: serve a :class:`ReplicaCore` until the trainer lets go."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
     asyncio.run(_serve_replica(conn, settings))
 
 
@@ -369,7 +378,9 @@ async def open_replicas(
     if config.kind is ExecutorKind.INPROCESS:
         replicas: list[ReplicaHandle] = [InProcessReplica(i, settings) for i in range(n)]
     elif config.kind is ExecutorKind.PROCESS:
-        replicas = [ProcessReplica(i, settings) for i in range(n)]
+        # Each process gets its share of the cores (Ray gives its 1-CPU actors one thread the same way).
+        threads = max(1, (os.cpu_count() or 1) // n)
+        replicas = [ProcessReplica(i, settings, threads) for i in range(n)]
     else:
         done = _ensure_ray(config.ray_address, n)
         replicas = [RayReplica(i, settings) for i in range(n)]
