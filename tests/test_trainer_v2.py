@@ -181,6 +181,17 @@ def test_full_fine_tune_replicas_get_the_whole_model_and_sample_the_same(tmp_pat
     assert sent == pytest.approx(model_bytes, rel=0.01)  # the full model's sampler checkpoint
 
 
+def test_more_ray_replicas_than_free_cpus_is_a_config_error(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test session's Ray has 2 CPUs and each replica needs one: the third cannot be placed."""
+    import envsuite.trainers._replicas as replicas
+
+    monkeypatch.setattr(replicas, "START_TIMEOUT_S", 5.0)
+    with pytest.raises(ConfigError, match="no node with a free CPU"):
+        run_training(_config(tmp_path, samplers=3, executor="ray"), show_progress=False)
+
+
 def test_killed_replica_processes_lose_no_group_and_the_last_one_stops_the_run_saved(tmp_path: Path) -> None:
     """A replica that dies mid-run: its groups are played again on the other one and counted, and the
     run goes on. When the last one dies too, the run stops (``SAMPLERS_LOST``) with its trained steps

@@ -341,7 +341,13 @@ class RayReplica(ReplicaHandle):
 
         actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(RayReplicaActor)
         self._actor = actor_class.options(scheduling_strategy="SPREAD").remote(self.settings)
-        self.node_id = str(await self._call(self._actor.ready.remote))
+        try:
+            self.node_id = str(await asyncio.wait_for(self._call(self._actor.ready.remote), START_TIMEOUT_S))
+        except TimeoutError:
+            raise ReplicaLostError(
+                f"sampler actor {self.index} found no node with a free CPU within {START_TIMEOUT_S:.0f} s "
+                "(each replica needs one: ask for fewer --samplers, or add nodes)"
+            ) from None
 
     def where(self) -> str:
         return f"Ray actor on node {self.node_id[:12]}"
@@ -386,9 +392,13 @@ async def open_replicas(
         replicas = [RayReplica(i, settings) for i in range(n)]
     try:
         await asyncio.gather(*(r.start() for r in replicas))
-    except BaseException:
+    except BaseException as exc:
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         done()
+        if isinstance(exc, ReplicaLostError):
+            from envsuite.trainers._config import ConfigError
+
+            raise ConfigError(f"could not start {n} sampler replicas: {exc}") from exc
         raise
     return replicas, done
 
