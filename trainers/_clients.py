@@ -25,6 +25,25 @@ class SavedCheckpoint:
     sampler_path: str
 
 
+REPLICA_WEIGHTS = "replica-weights"
+"""The sampler checkpoint name the trainer rewrites after each step to feed sampler replicas."""
+
+
+@dataclass(frozen=True)
+class SamplerWeights:
+    """A sampler checkpoint's files by name (``checkpoint.json`` and the adapter or the model)."""
+
+    files: dict[str, bytes]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.files.values())
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The trainer saw a NaN/inf loss."""
+
+
 @dataclass(frozen=True)
 class TrainOutput:
     """What one ``forward_backward`` returned: learner logprobs per datum and the loss sum."""
@@ -91,6 +110,22 @@ class PolicyClients:
         ]
         out = await self._training.forward(plain, "cross_entropy")
         return [np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in out.loss_fn_outputs]
+
+    async def new_sampler(self) -> Any:
+        """A new sampling client on the current weights, leaving the previous ones alone: async training
+        keeps sampling with the old one until its groups finish (the caller closes it)."""
+        return await self._training.save_weights_and_get_sampling_client(
+            record_stability_info=self._record_samples
+        )
+
+    async def sampler_weights(self) -> SamplerWeights:
+        """The current sampling weights as files (LoRA: the adapter only), for sampler replicas.
+
+        Local backend only (a fixed checkpoint name, overwritten each time, local extension)."""
+        saved = await self._training.save_weights_for_sampler(REPLICA_WEIGHTS, overwrite=True)
+        directory = Path(str(saved.path))
+        files = {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+        return SamplerWeights(files)
 
     async def forward_backward(
         self, data: list[tinker.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None

@@ -152,6 +152,27 @@ class TrainConfig:
     ``<state-dir>/captures/<name>``) instead of rollouts of ``env_id``: step ``i`` trains on batch ``i`` of
     their groups, with the tokens and logprobs sampled then. ``env_id`` may then be empty, or name an env
     to evaluate on."""
+    async_max_steps_off_policy: int | None = None
+    """Async off-policy training (tinker-cookbook's ``AsyncConfig.max_steps_off_policy``): sampling
+    goes on while the trainer trains, and a group sampled with weights more than this many optimizer
+    steps old is dropped (counted, and its problem sampled again). None: synchronous."""
+    stream_minibatches: int | None = None
+    """Streaming minibatches (cookbook's ``StreamMinibatchConfig.num_minibatches``): each substep's
+    groups split into this many minibatches, each trained (``forward_backward``) as soon as its groups
+    have finished; one optimizer step per substep. None: train once the whole batch is in."""
+    kl_penalty_coef: float = 0.0
+    """KL penalty against a frozen reference (cookbook's ``kl_penalty_coef``): each action token's
+    advantage gains ``coef * (mean - (log p_sampler - log p_ref))``. 0 disables."""
+    kl_discount_factor: float = 0.0
+    """Discount of the KL penalty over later tokens (cookbook's ``kl_discount_factor``; 0: none)."""
+    kl_reference_checkpoint: str | None = None
+    """The KL reference: a sampler checkpoint path (``checkpoints.jsonl``'s ``sampler_path``); None:
+    the base model."""
+    samplers: int = 0
+    """Sampler replicas: N samplers, each with its own engine and policy copy (fed LoRA adapters by
+    version after each step) and the env work of the groups it plays, of the executor's kind (in this
+    process, spawn processes, or Ray actors). 0: the trainer's own sampling client (env work on the
+    executor's workers)."""
 
     # ---------------------------------------------------------------------------------------------
 
@@ -212,6 +233,7 @@ class TrainConfig:
             (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)"),
             (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
             (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
+            *self._trainer_v2_checks(),
         ]
         for ok, message in checks:
             if not ok:
@@ -242,6 +264,55 @@ class TrainConfig:
         if self.loss_fn == PolicyLoss.DRO:
             return {"beta": self.dro_beta}
         return None
+
+    def _trainer_v2_checks(self) -> list[tuple[bool, str]]:
+        """Async, streaming, KL penalty and sampler replicas (issue 37)."""
+        per_substep = self.batch_size // max(self.num_substeps, 1)
+        stream = self.stream_minibatches
+        return [
+            (
+                self.async_max_steps_off_policy is None or self.async_max_steps_off_policy >= 0,
+                f"async_max_steps_off_policy must be >= 0 (or None: synchronous), got "
+                f"{self.async_max_steps_off_policy}",
+            ),
+            (stream is None or stream >= 1, f"stream_minibatches must be >= 1 (or None: off), got {stream}"),
+            (
+                stream is None or stream < 1 or per_substep % stream == 0,
+                f"stream_minibatches {stream} does not divide the {per_substep} groups of a substep "
+                "(batch_size / num_substeps): minibatches hold whole groups, so pick a divisor",
+            ),
+            (
+                math.isfinite(self.kl_penalty_coef) and self.kl_penalty_coef >= 0,
+                f"kl_penalty_coef must be >= 0, got {self.kl_penalty_coef}",
+            ),
+            (
+                0 <= self.kl_discount_factor <= 1,
+                f"kl_discount_factor must be in [0, 1], got {self.kl_discount_factor}",
+            ),
+            (
+                self.kl_reference_checkpoint is None or self.kl_penalty_coef > 0,
+                "kl_reference_checkpoint is set but kl_penalty_coef is 0: pass --kl-penalty C to use it",
+            ),
+            (
+                self.captured_dir is None or (self.async_max_steps_off_policy is None and stream is None),
+                "a run on captured episodes trains synchronously: drop async_max_steps_off_policy and "
+                "stream_minibatches",
+            ),
+            (
+                self.curriculum is None or (self.async_max_steps_off_policy is None and stream is None),
+                "the curriculum moves rungs between synchronous steps: drop async_max_steps_off_policy and "
+                "stream_minibatches, or the curriculum",
+            ),
+            (
+                self.samplers >= 0,
+                f"samplers must be >= 0 (0: the trainer's own sampler), got {self.samplers}",
+            ),
+            (
+                self.samplers == 0 or self.backend == "local",
+                "sampler replicas (samplers >= 1) run the local engine: use backend 'local' (hosted "
+                "Tinker and `envsuite serve` already scale sampling behind their URL)",
+            ),
+        ]
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""

@@ -65,6 +65,10 @@ class TrainingDatum:
     sampler_logprobs_T: np.ndarray
     group_index: int
     """Which group of the batch it came from (minibatches keep groups whole)."""
+    policy_version: int = 0
+    """The policy version (optimizer steps taken) whose sampler produced its actions; the
+    importance-sampling losses weigh it by the learner-to-sampler probability ratio, which corrects
+    for the lag when it was sampled steps ago (async training)."""
 
     @property
     def n_action_tokens(self) -> int:
@@ -130,7 +134,9 @@ def _drop_position(spans: list[Span], first: bool) -> list[Span]:
     return out
 
 
-def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: int) -> TrainingDatum | None:
+def sequence_to_datum(
+    sequence: SequenceBuilder, advantage: float, group_index: int, policy_version: int = 0
+) -> TrainingDatum | None:
     """The datum of one merged sequence; None when it holds no sampled token to learn from."""
     if len(sequence.tokens_T) < 2:
         return None
@@ -151,12 +157,14 @@ def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: 
             model_input=_drop_position(sequence.spans, first=False),
             loss_fn_inputs=_drop_position(sequence.spans, first=True),
         )
-    return TrainingDatum(datum, mask_T, logprobs_T, group_index)
+    return TrainingDatum(datum, mask_T, logprobs_T, group_index, policy_version)
 
 
-def trajectory_to_datums(trajectory: Trajectory, advantage: float, group_index: int) -> list[TrainingDatum]:
+def trajectory_to_datums(
+    trajectory: Trajectory, advantage: float, group_index: int, policy_version: int = 0
+) -> list[TrainingDatum]:
     """All datums of one trajectory, every action token carrying ``advantage``."""
-    datums = (sequence_to_datum(s, advantage, group_index) for s in merge_turns(trajectory))
+    datums = (sequence_to_datum(s, advantage, group_index, policy_version) for s in merge_turns(trajectory))
     return [d for d in datums if d is not None]
 
 

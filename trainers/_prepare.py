@@ -24,6 +24,8 @@ RESUME_MAY_CHANGE = frozenset(
         "executor",
         "workers",
         "ray_address",
+        # nor does how many sampler replicas play the groups (identical samples at staleness 0)
+        "samplers",
         # nor do where its metrics are also logged
         "wandb_project",
         "wandb_name",
@@ -69,7 +71,20 @@ def preflight(config: TrainConfig) -> list[RunEnv]:
         _check_env_builds(config, env)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
+    if local and config.kl_reference_checkpoint is not None:
+        _check_kl_reference(config.kl_reference_checkpoint)
     return envs
+
+
+def _check_kl_reference(path: str) -> None:
+    from envsuite.engine.weights import CheckpointError, read_meta
+
+    try:
+        read_meta(path)
+    except CheckpointError as exc:
+        raise ConfigError(
+            f"kl_reference_checkpoint: {exc} (pass a sampler_path from checkpoints.jsonl)"
+        ) from None
 
 
 def _check_model(name: str) -> None:

@@ -52,7 +52,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--seed", "seed", int, "data order and LoRA init seed"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay"),
     ("--grad-clip", "grad_clip_norm", float, "gradient norm clip (0: off)"),
-    ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
+    ("--executor", "executor", str, "where env work and --samplers replicas run: inprocess | process | ray"),
     ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
     (
@@ -69,6 +69,17 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
         str,
         "train on the scored episodes `envsuite serve` captured (a capture set dir) instead of rollouts",
     ),
+    (
+        "--async-max-steps-off-policy",
+        "async_max_steps_off_policy",
+        int,
+        "async off-policy: sample while training, drop groups more than K steps stale",
+    ),
+    ("--stream-minibatches", "stream_minibatches", int, "train each of M minibatches per substep once full"),
+    ("--kl-penalty", "kl_penalty_coef", float, "KL penalty coefficient against the reference (0: off)"),
+    ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
+    ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
+    ("--samplers", "samplers", int, "sampler replicas of the executor's kind, env work with them (0: here)"),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
@@ -297,7 +308,8 @@ def _print_presets() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
+    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 3 every sampler replica died (saved),
+    130 interrupted (saved)."""
     from envsuite.trainers import StopCause, run_training
 
     if args.list_presets:
@@ -309,4 +321,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"metrics: {result.log_dir / 'metrics.jsonl'}")
     if result.plot_path is not None:
         print(f"reward curve: {result.plot_path}")
-    return {StopCause.COMPLETED: 0, StopCause.NON_FINITE: 1, StopCause.INTERRUPTED: 130}[result.cause]
+    codes = {
+        StopCause.COMPLETED: 0,
+        StopCause.NON_FINITE: 1,
+        StopCause.SAMPLERS_LOST: 3,
+        StopCause.INTERRUPTED: 130,
+    }
+    return codes[result.cause]
