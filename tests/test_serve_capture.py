@@ -220,3 +220,70 @@ def test_a_catalog_env_grades_a_captured_episode(served: tuple[str, Path]) -> No
     assert graded.json()["rewards"] == expected
     missing = httpx.post(f"{url}/v1/episodes/nope/reward", json={"reward": 1}, headers=CAPTURE)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "episode_not_found"
+
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+def _play_tools(client: openai.OpenAI, seed: int, episode: str) -> None:
+    """Two turns with a tool offered: the reply as it came, a tool result, and the next reply."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is 2+2? Use the add tool."}]
+    for turn in range(2):
+        reply = (
+            client.chat.completions.create(
+                model=TEST_MODEL,
+                messages=messages,  # type: ignore[arg-type]
+                tools=[ADD_TOOL],  # type: ignore[list-item]
+                max_tokens=5,
+                seed=seed * 10 + turn,
+                extra_headers={"X-Envsuite-Episode": episode},
+            )
+            .choices[0]
+            .message
+        )
+        calls = [c.model_dump() for c in reply.tool_calls or []]
+        messages.append(
+            {"role": "assistant", "content": reply.content, **({"tool_calls": calls} if calls else {})}
+        )
+        call_id = calls[0]["id"] if calls else "call_1"
+        messages.append({"role": "tool", "content": "4", "tool_call_id": call_id, "name": "add"})
+
+
+def test_a_captured_tool_calling_conversation_trains_on_exactly_the_sampled_tokens(
+    served: tuple[str, Path],
+) -> None:
+    """Tools offered, a tool result between the turns: the second prompt still begins with the first
+    prompt and its sampled tokens, and the datum trains exactly the sampled tokens."""
+    url, capture_dir = served
+    client = _agent(url, **{"X-Envsuite-Group": "tools"})
+    for episode, reward in (("tools-1", 1.0), ("tools-2", 0.0)):
+        _play_tools(client, seed=len(episode) + int(reward), episode=episode)
+        posted = httpx.post(f"{url}/v1/episodes/{episode}/reward", json={"reward": reward}, headers=CAPTURE)
+        assert posted.status_code == 200, posted.text
+    episodes = CaptureStore(capture_dir).episodes()
+    assert len(episodes) == 2
+    for episode in episodes:
+        first, second = episode.calls
+        assert second.continues == [0, 0]
+        assert second.prompt_tokens[: len(first.extends(0))] == first.extends(0)
+        assert first.chat_format != "chat_template", "tools render with the model's envsuite renderer"
+    assembled = assemble_batch(captured_groups(episodes).groups_P, scale_by_std=False)
+    assert len(assembled.datums_D) == 2
+    by_reward = {e.score.rewards[0]: e for e in episodes if e.score}  # type: ignore[union-attr]
+    for datum, reward in zip(assembled.datums_D, (1.0, 0.0), strict=True):
+        calls = by_reward[reward].calls
+        targets = datum.datum.loss_fn_inputs["target_tokens"].to_numpy().tolist()
+        assert datum.datum.model_input.to_ints() + targets[-1:] == calls[-1].extends(0)
+        trained = [t for t, m in zip(targets, datum.mask_T, strict=True) if m]
+        assert trained == [t for c in calls for t in c.choices[0].tokens], "trained tokens = sampled tokens"

@@ -6,6 +6,7 @@ token with the same request through the in-process sampling client.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,16 @@ from tests.test_serve import running, sdk
 
 KEY = "tml-openai-test"
 MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
+ADD_SPEC = {
+    "name": "add",
+    "description": "Add two integers.",
+    "parameters": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
+}
+ADD_TOOL = {"type": "function", "function": ADD_SPEC}
 _SNAPSHOT: list[str] = []
 """The live sampling session of an in-memory weight snapshot (``save_weights_and_get_sampling_client``)."""
 
@@ -252,8 +263,16 @@ def test_an_envsuite_renderer_can_render_the_chat(
 @pytest.mark.parametrize(
     "extra, param",
     [
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}]},
+            "tools[0].function.strict",
+        ),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tool_choice": "required", "tools": [ADD_TOOL]}, "tool_choice"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "add"}}, "tools": [ADD_TOOL]},
+            "tool_choice",
+        ),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"logit_bias": {"17": 5}}, "logit_bias"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
@@ -263,7 +282,8 @@ def test_an_envsuite_renderer_can_render_the_chat(
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
             "messages[0].content[0].type",
         ),
-        ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "c"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),
+        ({"messages": [{"role": "user", "content": "hi", "tool_call_id": "c"}]}, "messages[0].tool_call_id"),
         ({"messages": [{"role": "user", "content": "hi", "name": "bob"}]}, "messages[0].name"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"n": 65}, "n"),
@@ -364,3 +384,77 @@ def test_envsuite_bench_benchmarks_the_checkpoint_through_openai_api(
         assert {k.model for k in keys} == {model} and len(keys) == 2
     finally:
         store.close()
+
+
+def test_tools_are_rendered_and_tool_calls_parsed_by_the_models_renderer(
+    server: tuple[str, str, Path], local: LocalSamplingClient
+) -> None:
+    """A request with tools renders with the model's envsuite renderer (its definitions in the family's
+    format), a conversation with a call and its result renders as that renderer renders it, the streamed
+    reply says the same, and sampled tool-call tokens come back as OpenAI tool_calls."""
+    from envsuite.chat import ToolCall
+    from envsuite.models import default_renderer_name
+    from envsuite.serve._oai_chat import RendererFormat
+
+    url, path, _ = server
+    renderer = get_renderer(default_renderer_name(TEST_MODEL), get_tokenizer(TEST_MODEL))
+    client = _client(url)
+    reply = client.chat.completions.create(
+        model=path,
+        messages=MESSAGES,
+        tools=[ADD_TOOL],
+        max_tokens=6,
+        temperature=0.0,  # type: ignore[list-item]
+    )
+    prompt = renderer.build_generation_prompt(MESSAGES, tools=[ADD_SPEC]).to_ints()  # type: ignore[arg-type, list-item]
+    assert reply.usage is not None and reply.usage.prompt_tokens == len(prompt)
+    seq = _reference(local, prompt, 1, max_tokens=6, temperature=0.0, stop=renderer.get_stop_sequences())
+    assert (
+        reply.choices[0].message.content
+        == renderer.parse_response(seq.sequences[0].tokens).message["content"]
+    )
+    streamed = client.chat.completions.create(
+        model=path,
+        messages=MESSAGES,
+        tools=[ADD_TOOL],
+        max_tokens=6,
+        temperature=0.0,
+        stream=True,  # type: ignore[list-item]
+    )
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        == reply.choices[0].message.content
+    )
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
+    conversation = [
+        *MESSAGES,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "4", "tool_call_id": "call_1", "name": "add"},
+    ]
+    answered = client.chat.completions.create(
+        model=path, messages=conversation, tools=[ADD_TOOL], max_tokens=2
+    )  # type: ignore[arg-type, list-item]
+    expected = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [ToolCall.create("add", {"a": 2, "b": 2}, "call_1")],
+        },
+        {"role": "tool", "content": "4", "tool_call_id": "call_1", "name": "add"},
+    ]
+    want = renderer.build_generation_prompt(expected, tools=[ADD_SPEC]).to_ints()  # type: ignore[arg-type, list-item]
+    assert answered.usage is not None and answered.usage.prompt_tokens == len(want)
+
+    # Tokens of a call in the family's format (what a model that calls the tool samples) read back as
+    # OpenAI's tool_calls; without tools offered they are plain text.
+    example = renderer.build_supervised_example([expected[0], expected[1]], tools=[ADD_SPEC])  # type: ignore[list-item]
+    sampled = [t for t, w in zip(example.model_input.to_ints(), example.weights_T, strict=True) if w]
+    parsed = RendererFormat(renderer, [ADD_SPEC]).reply(sampled)  # type: ignore[list-item]
+    assert parsed.content == "" and len(parsed.tool_calls) == 1
+    (got,) = parsed.tool_calls
+    assert got["type"] == "function" and got["id"].startswith("call_")
+    assert got["function"]["name"] == "add" and json.loads(got["function"]["arguments"]) == {"a": 2, "b": 2}
+    plain = RendererFormat(renderer).reply(sampled)
+    assert plain.tool_calls == [] and "add" in plain.content

@@ -175,6 +175,8 @@ class ChatCompletion(BaseModel):
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """Each call whole, with its ``index`` in the reply (sent once the reply has ended)."""
 
 
 class ChunkChoice(BaseModel):

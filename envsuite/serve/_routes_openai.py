@@ -28,7 +28,7 @@ from envsuite.capture import CapturedChoice
 from envsuite.chat import Message
 from envsuite.serve._capture_http import CaptureRequest, Turn
 from envsuite.serve._http import state_of
-from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, check_tools, to_messages
+from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, read_tools, to_messages
 from envsuite.serve._oai_models import ServedModel, list_models, serve_model
 from envsuite.serve._oai_sampling import (
     ChoicesEvent,
@@ -166,19 +166,21 @@ def _chat_spec(body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: Se
 
 async def _prepare_chat(request: Request) -> _Chat:
     body = _parse(await request.body(), ChatRequest)
-    check_tools(body)
+    tools = read_tools(body)
+    messages = to_messages(body.messages)
     state = state_of(request)
     capture = CaptureRequest.of(request, state)
     served = await serve_model(state, body.model)
     client = served.client
-    fmt = chat_format(client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer)
-    messages = to_messages(body.messages)
+    fmt = chat_format(
+        client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools, messages
+    )
     # Placing a call may read the capture set's files (the first time): off the event loop.
     turn = await asyncio.to_thread(capture.place_chat, messages) if capture is not None else None
     prompt = None
     if capture is not None and turn is not None:
         prompt = capture.spliced_prompt(turn, fmt, served, messages)
-    prompt = prompt or fmt.prompt(messages, body.tools)
+    prompt = prompt or fmt.prompt(messages)
     if capture is not None:
         turn = await asyncio.to_thread(capture.place_tokens, turn, prompt)
     return _Chat(body, served, fmt, messages, _chat_spec(body, prompt, fmt, served), capture, turn)
@@ -251,6 +253,8 @@ async def _chat_chunks(chat: _Chat, completion_id: str, created: int) -> AsyncIt
     stop_ids = _stop_ids(fmt, chat.served)
     tokenizer = chat.served.client.get_tokenizer()
     texts = [TextStream(lambda tokens: fmt.reply(tokens).content, spec.user_stops) for _ in range(spec.n)]
+    # Whether a reply calls a tool is known only when it ends: with tools its text is sent then, whole.
+    held = fmt.parses_tools()
     yield chunk([ChunkChoice(index=i, delta=ChunkDelta(role="assistant", content="")) for i in range(spec.n)])
     async for event in stream_all(chat.served.client, [spec]):
         if isinstance(event, ChoicesEvent):
@@ -260,12 +264,15 @@ async def _chat_chunks(chat: _Chat, completion_id: str, created: int) -> AsyncIt
                 rest = texts[choice.index].finish(reply.content)
                 if rest:
                     yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(content=rest))])
+                if reply.tool_calls:
+                    calls = [{"index": k, **call} for k, call in enumerate(reply.tool_calls)]
+                    yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(tool_calls=calls))])
                 yield chunk([ChunkChoice(index=choice.index, delta=ChunkDelta(), finish_reason=finish)])  # type: ignore[arg-type]
             if chat.body.stream_options and chat.body.stream_options.include_usage:
                 yield chunk([], usage=_usage(len(spec.prompt_T), event.choices))
             continue
         sampled = event.token
-        delta = texts[event.index].push(sampled.token)
+        delta = "" if held else texts[event.index].push(sampled.token)
         entries = None
         if chat.body.logprobs and sampled.token not in stop_ids:
             entries = ChoiceLogprobs(
