@@ -27,6 +27,7 @@ from envsuite.leaderboard import (
     RunRecord,
     board_dict,
     build_leaderboard,
+    write_html,
 )
 from envsuite.registration import registry
 from envsuite.stats import reported_ks
@@ -223,3 +224,18 @@ def test_bench_samples_through_the_command_stores_n_plays_and_shows_pass_at_k(
     board_out = capsys.readouterr().out
     for out in (bench_out, board_out):
         assert all(f"pass@{k}" in out for k in (1, 2, 3)) and "samples=3" in out and "n=3" in out
+
+
+def test_the_page_shows_pass_at_k_per_result_row_and_on_the_model_page(tmp_path: Path) -> None:
+    with ResultStore(tmp_path / "lb.sqlite") as store:
+        store.add_run(RunRecord(_key(4), "k4"), _plays([1, 2, 0, 4, 4], 4))
+        store.add_run(RunRecord(_key(1, model="single"), "k1"), _plays([1, 0, 0, 1, 1], 1))
+        board = build_leaderboard(store, n_boot=100)
+    report = write_html(tmp_path / "site", board, viewer=False)
+    index = Path(report.index).read_text(encoding="utf-8")
+    assert all(f"pass@{k}</th>" in index for k in (1, 2, 4)) and "n=4" in index
+    p2 = board.entries[[e.key.samples for e in board.entries].index(4)].pass_at.at(2)
+    assert p2 is not None and f"{p2.pass_at_k.mean:.3f}" in index
+    pages = {model: path.read_text(encoding="utf-8") for model, path in report.model_pages.items()}
+    assert "pass@4" in pages["m"] and "n=4" in pages["m"]
+    assert "pass@" not in pages["single"]  # one play per episode: no pass@k columns
