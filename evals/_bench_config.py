@@ -32,6 +32,9 @@ class BenchConfig:
     """What to play, as ``envsuite list`` reads it: ids, ``family:NAME``, ``tag:NAME``, globs
     (``textarena/*``), ``all``, ``!PATTERN`` to leave out; empty means every available env."""
     episodes: int = 20
+    samples: int = 1
+    """Plays of each episode (an env and episode seed: one problem), each with its own sampling seed
+    (derived from :attr:`seed`); above 1 the leaderboard reports pass@k over the plays (docs/evals.md)."""
     seed: int = 0
     max_tokens: int = 256
     temperature: float = 0.7
@@ -61,6 +64,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise UsageError("episodes must be >= 1")
+        if self.samples < 1:
+            raise UsageError("samples must be >= 1 (plays of each episode)")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
             raise UsageError("episode_timeout_s must be > 0 (or None for no bound)")
         if self.runner not in RUNNERS:
@@ -108,6 +113,8 @@ class BenchConfig:
     def log_dir(self) -> Path:
         ignored = ("display", "db", "log_root", "label", "executor", "runner")  # none changes a result
         settings = {k: v for k, v in asdict(self).items() if k not in ignored}
+        if self.samples == 1:  # one sample per episode, as before the setting existed: the same names
+            del settings["samples"]
         settings["env_ids"] = self.resolved_env_ids()
         if self.resolved_runner() == "direct":  # its logs differ; Inspect runs keep their old names
             settings["runner"] = "direct"

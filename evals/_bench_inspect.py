@@ -73,7 +73,7 @@ def run_inspect(
         except Exception as exc:
             session.env_skipped(env_id, f"{type(exc).__name__}: {exc}"[:300])
     # Inspect's eval set skips what an earlier run finished; the estimate counts every episode.
-    session.plan(len(tasks), len(tasks) * config.episodes)
+    session.plan(len(tasks), len(tasks) * config.episodes * config.samples)
     with _active_bench(_Bench(session, recorder)):
         success, logs = eval_set(
             tasks,
@@ -89,6 +89,9 @@ def run_inspect(
             log_format="eval",
             # Flush every finished sample, so a killed run loses at most the samples in flight.
             log_buffer=1,
+            # Several plays per episode are Inspect epochs (each samples with its own seed: see
+            # ``play_env``); one play passes nothing, as before the setting existed.
+            epochs=config.samples if config.samples > 1 else None,
         )
     report.completed = bool(success) and not session.failed
     for log in logs:
@@ -116,7 +119,8 @@ class BenchHooks(Hooks):
     async def on_task_start(self, data: TaskStart) -> None:
         if _ACTIVE is not None:
             env_id = str((data.spec.task_args or {}).get("env_id") or data.spec.task)
-            _ACTIVE.session.task_started(data.eval_id, env_id, int(data.spec.dataset.samples or 0))
+            plays = int(data.spec.dataset.samples or 0) * max(1, int(data.spec.config.epochs or 1))
+            _ACTIVE.session.task_started(data.eval_id, env_id, plays)
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         if _ACTIVE is not None:

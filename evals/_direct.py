@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from envsuite import RendererConfig
 from envsuite.core import Message
-from envsuite.evals._direct_log import EpisodeRecord, write_env_log
+from envsuite.evals._direct_log import EpisodeRecord, Play, write_env_log
 from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_of
 from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
 from envsuite.evals._task import (
@@ -47,6 +47,7 @@ from envsuite.evals._task import (
     new_result,
     run_episode,
     run_in_pool,
+    sample_seed,
 )
 from envsuite.evals._workers import active_pool
 from envsuite.registration import spec
@@ -62,10 +63,12 @@ MODEL_ATTEMPTS = 2
 
 @dataclass
 class EnvRun:
-    """One env of a direct bench: its seeds, the episodes played so far, and where they are kept."""
+    """One env of a direct bench: its seeds, the plays finished so far, and where they are kept."""
 
     env_id: str
     seeds: list[int]
+    samples: int
+    """Plays of each seed (``BenchConfig.samples``)."""
     journal: Path
     eval_id: str
     """The log's eval id (the store keys the run by it); kept in the journal's first line, so a resumed
@@ -76,12 +79,17 @@ class EnvRun:
     ``.json`` log."""
     finished_log: Path | None = None
     """The successful log an earlier bench wrote for this env: nothing is left to play."""
-    records: dict[int, EpisodeRecord] = field(default_factory=dict)
-    failures: dict[int, EpisodeRecord] = field(default_factory=dict)
+    records: dict[Play, EpisodeRecord] = field(default_factory=dict)
+    failures: dict[Play, EpisodeRecord] = field(default_factory=dict)
     _journal: TextIO | None = field(default=None, repr=False)
 
-    def pending(self) -> list[int]:
-        return [seed for seed in self.seeds if seed not in self.records]
+    @property
+    def plays(self) -> list[Play]:
+        """Every play of the env, episode by episode."""
+        return [Play(seed, epoch) for seed in self.seeds for epoch in range(1, self.samples + 1)]
+
+    def pending(self) -> list[Play]:
+        return [play for play in self.plays if play not in self.records]
 
     def open_journal(self) -> None:
         """Start the journal with its header, or end a line a kill cut short so appends start clean."""
@@ -97,7 +105,7 @@ class EnvRun:
     def keep(self, record: EpisodeRecord) -> None:
         """Journal a finished episode (flushed before it counts), or hold a failed one for the log."""
         if record.error is not None:
-            self.failures[record.seed] = record
+            self.failures[record.play] = record
             return
         if self._journal is None:
             self._journal = self.journal.open("a", encoding="utf-8")
@@ -106,7 +114,7 @@ class EnvRun:
         # episode does with a small model).
         self._journal.write(json.dumps(asdict(record)) + "\n")
         self._journal.flush()
-        self.records[record.seed] = record
+        self.records[record.play] = record
 
     def close_journal(self) -> None:
         if self._journal is not None:
@@ -152,6 +160,7 @@ def _env_run(config: BenchConfig, log_dir: Path, env_id: str) -> EnvRun:
     return EnvRun(
         env_id=versioned,
         seeds=episode_seeds(versioned, config.episodes, config.seed),
+        samples=config.samples,
         journal=journal,
         eval_id=eval_id,
         started_at=_iso(started),
@@ -173,13 +182,13 @@ def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
     return None
 
 
-def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[int, EpisodeRecord]]:
-    """A journal's header and its episodes by seed (none where there is no journal)."""
+def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[Play, EpisodeRecord]]:
+    """A journal's header and its plays (none where there is no journal)."""
     if not journal.is_file():
         return {}, {}
     lines = [line for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
     header: dict[str, Any] = {}
-    records: dict[int, EpisodeRecord] = {}
+    records: dict[Play, EpisodeRecord] = {}
     for number, line in enumerate(lines):
         try:
             entry = json.loads(line)
@@ -187,7 +196,7 @@ def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[int, EpisodeRecor
                 header = entry
             else:
                 record = EpisodeRecord(**entry)
-                records[record.seed] = record
+                records[record.play] = record
         except (json.JSONDecodeError, TypeError):
             continue  # a line cut short by a kill: that episode is played again
     return header, records
@@ -224,7 +233,7 @@ class DirectBench:
         gate = asyncio.Semaphore(self.config.max_samples)
         for run in runs:
             run.open_journal()
-            self.session.task_started(run.eval_id, run.env_id, len(run.seeds))
+            self.session.task_started(run.eval_id, run.env_id, len(run.plays))
             for record in run.records.values():  # resumed episodes count as played
                 self.session.sample_ended(run.eval_id, record.reward, resumed=True)
         await asyncio.gather(*(self._play_env(run, gate) for run in runs))
@@ -233,10 +242,10 @@ class DirectBench:
         """Play an env's pending episodes and finish it; anything that escapes (its log or the store
         failing) is reported, and the env skipped, never the end of the bench."""
 
-        async def one(seed: int) -> None:
+        async def one(play: Play) -> None:
             async with gate:
                 self.session.episode_started(run.eval_id)
-                record = await self._episode(run.env_id, seed)
+                record = await self._episode(run.env_id, play)
             run.keep(record)
             if record.error is None:
                 self.session.sample_ended(run.eval_id, record.reward)
@@ -244,7 +253,7 @@ class DirectBench:
                 self.on_episode(run)
 
         try:
-            outcomes = await asyncio.gather(*(one(seed) for seed in run.pending()), return_exceptions=True)
+            outcomes = await asyncio.gather(*(one(play) for play in run.pending()), return_exceptions=True)
             raised = next((o for o in outcomes if isinstance(o, BaseException)), None)
             if raised is not None:
                 raise raised
@@ -258,7 +267,7 @@ class DirectBench:
         run.close_journal()
         complete = not run.pending()
         status: Literal["success", "error"] = "success" if complete else "error"
-        ordered = [run.records.get(seed) or run.failures[seed] for seed in run.seeds]
+        ordered = [run.records.get(play) or run.failures[play] for play in run.plays]
         await write_env_log(
             self.config, run.env_id, run.eval_id, ordered, run.started_at, status, run.log_path
         )
@@ -269,20 +278,33 @@ class DirectBench:
         await self.recorder.store_played(run.env_id, run.eval_id, str(run.log_path), ordered)
         self.session.task_ended(run.eval_id, run.log_path.name)
 
-    async def _episode(self, env_id: str, seed: int) -> EpisodeRecord:
-        task = EpisodeTask(env_id, seed, self.renderer, None, self.config.partner)
-        record = await self._attempt(task)
+    async def _episode(self, env_id: str, play: Play) -> EpisodeRecord:
+        task = EpisodeTask(env_id, play.seed, self.renderer, None, self.config.partner)
+        record = await self._attempt(task, play.epoch)
         for _ in range(MODEL_ATTEMPTS - 1):
             if record.error is None:
                 break
-            record = await self._attempt(task)
+            record = await self._attempt(task, play.epoch)
         return record
 
-    async def _attempt(self, task: EpisodeTask) -> EpisodeRecord:
-        """One try at an episode: played to its end, or cut at the episode time bound (scored as it
-        stood), or failed by the model (recorded with the traceback)."""
+    def _params(self, seed: int, epoch: int) -> Any:
+        """The sampling settings of one play: the bench's own for the first, its own seed for others
+        (as the Inspect runner's solver asks for each epoch)."""
+        play_seed = sample_seed(seed, epoch)
+        if play_seed is None:
+            return self.params
+        return sampling_params(
+            self.model.renderer,
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+            seed=play_seed,
+        )
+
+    async def _attempt(self, task: EpisodeTask, epoch: int) -> EpisodeRecord:
+        """One try at a play of an episode: played to its end, or cut at the episode time bound (scored
+        as it stood), or failed by the model (recorded with the traceback)."""
         started_at, started = _iso(_now()), time.perf_counter()
-        turns = _Turns(self)
+        turns = _Turns(self, self._params(task.seed, epoch))
         result = new_result()
         error = None
         try:
@@ -304,6 +326,7 @@ class DirectBench:
             input_tokens=turns.input_tokens,
             output_tokens=turns.output_tokens,
             error=error,
+            epoch=epoch,
         )
 
     async def _run(self, task: EpisodeTask, turns: _Turns, result: dict[str, Any]) -> EpisodeOutcome:
@@ -316,8 +339,9 @@ class DirectBench:
 class _Turns:
     """The evaluated model's turns of one episode: the provider's sampling, without Inspect."""
 
-    def __init__(self, bench: DirectBench) -> None:
+    def __init__(self, bench: DirectBench, params: Any) -> None:
         self.bench = bench
+        self.params = params
         self.latest: list[Message] = []
         self.answer = ""
         self.truncated = False
@@ -329,7 +353,7 @@ class _Turns:
         # Rendered as the provider renders what Inspect hands it (tools included), so both runners agree.
         seen, tools = as_inspect_sees(messages)
         prompt = model.renderer.build_generation_prompt(seen, tools=tools)
-        response = await sample(model, prompt, 1, self.bench.params)
+        response = await sample(model, prompt, 1, self.params)
         tokens = list(response.sequences[0].tokens)
         parsed = model.renderer.parse_response(tokens)
         self.input_tokens += prompt.length

@@ -53,6 +53,15 @@ def episode_seeds(env_id: str, episodes: int, seed: int) -> list[int]:
     return [episode_seed(seed, "bench", spec(env_id).id, i) % (2**31) for i in range(episodes)]
 
 
+def sample_seed(episode: int, epoch: int) -> int | None:
+    """The sampling seed of play ``epoch`` (1-based) of the episode seeded ``episode`` when a bench plays
+    each episode several times: None for the first (the bench's own seed, so one play per episode
+    samples exactly as it always did), a seed derived from the episode and the play for the others."""
+    if epoch < 1:
+        raise ValueError(f"plays are numbered from 1, got {epoch}")
+    return None if epoch == 1 else episode_seed(episode, "sample", epoch) % (2**31)
+
+
 def _codec_model(model: Model) -> str:
     """Model whose renderer turns the evaluated model's text into env tokens: the envsuite model itself
     (the provider says which, a checkpoint's path included), else SmolLM2's tokenizer as a text codec."""
@@ -247,7 +256,12 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
             state.store.set(RESULT_KEY, result)
             state.messages = to_inspect(messages)
             state.tools = inspect_tools(tools_of(messages))
-            state = await generate(state, tool_calls="none")  # the env runs its tools, not Inspect
+            # tool_calls="none": the env runs its tools, not Inspect. Each epoch samples with its own seed.
+            seed = sample_seed(task.seed, state.epoch)
+            if seed is None:
+                state = await generate(state, tool_calls="none")
+            else:
+                state = await generate(state, tool_calls="none", seed=seed)
             calls = [from_inspect_call(call) for call in state.output.message.tool_calls or []]
             return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens", calls)
 

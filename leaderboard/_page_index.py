@@ -272,13 +272,43 @@ def episode_data(ctx: PageContext) -> dict[str, list[list[object]]]:
     return data
 
 
+def pass_ks_of(entries: Iterable[KeySummary]) -> list[int]:
+    """The k any of ``entries`` reports pass@k at (a column each)."""
+    return sorted({v.k for entry in entries for v in entry.pass_at.values})
+
+
+def pass_cells(entry: KeySummary, ks: Sequence[int]) -> str:
+    """One cell per k: pass@k with its interval and the plays per episode (n) behind it, or ``-``."""
+    cells = []
+    for k in ks:
+        found = entry.pass_at.at(k)
+        if found is None:
+            cells.append(est_cell(None))
+            continue
+        est = found.pass_at_k
+        cells.append(
+            f'<td class="num" data-sort="{est.mean:.6f}">{fmt(est.mean)} <span class="ci">{ci_text(est)}</span> '
+            f'<span class="muted">n={found.n}</span></td>'
+        )
+    return "".join(cells)
+
+
+PASS_NOTE = (
+    "pass@k: the chance that at least one of k plays of an episode succeeds (unbiased estimate from the "
+    "n plays stored per episode, interval over episodes); rows of different plays per episode are "
+    "different result keys, never pooled."
+)
+
+
 def results_section(ctx: PageContext, varying: Sequence[str]) -> str:
+    ks = pass_ks_of(ctx.board.entries)
     headers = [("env", ""), ("family", ""), ("model", ""), *((v, "") for v in varying)]
     headers += [
         ("n", "num"),
         ("reward", "num"),
         ("success", "num"),
         ("normalized", "num"),
+        *((f"pass@{k}", "num") for k in ks),
         ("transcripts", ""),
     ]
     rows = []
@@ -292,13 +322,13 @@ def results_section(ctx: PageContext, varying: Sequence[str]) -> str:
             f'<td class="id">{esc(env)}</td><td>{esc(ctx.family(env))}</td><td>{model_link(ctx, key.model)}</td>{extra}'
             f'<td class="num" data-sort="{entry.n_samples}">{entry.n_samples}</td>'
             f"{est_cell(entry.reward)}{est_cell(entry.success)}{est_cell(entry.normalized)}"
-            f"{transcripts_cell(ctx, entry)}</tr>"
+            f"{pass_cells(entry, ks)}{transcripts_cell(ctx, entry)}</tr>"
         )
     # A big board's table opens on request: laying out thousands of rows would hold up the page
     # (the matrix above already shows every score).
     is_open = " open" if len(rows) <= OPEN_RESULTS_MAX else ""
     return f"""<h2 id="s-results">Results per env</h2>
-<p class="muted">One row per result key (what a score depends on; rows are never pooled). <output data-count-for="results"></output></p>
+<p class="muted">One row per result key (what a score depends on; rows are never pooled).{" " + PASS_NOTE if ks else ""} <output data-count-for="results"></output></p>
 <details class="results"{is_open}><summary>{len(rows)} result rows</summary>
 {table("results", headers, rows)}</details>"""
 

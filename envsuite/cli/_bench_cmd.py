@@ -27,6 +27,13 @@ RUNNER_HELP = (
 # (flag, BenchConfig field, type, help); the defaults are BenchConfig's.
 _OPTIONS: list[tuple[str, str, Any, str | None]] = [
     ("--episodes", "episodes", int, None),
+    (
+        "--samples",
+        "samples",
+        int,
+        "plays of each episode, each with its own sampling seed; above 1 the tables report pass@k "
+        "(k = 1, powers of 2, K) with CIs",
+    ),
     ("--seed", "seed", int, None),
     ("--max-tokens", "max_tokens", int, None),
     ("--temperature", "temperature", float, None),

@@ -22,6 +22,7 @@ from envsuite.stats._summary import (
     ProblemSamples,
     SampledMetrics,
     bootstrap_mean,
+    reported_ks,
     sampled_metrics,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "SampledMetrics",
     "bootstrap_mean",
     "sampled_metrics",
+    "reported_ks",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_CONFIDENCE",
 ]

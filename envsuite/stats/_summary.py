@@ -84,6 +84,19 @@ class SampledMetrics:
     maj_at_k: Interval | None
 
 
+def reported_ks(samples: int) -> tuple[int, ...]:
+    """The k a run of ``samples`` plays per problem reports pass@k at: 1, the powers of two below
+    ``samples``, and ``samples`` itself (``8 -> (1, 2, 4, 8)``, ``6 -> (1, 2, 4, 6)``)."""
+    if samples < 1:
+        raise ValueError(f"need at least one sample per problem, got {samples}")
+    ks = {1, samples}
+    power = 2
+    while power < samples:
+        ks.add(power)
+        power *= 2
+    return tuple(sorted(ks))
+
+
 def sampled_metrics(
     problems: Sequence[ProblemSamples],
     k: int,
