@@ -17,13 +17,11 @@ import tinker
 from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from tinker.types import LossFnType
+    from transformers import PreTrainedTokenizerBase
 
     from envsuite.backends import SamplingClient, ServiceClient, TrainingClient
     from envsuite.backends.local import LocalServiceClient, LocalTrainingClient
-
     from envsuite.trainers._config import TrainConfig
 
 
@@ -79,7 +77,9 @@ class PolicyClients:
         """Samplers record every sequence (``record_stability_info``): the ``stable_reinforce`` loss reads them."""
 
     @classmethod
-    async def create(cls, service: ServiceClient, config: TrainConfig, resume_state: str | None) -> PolicyClients:
+    async def create(
+        cls, service: ServiceClient, config: TrainConfig, resume_state: str | None
+    ) -> PolicyClients:
         if resume_state is not None:
             training = await service.create_training_client_from_state_with_optimizer(resume_state)
         elif config.lora_rank == 0:

@@ -39,9 +39,7 @@ def _backend(name: Backend | str) -> Backend:
         raise UsageError(f"unknown backend {name!r}; choose one of {known}") from None
 
 
-def make_service_client(
-    backend: Backend | str = Backend.LOCAL, **kwargs: Any
-) -> ServiceClient:
+def make_service_client(backend: Backend | str = Backend.LOCAL, **kwargs: Any) -> ServiceClient:
     """A service client for ``backend``; ``kwargs`` go to its constructor.
 
     ``local`` takes ``log_dir`` (where checkpoints go); ``tinker`` takes the SDK's arguments and is
