@@ -391,7 +391,7 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Curriculum):
