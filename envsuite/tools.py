@@ -27,9 +27,12 @@ import enum
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 from envsuite.chat import Message, ToolCall, ToolSpec, UnparsedToolCall, canonical_json
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 DEFAULT_MAX_RESULT_CHARS = 4000
 """Where a tool's output is cut (a result is observation tokens: it must fit the context)."""
@@ -267,7 +270,7 @@ class FunctionTool:
     """
 
     def __init__(
-        self, fn: Callable[..., Any], name: str | None = None, description: str | None = None
+        self, fn: Callable[..., object], name: str | None = None, description: str | None = None
     ) -> None:
         self._fn = fn
         self._instance: object | None = None
@@ -343,9 +346,21 @@ def _error_result(text: str, kind: ToolError, call_id: str | None, name: str) ->
     return ToolResult([error_message(text, call_id, name)], metadata={"error": kind.value})
 
 
+@overload
 def tool(
-    fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
-) -> Any:
+    fn: Callable[..., object], *, name: str | None = None, description: str | None = None
+) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    fn: None = None, *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., object]], FunctionTool]: ...
+
+
+def tool(
+    fn: Callable[..., object] | None = None, *, name: str | None = None, description: str | None = None
+) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
     """Make a :class:`Tool` of a function: ``@tool`` or ``@tool(name=..., description=...)``.
 
     The parameters' JSON Schema comes from the signature (``int``, ``float``, ``str``, ``bool``,
@@ -357,7 +372,7 @@ def tool(
     return FunctionTool(fn, name, description)
 
 
-def _arguments_model(fn: Callable[..., Any]) -> Any:
+def _arguments_model(fn: Callable[..., object]) -> type[BaseModel]:
     """A pydantic model of ``fn``'s parameters (``self`` skipped); pydantic is imported only here."""
     import typing
 

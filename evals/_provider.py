@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from inspect_ai.model import (
     ChatCompletionChoice,
@@ -45,18 +45,36 @@ from inspect_ai.model import (
     ModelAPI,
     ModelOutput,
     ModelUsage,
+    StopReason,
 )
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 
 from envsuite.evals._messages import spec_of, to_envsuite, to_inspect_call
 
+if TYPE_CHECKING:
+    import tinker
+    from tinker.lib.public_interfaces.api_future import APIFuture
+
+    from envsuite.chat import Message
+    from envsuite.renderers.base import Renderer
+
 DEFAULT_MAX_TOKENS = 256
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """What the provider samples from: a Tinker ``SamplingClient`` of either backend (its ``sample``
+    returns an ``APIFuture``), or anything with its ``sample`` returning an awaitable (a scripted policy)."""
+
+    def sample(
+        self, prompt: tinker.ModelInput, num_samples: int, sampling_params: tinker.SamplingParams
+    ) -> APIFuture[tinker.SampleResponse] | Awaitable[tinker.SampleResponse]: ...
 
 
 @dataclass(frozen=True)
 class _LocalModel:
-    sampling_client: Any
-    renderer: Any
+    sampling_client: Sampler
+    renderer: Renderer
 
 
 _loaded: dict[tuple[str, str | None], _LocalModel] = {}
@@ -108,14 +126,14 @@ def forget_cached_conversations() -> None:
 
 
 def sampling_params(
-    renderer: Any,
+    renderer: Renderer,
     *,
     max_tokens: int | None,
     temperature: float | None,
     top_p: float | None = None,
     top_k: int | None = None,
     seed: int | None = None,
-) -> Any:
+) -> tinker.SamplingParams:
     """The sampler's settings for one generation (unset ones: the sampler's neutral values), stopping
     at the chat format's end of turn. Shared by the provider and the bench's direct runner, so both
     sample the same tokens for the same prompt and seed."""
@@ -131,11 +149,16 @@ def sampling_params(
     )
 
 
-async def sample(model: _LocalModel, prompt: Any, num_samples: int, params: Any) -> Any:
-    """``num_samples`` completions of ``prompt`` (a ``tinker.SampleResponse``), awaited without
-    blocking the event loop."""
+async def sample(
+    model: _LocalModel, prompt: tinker.ModelInput, num_samples: int, params: tinker.SamplingParams
+) -> tinker.SampleResponse:
+    """``num_samples`` completions of ``prompt``, awaited without blocking the event loop."""
+    from tinker.lib.public_interfaces.api_future import APIFuture
+
     future = model.sampling_client.sample(prompt, num_samples=num_samples, sampling_params=params)
-    return await asyncio.wrap_future(future.future()) if hasattr(future, "future") else await future
+    if isinstance(future, APIFuture):
+        return await asyncio.wrap_future(future.future())
+    return await future
 
 
 class EnvsuiteModelAPI(ModelAPI):
@@ -147,7 +170,7 @@ class EnvsuiteModelAPI(ModelAPI):
         base_url: str | None = None,
         api_key: str | None = None,
         config: GenerateConfig = GenerateConfig(),  # noqa: B008  (Inspect's own signature)
-        **model_args: Any,
+        **model_args: object,
     ) -> None:
         super().__init__(
             model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=[], config=config
@@ -160,6 +183,9 @@ class EnvsuiteModelAPI(ModelAPI):
         client = model_args.get("sampling_client")
         if client is not None:
             from envsuite import RendererConfig
+
+            if not isinstance(client, Sampler):
+                raise TypeError(f"model_args['sampling_client'] has no sample(): {type(client).__name__}")
 
             self._given = _LocalModel(client, RendererConfig(model_name=self.envsuite_model).build())
         else:
@@ -207,13 +233,15 @@ class EnvsuiteModelAPI(ModelAPI):
             ),
         )
 
-    def _choice(self, sequence: Any, config: GenerateConfig, with_tools: bool) -> ChatCompletionChoice:
+    def _choice(
+        self, sequence: tinker.SampledSequence, config: GenerateConfig, with_tools: bool
+    ) -> ChatCompletionChoice:
         """One sampled sequence as an Inspect choice: parsed, cut at a stop sequence, with logprobs."""
         renderer = self._model.renderer
         tokens = list(sequence.tokens)
         parsed = renderer.parse_response(tokens)
         content = parsed.message["content"]
-        stop_reason: Any = "stop" if parsed.clean_stop else "max_tokens"
+        stop_reason: StopReason = "stop" if parsed.clean_stop else "max_tokens"
         cut = cut_at_stop(content, config.stop_seqs or [])
         if cut is not None:
             content, stop_reason = cut, "stop"
@@ -235,7 +263,7 @@ class EnvsuiteModelAPI(ModelAPI):
         return ChatCompletionChoice(message=message, stop_reason=stop_reason, logprobs=logprobs)
 
 
-def inspect_calls(message: Any) -> list[ToolCall]:
+def inspect_calls(message: Message) -> list[ToolCall]:
     """A parsed reply's calls as Inspect's; an unreadable one carries ``parse_error`` (Inspect then tells
     the model), under the tool name it seems to name."""
     from envsuite.chat import tool_calls_of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import typing
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,14 @@ def test_datums_carry_cookbook_style_provenance_and_each_loss_gets_its_inputs() 
     assert unnamed.datum.loss_fn_input_spans is None
     with pytest.raises(ValueError, match="sequence_id"):
         loss_datum(unnamed, PolicyLoss.STABLE_REINFORCE)
+
+
+def test_every_policy_loss_has_its_sdk_name() -> None:
+    """forward_backward gets the SDK's LossFnType for each loss: the enum's own value, for all of them."""
+    sdk_names = set(typing.get_args(tinker.types.LossFnType))
+    for loss in PolicyLoss:
+        assert loss.sdk_name == loss.value
+        assert loss.sdk_name in sdk_names
 
 
 def test_twenty_turn_extending_game_is_one_linear_datum() -> None:

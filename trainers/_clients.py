@@ -1,21 +1,27 @@
 """The trainer's view of a compute backend: a few typed calls over the Tinker client interface.
 
 The local backend and the hosted SDK return different (but call-compatible) client and future types;
-this module is the one place that holds them untyped, and every call here awaits its future.
+this module is the one place that holds them (as the unions ``envsuite.backends`` names), and every call
+here awaits its future.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tinker
 
+from envsuite.errors import UsageError
+
 if TYPE_CHECKING:
+    from tinker.types import LossFnType
     from transformers import PreTrainedTokenizerBase
 
+    from envsuite.backends import SamplingClient, ServiceClient, TrainingClient
+    from envsuite.backends.local import LocalServiceClient, LocalTrainingClient
     from envsuite.trainers._config import TrainConfig
 
 
@@ -52,7 +58,7 @@ class TrainOutput:
     loss_sum: float
 
 
-def make_service(config: TrainConfig) -> Any:
+def make_service(config: TrainConfig) -> ServiceClient:
     """The backend's service client (local: checkpoints under ``log_dir/checkpoints``)."""
     from envsuite.backends import make_service_client
 
@@ -64,18 +70,20 @@ def make_service(config: TrainConfig) -> Any:
 class PolicyClients:
     """A training client and the current sampling client on its weights."""
 
-    def __init__(self, training: Any, record_samples: bool = False) -> None:
+    def __init__(self, training: TrainingClient, record_samples: bool = False) -> None:
         self._training = training
-        self._sampler: Any = None
+        self._sampler: SamplingClient | None = None
         self._record_samples = record_samples
         """Samplers record every sequence (``record_stability_info``): the ``stable_reinforce`` loss reads them."""
 
     @classmethod
-    async def create(cls, service: Any, config: TrainConfig, resume_state: str | None) -> PolicyClients:
+    async def create(
+        cls, service: ServiceClient, config: TrainConfig, resume_state: str | None
+    ) -> PolicyClients:
         if resume_state is not None:
             training = await service.create_training_client_from_state_with_optimizer(resume_state)
         elif config.lora_rank == 0:
-            training = await service.create_training_client(
+            training = await _local_service(service, "full fine-tuning").create_training_client(
                 config.model, full_finetune=True, seed=config.seed
             )
         else:
@@ -91,7 +99,7 @@ class PolicyClients:
         tok: PreTrainedTokenizerBase = self._training.get_tokenizer()
         return tok
 
-    async def refresh_sampler(self) -> Any:
+    async def refresh_sampler(self) -> SamplingClient:
         """A new sampling client on the current weights; the old one is closed and dropped first, so
         the two snapshots (a model copy each, locally) never coexist. Callers drop theirs first too."""
         self._close_sampler()
@@ -111,7 +119,7 @@ class PolicyClients:
         out = await self._training.forward(plain, "cross_entropy")
         return [np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in out.loss_fn_outputs]
 
-    async def new_sampler(self) -> Any:
+    async def new_sampler(self) -> SamplingClient:
         """A new sampling client on the current weights, leaving the previous ones alone: async training
         keeps sampling with the old one until its groups finish (the caller closes it)."""
         return await self._training.save_weights_and_get_sampling_client(
@@ -122,13 +130,14 @@ class PolicyClients:
         """The current sampling weights as files (LoRA: the adapter only), for sampler replicas.
 
         Local backend only (a fixed checkpoint name, overwritten each time, local extension)."""
-        saved = await self._training.save_weights_for_sampler(REPLICA_WEIGHTS, overwrite=True)
+        local = _local_training(self._training, "sampler replicas")
+        saved = await local.save_weights_for_sampler(REPLICA_WEIGHTS, overwrite=True)
         directory = Path(str(saved.path))
         files = {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
         return SamplerWeights(files)
 
     async def forward_backward(
-        self, data: list[tinker.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
+        self, data: list[tinker.Datum], loss_fn: LossFnType, loss_fn_config: dict[str, float] | None
     ) -> TrainOutput:
         out = await self._training.forward_backward(data, loss_fn, loss_fn_config)
         logprobs = [np.asarray(o["logprobs"].to_numpy(), dtype=np.float32) for o in out.loss_fn_outputs]
@@ -154,3 +163,22 @@ class PolicyClients:
         if callable(close):
             close()
         self._sampler = None
+
+
+def _local_service(service: ServiceClient, feature: str) -> LocalServiceClient:
+    """``service`` as the local backend's, for a local-only extension (TrainConfig refuses ``feature``
+    on other backends before a client exists, so this only guards the type)."""
+    from envsuite.backends.local import LocalServiceClient
+
+    if not isinstance(service, LocalServiceClient):
+        raise UsageError(f"{feature} runs on the local backend only")
+    return service
+
+
+def _local_training(training: TrainingClient, feature: str) -> LocalTrainingClient:
+    """``training`` as the local backend's, for a local-only extension (see :func:`_local_service`)."""
+    from envsuite.backends.local import LocalTrainingClient
+
+    if not isinstance(training, LocalTrainingClient):
+        raise UsageError(f"{feature} run on the local backend only")
+    return training

@@ -13,11 +13,14 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
 from envsuite.trainers._curriculum import Curriculum
+
+if TYPE_CHECKING:
+    from tinker.types import LossFnType
 
 
 class ConfigError(UsageError):
@@ -53,6 +56,22 @@ class PolicyLoss(enum.StrEnum):
     carry provenance (tinker-cookbook 0.6.1's default)."""
     CROSS_ENTROPY = "cross_entropy"
     """On-policy REINFORCE as cross-entropy weighted by the advantages (no off-policy correction)."""
+
+    @property
+    def sdk_name(self) -> LossFnType:
+        """The name ``forward_backward`` takes for this loss (the SDK's ``LossFnType``)."""
+        return _SDK_NAMES[self]
+
+
+_SDK_NAMES: dict[PolicyLoss, LossFnType] = {
+    PolicyLoss.IMPORTANCE_SAMPLING: "importance_sampling",
+    PolicyLoss.PPO: "ppo",
+    PolicyLoss.CISPO: "cispo",
+    PolicyLoss.DRO: "dro",
+    PolicyLoss.GSPO: "gspo",
+    PolicyLoss.STABLE_REINFORCE: "stable_reinforce",
+    PolicyLoss.CROSS_ENTROPY: "cross_entropy",
+}
 
 
 @dataclass(frozen=True)
@@ -372,7 +391,7 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, Curriculum):

@@ -16,7 +16,7 @@ it never changes during the run.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tinker
@@ -24,6 +24,7 @@ import tinker
 from envsuite.trainers._datums import TrainingDatum
 
 if TYPE_CHECKING:
+    from envsuite.backends import SamplingClient, ServiceClient
     from envsuite.trainers._config import TrainConfig
 
 Row = dict[str, float | int | str]
@@ -43,13 +44,13 @@ def discounted_future_sum(x_T: np.ndarray, discount: float) -> np.ndarray:
 class KLPenalty:
     """Adds the penalty to datums' advantages in place, from a reference sampling client."""
 
-    def __init__(self, reference: Any, coef: float, discount: float) -> None:
+    def __init__(self, reference: SamplingClient, coef: float, discount: float) -> None:
         self.reference = reference
         self.coef = coef
         self.discount = discount
 
     @classmethod
-    async def create(cls, config: TrainConfig, service: Any) -> KLPenalty | None:
+    async def create(cls, config: TrainConfig, service: ServiceClient) -> KLPenalty | None:
         """The run's penalty, or None when ``kl_penalty_coef`` is 0 (no reference is loaded)."""
         if config.kl_penalty_coef <= 0:
             return None

@@ -343,7 +343,7 @@ class Trainer:
             if config.loss_fn == PolicyLoss.DRO:
                 data = await _dro_prompt_logprobs(clients, datums, data)
             out: TrainOutput = await clients.forward_backward(
-                data, config.loss_fn.value, config.loss_config()
+                data, config.loss_fn.sdk_name, config.loss_config()
             )
         except FloatingPointError as exc:  # the local backend's NonFiniteError
             raise NonFiniteLoss(str(exc)) from exc

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envsuite.errors import UsageError
 from envsuite.trainers._config import ConfigError, TrainConfig
@@ -88,6 +88,18 @@ def _per_env(values: dict[str, Any], specs: Sequence[EnvSpec], field: str) -> di
     return keyed
 
 
+class DatasetSettings(TypedDict):
+    """The dataset builder arguments every env of a run shares (its own kwargs come on top)."""
+
+    batch_size: int
+    group_size: int
+    seed: int
+    n_batches: int
+    model: str
+    renderer: str | None
+    max_context_tokens: int
+
+
 @dataclass(frozen=True)
 class EvalSet:
     """The held-out groups of a run, each with its label: the run's own sets (the targets, which the
@@ -116,7 +128,7 @@ async def build_datasets(config: TrainConfig, envs: Sequence[RunEnv]) -> tuple[R
     """The run's train dataset and its held-out set (None when the run never evaluates)."""
     from envsuite import make_dataset_builder, make_mixture_dataset_builder
 
-    common: dict[str, Any] = {
+    common: DatasetSettings = {
         "batch_size": config.batch_size,
         "group_size": config.group_size,
         "seed": config.seed,
@@ -145,11 +157,12 @@ async def build_datasets(config: TrainConfig, envs: Sequence[RunEnv]) -> tuple[R
 
 
 async def _eval_set(
-    config: TrainConfig, envs: Sequence[RunEnv], test: RLDataset, common: dict[str, Any]
+    config: TrainConfig, envs: Sequence[RunEnv], test: RLDataset, common: DatasetSettings
 ) -> EvalSet:
     """The test groups of every env, then one set per ``eval_rungs`` rung of each env that has it."""
     from envsuite import ConcatDataset, make_dataset_builder
 
+    one_batch: DatasetSettings = {**common, "n_batches": 1}
     datasets: list[RLDataset] = [test]
     labels = [group_label(g) for g in test.get_batch(0)]
     rungs: list[int | None] = [None] * len(labels)
@@ -160,7 +173,7 @@ async def _eval_set(
             builder = make_dataset_builder(
                 env.spec,
                 n_test_groups=config.n_test_groups,
-                **{**common, "n_batches": 1},
+                **one_batch,
                 **{**env.kwargs, "rung": rung},
             )
             _, rung_test = await builder()

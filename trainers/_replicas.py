@@ -31,13 +31,27 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envsuite.core import EnvGroupBuilder
 from envsuite.executors import ExecutorConfig, ExecutorKind
 from envsuite.rollouts import GroupRolloutResult, do_group_rollout
 from envsuite.trainers._clients import SamplerWeights
 from envsuite.trainers._samplers import SamplerSettings
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from peft import PeftModel
+    from ray.actor import ActorHandle
+    from transformers import PreTrainedModel
+
+    from envsuite.backends.local import LocalSamplingClient
+    from envsuite.engine.weights import CheckpointMeta, LoraSpec
+
+RemoteCall = Callable[..., Awaitable[object]]
+"""A call into a replica over the channel or Ray; what comes back is checked (:func:`_seconds`, :func:`_played`)."""
 
 START_TIMEOUT_S = 300.0
 """How long a replica may take to start (spawn, imports) before the run gives up on it."""
@@ -63,11 +77,11 @@ class ReplicaCore:
         self.settings = settings
         self.device = device
         self.version = -1
-        self._client: Any = None
-        self._peft: Any = None
-        self._lora: Any = None
+        self._client: LocalSamplingClient | None = None
+        self._peft: PeftModel | None = None
+        self._lora: LoraSpec | None = None
         self._users: dict[int, int] = {}
-        self._retired: dict[int, Any] = {}
+        self._retired: dict[int, LocalSamplingClient] = {}
 
     async def ready(self) -> bool:
         return True
@@ -116,7 +130,7 @@ class ReplicaCore:
         self._client = None
         self._retired.clear()
 
-    def _build(self, weights: SamplerWeights) -> Any:
+    def _build(self, weights: SamplerWeights) -> LocalSamplingClient:
         """A sampling client on ``weights`` (merged into the base model kept from the first update)."""
         import json
 
@@ -136,7 +150,9 @@ class ReplicaCore:
             model, get_tokenizer(meta.base_model), meta.base_model, shared_weights=shared
         )
 
-    def _merged(self, meta: Any, weights: SamplerWeights) -> tuple[Any, frozenset[int]]:
+    def _merged(
+        self, meta: CheckpointMeta, weights: SamplerWeights
+    ) -> tuple[PreTrainedModel, frozenset[int]]:
         """The base model with the adapter merged in, as the trainer's own snapshots are built."""
         from safetensors.torch import load as load_safetensors
 
@@ -144,6 +160,7 @@ class ReplicaCore:
         from envsuite.engine.weights import add_lora, load_adapter_state, load_base_model, merge_lora
         from envsuite.models import resolve_model
 
+        assert meta.lora is not None  # _build loads full fine-tunes as checkpoints instead
         if self._peft is None or self._lora != meta.lora:
             base = load_base_model(str(resolve_model(meta.base_model).path), self.device)
             base.requires_grad_(False)
@@ -215,31 +232,30 @@ class ProcessReplica(ReplicaHandle):
         self.settings = settings
         self.threads = threads
         """Torch threads in the process (0: torch's default, every core)."""
-        self._process: Any = None
-        self._conn: Any = None
-        self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._calls: dict[str, RemoteCall] = {}
 
     async def start(self) -> None:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        self._process = context.Process(
+        process = self._process = context.Process(
             target=serve_replica_process,
             args=(child, self.settings, self.threads),
             name=f"envsuite-sampler-{self.index}",
         )
-        self._process.start()
+        process.start()
         child.close()
         self._conn = parent
-        self._calls = await asyncio.to_thread(_receive_handles, parent, self._process, START_TIMEOUT_S)
+        self._calls = await asyncio.to_thread(_receive_handles, parent, process, START_TIMEOUT_S)
 
     async def update(self, version: int, weights: SamplerWeights) -> float:
-        return float(await self._call("update", version, weights))
+        return _seconds(await self._call("update", version, weights))
 
     async def rollout(self, builder: EnvGroupBuilder, seed: int) -> tuple[GroupRolloutResult, int]:
-        result, version = await self._call("rollout", builder, seed)
-        return result, int(version)
+        return _played(await self._call("rollout", builder, seed))
 
-    async def _call(self, name: str, *args: Any) -> Any:
+    async def _call(self, name: str, *args: object) -> object:
         from envsuite.executors import ChannelClosedError
 
         try:
@@ -259,24 +275,39 @@ class ProcessReplica(ReplicaHandle):
 
     @property
     def pid(self) -> int | None:
-        return None if self._process is None else int(self._process.pid)
+        return None if self._process is None else self._process.pid
 
     def where(self) -> str:
         return f"process {self.pid}"
 
 
-def _receive_handles(conn: Any, process: Any, timeout_s: float) -> dict[str, Callable[..., Awaitable[Any]]]:
+def _seconds(value: object) -> float:
+    """A replica's ``update`` answer (seconds taken), checked."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"a sampler replica's update returned {type(value).__name__}, not seconds")
+    return float(value)
+
+
+def _played(value: object) -> tuple[GroupRolloutResult, int]:
+    """A replica's ``rollout`` answer (the group and the version that sampled it), checked."""
+    match value:
+        case (GroupRolloutResult() as result, int() as version):
+            return result, version
+    raise TypeError(f"a sampler replica's rollout returned {type(value).__name__}, not (group, version)")
+
+
+def _receive_handles(conn: Connection, process: BaseProcess, timeout_s: float) -> dict[str, RemoteCall]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if conn.poll(0.2):
-            handles: dict[str, Callable[..., Awaitable[Any]]] = conn.recv()
+            handles: dict[str, RemoteCall] = conn.recv()
             return handles
         if not process.is_alive():
             raise ReplicaLostError(f"the sampler process exited while starting (code {process.exitcode})")
     raise ReplicaLostError(f"the sampler process did not start within {timeout_s:.0f} s")
 
 
-def serve_replica_process(conn: Any, settings: SamplerSettings, threads: int = 0) -> None:
+def serve_replica_process(conn: Connection, settings: SamplerSettings, threads: int = 0) -> None:
     """A sampler process's entry point: serve a :class:`ReplicaCore` until the trainer lets go."""
     if threads > 0:
         import torch
@@ -285,7 +316,7 @@ def serve_replica_process(conn: Any, settings: SamplerSettings, threads: int = 0
     asyncio.run(_serve_replica(conn, settings))
 
 
-async def _serve_replica(conn: Any, settings: SamplerSettings) -> None:
+async def _serve_replica(conn: Connection, settings: SamplerSettings) -> None:
     from envsuite.executors import CallbackServer
 
     loop = asyncio.get_running_loop()
@@ -302,7 +333,7 @@ async def _serve_replica(conn: Any, settings: SamplerSettings) -> None:
         core.close()
 
 
-def _wait_eof(conn: Any, loop: asyncio.AbstractEventLoop, gone: asyncio.Event) -> None:
+def _wait_eof(conn: Connection, loop: asyncio.AbstractEventLoop, gone: asyncio.Event) -> None:
     with contextlib.suppress(EOFError, OSError):
         while True:
             conn.recv()
@@ -333,16 +364,20 @@ class RayReplica(ReplicaHandle):
     def __init__(self, index: int, settings: SamplerSettings) -> None:
         super().__init__(index)
         self.settings = settings
-        self._actor: Any = None
+        self._actor: ActorHandle[RayReplicaActor] | None = None
         self.node_id = ""
 
     async def start(self) -> None:
         import ray
+        from ray.actor import ActorHandle
 
         actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(RayReplicaActor)
-        self._actor = actor_class.options(scheduling_strategy="SPREAD").remote(self.settings)
+        actor = actor_class.options(scheduling_strategy="SPREAD").remote(self.settings)
+        if not isinstance(actor, ActorHandle):  # Ray's stubs also allow the class itself here
+            raise TypeError(f"ray.remote(...).remote() returned {type(actor).__name__}, not an actor handle")
+        self._actor = actor
         try:
-            self.node_id = str(await asyncio.wait_for(self._call(self._actor.ready.remote), START_TIMEOUT_S))
+            self.node_id = str(await asyncio.wait_for(self._call(actor.ready.remote), START_TIMEOUT_S))
         except TimeoutError:
             raise ReplicaLostError(
                 f"sampler actor {self.index} found no node with a free CPU within {START_TIMEOUT_S:.0f} s "
@@ -353,13 +388,17 @@ class RayReplica(ReplicaHandle):
         return f"Ray actor on node {self.node_id[:12]}"
 
     async def update(self, version: int, weights: SamplerWeights) -> float:
-        return float(await self._call(self._actor.update.remote, version, weights))
+        return _seconds(await self._call(self._started().update.remote, version, weights))
 
     async def rollout(self, builder: EnvGroupBuilder, seed: int) -> tuple[GroupRolloutResult, int]:
-        result, version = await self._call(self._actor.rollout.remote, builder, seed)
-        return result, int(version)
+        return _played(await self._call(self._started().rollout.remote, builder, seed))
 
-    async def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+    def _started(self) -> ActorHandle[RayReplicaActor]:
+        if self._actor is None:
+            raise ReplicaLostError(f"sampler actor {self.index} is not running")
+        return self._actor
+
+    async def _call(self, method: RemoteCall, *args: object) -> object:
         import ray.exceptions
 
         try:

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envsuite.core import EnvGroupBuilder
 from envsuite.executors import rollout_groups
@@ -29,6 +29,7 @@ from envsuite.rollouts import GroupRolloutResult, RolloutLimits
 from envsuite.trainers._rollouts import BatchRollouts, batch_from_results, rollout_batch
 
 if TYPE_CHECKING:
+    from envsuite.backends import SamplingClient
     from envsuite.executors import WorkerPool
     from envsuite.trainers._clients import PolicyClients
     from envsuite.trainers._config import TrainConfig
@@ -165,11 +166,11 @@ class DriverSampling(SamplingService):
         self._pool = pool
         self._settings = settings
         self._overlap = overlap
-        self._client: Any = None
+        self._client: SamplingClient | None = None
         self._version = 0
         self._users: dict[int, int] = {}
         """In-flight groups per client (by id), for clients retired while still in use."""
-        self._retired: dict[int, Any] = {}
+        self._retired: dict[int, SamplingClient] = {}
 
     @property
     def version(self) -> int:
@@ -243,14 +244,14 @@ class DriverSampling(SamplingService):
             _close(self._client)
         self._client = None
 
-    def _retire(self, client: Any) -> None:
+    def _retire(self, client: SamplingClient) -> None:
         if self._users.get(id(client), 0) == 0:
             _close(client)
         else:
             self._retired[id(client)] = client
 
 
-def _close(client: Any) -> None:
+def _close(client: object) -> None:
     close = getattr(client, "close", None)
     if callable(close):
         close()

@@ -15,9 +15,12 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envsuite.cli._args import Subparsers
+
+if TYPE_CHECKING:
+    from envsuite.trainers import Estimate, HeldOutComparison, Preset, TrainConfig
 
 RESULT_PRESETS = (
     "tictactoe-vs-random",
@@ -73,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progress: bool) -> dict[str, Any]:
+def run_one(
+    preset: Preset, out_dir: Path, overrides: dict[str, str], *, show_progress: bool
+) -> dict[str, Any]:
     """Train one preset (or resume it), then measure and write its summary."""
     from envsuite.trainers import CheckpointLog, compare_held_out, run_training
 
@@ -118,7 +123,7 @@ def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progr
     return summary
 
 
-def _match(config: Any, checkpoint: str, preset: Any) -> dict[str, Any]:
+def _match(config: TrainConfig, checkpoint: str, preset: Preset) -> dict[str, Any]:
     from envsuite.cli._match_cmd import match_summary
 
     started = time.perf_counter()
@@ -140,11 +145,21 @@ def _match(config: Any, checkpoint: str, preset: Any) -> dict[str, Any]:
     return summary
 
 
+class ComparisonJson(TypedDict):
+    """A :class:`~envsuite.trainers.HeldOutComparison` as ``summary.json`` holds it."""
+
+    before_step: int
+    after_step: int
+    before: dict[str, float]
+    after: dict[str, float]
+    change: dict[str, float]
+
+
 SUCCESS_METRICS = ("correct", "success", "win")
 """The first of these an env's held-out episodes report is its success, in per-env summaries."""
 
 
-def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, Any]]:
+def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, ComparisonJson]]:
     """A multi-env run's (or one with per-rung held-out sets) before -> after for each env and rung."""
     from envsuite.trainers import compare_held_out, read_eval_rows
 
@@ -155,7 +170,7 @@ def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, Any]]:
             metrics = row.get("metrics")
             names = set(metrics) if isinstance(metrics, dict) else set()
             sets.setdefault((str(row["env"]), rung if isinstance(rung, int) else None), set()).update(names)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, ComparisonJson]] = {}
     for (env, rung), names in sorted(sets.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
         label = env + (f"@rung{rung}" if rung is not None else "")
         success = next((m for m in SUCCESS_METRICS if m in names), None)
@@ -166,8 +181,8 @@ def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _comparison_dict(comparison: Any) -> dict[str, Any]:
-    def estimate(e: Any) -> dict[str, float]:
+def _comparison_dict(comparison: HeldOutComparison) -> ComparisonJson:
+    def estimate(e: Estimate) -> dict[str, float]:
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n}
 
     return {
@@ -179,7 +194,7 @@ def _comparison_dict(comparison: Any) -> dict[str, Any]:
     }
 
 
-def _command(name: str, env_id: str, log_dir: Path, overrides: dict[str, Any]) -> str:
+def _command(name: str, env_id: str, log_dir: Path, overrides: dict[str, str]) -> str:
     extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in overrides.items())
     return f"envsuite train {env_id} --preset {name} --log-dir {log_dir}{extra}"
 

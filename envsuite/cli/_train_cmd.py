@@ -10,16 +10,18 @@ command into the same ``--log-dir`` resumes from the last checkpoint.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envsuite.cli._args import Subparsers, field_defaults, parse_env_args
+from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
     from envsuite.trainers import TrainConfig
 
 # (flag, TrainConfig field, type, help); defaults come from TrainConfig so they live in one place.
-_OPTIONS: list[tuple[str, str, Any, str]] = [
+_OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--model", "model", str, "base model: envsuite name, local HF dir or (tinker) hosted model"),
     ("--backend", "backend", str, "local (PyTorch here) or tinker (the Tinker API through the real SDK)"),
     (
@@ -100,7 +102,7 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
 
 
 # (flag, Curriculum field, type, help): any of them turns the curriculum on; defaults from Curriculum.
-_CURRICULUM: list[tuple[str, str, Any, str]] = [
+_CURRICULUM: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--curriculum-promote", "promote_at", float, "running success that moves an env one rung up"),
     ("--curriculum-demote", "demote_below", float, "running success under which it moves one rung down"),
     ("--curriculum-window", "window", int, "groups in the running success (a move needs this many)"),
@@ -224,8 +226,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         _check_same_env(env_id, str(preset.values.get("env_id", "")), preset.name)
     if env_kwargs:
         given["env_kwargs"] = _merged(preset.values.get("env_kwargs", {}), env_kwargs)
-    if "curriculum" in given and isinstance(preset.values.get("curriculum"), dict):
-        given["curriculum"] = {**preset.values["curriculum"], **given["curriculum"]}
+    ours, theirs = given.get("curriculum"), preset.values.get("curriculum")
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        given["curriculum"] = {**theirs, **ours}
     return preset.config(args.log_dir, **given)
 
 
@@ -233,33 +236,35 @@ def _slug(env_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)[:80]
 
 
-def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
+def _env_kwargs(pairs: list[str]) -> dict[str, object]:
     """``KEY=VALUE`` pairs, and ``ID:KEY=VALUE`` pairs as a table per env (a multi-env run's)."""
     plain = [p for p in pairs if ":" not in p.partition("=")[0]]
-    kwargs: dict[str, Any] = parse_env_args(plain)
+    kwargs: dict[str, object] = parse_env_args(plain)
     for pair in pairs:
         key = pair.partition("=")[0]
         if ":" in key:
             env, _, name = key.partition(":")
-            kwargs.setdefault(env, {}).update(parse_env_args([f"{name}={pair.partition('=')[2]}"]))
+            table = kwargs.setdefault(env, {})
+            if not isinstance(table, dict):
+                raise UsageError(f"--env-arg gives {env} a value and per-env keys ({pair!r}): choose one")
+            table.update(parse_env_args([f"{name}={pair.partition('=')[2]}"]))
     return kwargs
 
 
-def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _merged(base: dict[str, object], extra: dict[str, object]) -> dict[str, object]:
     """``extra`` over ``base``, per-env tables merged key by key."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = (
-            {**out[key], **value} if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
+        old = out.get(key)
+        out[key] = {**old, **value} if isinstance(value, dict) and isinstance(old, dict) else value
     return out
 
 
-def _mix_and_curriculum(args: argparse.Namespace) -> dict[str, Any]:
+def _mix_and_curriculum(args: argparse.Namespace) -> dict[str, object]:
     """The config fields the mix and curriculum flags set (only those given)."""
     from envsuite.trainers import ConfigError
 
-    given: dict[str, Any] = {}
+    given: dict[str, object] = {}
     if args.env_weight:
         weights: dict[str, float] = {}
         for pair in args.env_weight:

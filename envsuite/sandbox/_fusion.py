@@ -34,7 +34,9 @@ from envsuite.sandbox._types import (
 )
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from collections.abc import Awaitable, Callable
+
+    from fastapi import FastAPI, Response
 
 _LANGUAGES = {"python": "python", "python3": "python", "bash": "bash"}
 
@@ -166,7 +168,7 @@ def create_app(config: SandboxServerConfig | None = None) -> FastAPI:
     app = FastAPI(title="envsuite sandbox (SandboxFusion run_code API)")
 
     @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
+    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
             return JSONResponse(

@@ -122,7 +122,7 @@ class _KeyCheck:
         await self.app(scope, receive, send)
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _send_json(send: Send, status: int, body: Mapping[str, object]) -> None:
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -162,7 +162,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 def create_app(
     config: ServeConfig, api_key: str | None = None, capture_keys: Mapping[str, str] | None = None
-) -> Any:
+) -> _BodyLimit:
     """The server as an ASGI app (run it with uvicorn; :func:`envsuite.serve.serve` does).
 
     ``api_key``: the key every request must carry in ``X-API-Key`` or ``Authorization: Bearer``

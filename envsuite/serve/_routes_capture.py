@@ -5,7 +5,9 @@ sampling calls did (``X-Envsuite-Capture`` or a capture key)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+import functools
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -49,7 +51,10 @@ def _episode_id(request: Request) -> str:
     return str(request.path_params["episode_id"])
 
 
-def _known(call: Any) -> Any:
+T = TypeVar("T")
+
+
+def _known(call: Callable[[], T]) -> T:
     try:
         return call()
     except UnknownEpisodeError as exc:
@@ -61,7 +66,7 @@ def _known(call: Any) -> Any:
 async def list_episodes(request: Request) -> Response:
     store = _store(request)
     episodes = await asyncio.to_thread(store.episodes)
-    data = [_known(lambda e=e: episode_summary(store, e.episode_id, calls=False)) for e in episodes]
+    data = [_known(functools.partial(episode_summary, store, e.episode_id, calls=False)) for e in episodes]
     return JSONResponse({"object": "list", "data": data})
 
 

@@ -23,6 +23,7 @@ import enum
 import functools
 import importlib
 import json
+from types import ModuleType
 from typing import Any
 
 from envsuite._make import episode_seed
@@ -40,7 +41,7 @@ PER_EPISODE_SIZE = MAX_DRAWS
 COMPOSITE = "composite"
 
 
-def _reasoning_gym(module: str = "") -> Any:
+def _reasoning_gym(module: str = "") -> ModuleType:
     return importlib.import_module("reasoning_gym" + (f".{module}" if module else ""))
 
 
@@ -165,13 +166,13 @@ def _config(dataset: str, config_key: str) -> dict[str, Any]:
     return values
 
 
-def _default(config_field: dataclasses.Field[Any]) -> Any:
+def _default(config_field: dataclasses.Field[object]) -> object:
     if config_field.default_factory is not dataclasses.MISSING:
         return config_field.default_factory()
     return config_field.default
 
 
-def _like(default: Any, value: Any) -> Any:
+def _like(default: object, value: object) -> object:
     """``value`` (a JSON value) in the type of ``default``: an enum member, a tuple, a list of enums."""
     if isinstance(default, enum.Enum) and isinstance(value, str):
         return type(default)(value)
@@ -184,7 +185,7 @@ def _like(default: Any, value: Any) -> Any:
     return value
 
 
-def composite_specs(mix: Any) -> list[Any]:
+def composite_specs(mix: object) -> list[Any]:
     """A composite's mix as reasoning-gym's ``DatasetSpec`` list, from ``{name: weight}``, ``{name:
     {"weight": w, "config": {...}}}`` or a list of ``{"name", "weight", "config"}`` objects."""
     spec_cls = _reasoning_gym("composite").DatasetSpec

@@ -147,7 +147,7 @@ def _first_line(doc: str | None) -> str:
     return lines[0].rstrip(".:") if lines else ""
 
 
-def _default(config_field: dataclasses.Field[Any]) -> Any:
+def _default(config_field: dataclasses.Field[object]) -> object:
     if config_field.default is not dataclasses.MISSING:
         return config_field.default
     if config_field.default_factory is not dataclasses.MISSING:

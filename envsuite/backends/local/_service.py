@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar
 
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
@@ -118,7 +118,7 @@ class LocalServiceClient:
         self.close(status).result()
 
     @property
-    def holder(self) -> Any:
+    def holder(self) -> NoReturn:
         raise not_local("ServiceClient.holder", "there is no InternalClientHolder (no HTTP session) locally")
 
     # ------------------------------------------------------------------------------------------
