@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from envsuite import RendererConfig
 from envsuite.core import Message
@@ -41,6 +41,7 @@ from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_o
 from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
 from envsuite.evals._task import (
     EpisodeOutcome,
+    EpisodeResult,
     EpisodeTask,
     ModelReply,
     episode_seeds,
@@ -53,6 +54,8 @@ from envsuite.evals._workers import active_pool
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
+    import tinker
+
     from envsuite.evals._bench_config import BenchConfig
     from envsuite.evals._bench_progress import BenchSession
     from envsuite.evals._bench_rows import BenchRecorder
@@ -155,7 +158,8 @@ def _env_run(config: BenchConfig, log_dir: Path, env_id: str) -> EnvRun:
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
     journal = log_dir / f"direct_{stem}.jsonl"
     header, records = _read_journal(journal)
-    started = datetime.fromisoformat(header["started_at"]) if "started_at" in header else _now()
+    stamp = header.get("started_at")
+    started = datetime.fromisoformat(stamp) if isinstance(stamp, str) else _now()
     eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
     return EnvRun(
         env_id=versioned,
@@ -182,12 +186,12 @@ def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
     return None
 
 
-def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[Play, EpisodeRecord]]:
+def _read_journal(journal: Path) -> tuple[dict[str, object], dict[Play, EpisodeRecord]]:
     """A journal's header and its plays (none where there is no journal)."""
     if not journal.is_file():
         return {}, {}
     lines = [line for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
-    header: dict[str, Any] = {}
+    header: dict[str, object] = {}
     records: dict[Play, EpisodeRecord] = {}
     for number, line in enumerate(lines):
         try:
@@ -287,7 +291,7 @@ class DirectBench:
             record = await self._attempt(task, play.epoch)
         return record
 
-    def _params(self, seed: int, epoch: int) -> Any:
+    def _params(self, seed: int, epoch: int) -> tinker.SamplingParams:
         """The sampling settings of one play: the bench's own for the first, its own seed for others
         (as the Inspect runner's solver asks for each epoch)."""
         play_seed = sample_seed(seed, epoch)
@@ -329,7 +333,7 @@ class DirectBench:
             epoch=epoch,
         )
 
-    async def _run(self, task: EpisodeTask, turns: _Turns, result: dict[str, Any]) -> EpisodeOutcome:
+    async def _run(self, task: EpisodeTask, turns: _Turns, result: EpisodeResult) -> EpisodeOutcome:
         pool = active_pool()
         if pool is None:
             return await run_episode(task, turns, result)
@@ -339,7 +343,7 @@ class DirectBench:
 class _Turns:
     """The evaluated model's turns of one episode: the provider's sampling, without Inspect."""
 
-    def __init__(self, bench: DirectBench, params: Any) -> None:
+    def __init__(self, bench: DirectBench, params: tinker.SamplingParams) -> None:
         self.bench = bench
         self.params = params
         self.latest: list[Message] = []

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from inspect_ai.log import (
     EvalConfig,
@@ -39,7 +39,7 @@ from inspect_ai.model import (
 
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
-from envsuite.evals._task import episode_score, sample_id, task_metadata
+from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_metadata
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class EpisodeRecord:
     """One played episode, as journaled and as written to the env's log."""
 
     seed: int
-    result: dict[str, Any]
+    result: EpisodeResult
     conversation: list[Message]
     answer: str
     """The model's last reply (the score's ``answer``)."""
@@ -128,7 +128,7 @@ def _generate_config(config: BenchConfig) -> GenerateConfig:
     return GenerateConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed)
 
 
-def _solver_params(config: BenchConfig, env_id: str) -> dict[str, Any]:
+def _solver_params(config: BenchConfig, env_id: str) -> dict[str, str | None]:
     return {"env_id": env_id, "partner": config.partner, "env_kwargs": None}
 
 

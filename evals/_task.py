@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -128,7 +128,7 @@ ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
 
 
 async def play_episode(
-    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: dict[str, Any]
+    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: EpisodeResult
 ) -> list[Message]:
     """One episode: the model replies through ``model_turn``, the env steps on the reply's tokens.
 
@@ -167,6 +167,22 @@ async def play_episode(
     return env.conversation()
 
 
+class EpisodeResult(TypedDict):
+    """What playing one episode fills in (read by the scorer, journaled by the direct runner)."""
+
+    reward: float
+    """The episode's return so far."""
+    metrics: dict[str, float]
+    """The env's step metrics, summed over the episode's steps."""
+    stop_reason: str | None
+    """A :class:`~envsuite.core.StopReason` value; None while the episode is still being played."""
+    turns: int
+    partner: NotRequired[str]
+    """Which partner or opponent played (part of the result's identity)."""
+    error: NotRequired[str]
+    """Why the env failed (with stop reason ``env_error``)."""
+
+
 @dataclass(frozen=True)
 class EpisodeTask:
     """One bench sample's env, as plain data for a worker."""
@@ -180,17 +196,17 @@ class EpisodeTask:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    result: dict[str, Any]
+    result: EpisodeResult
     conversation: list[Message]
 
 
-def new_result() -> dict[str, Any]:
+def new_result() -> EpisodeResult:
     """An episode's result before its first step (filled in as it plays; read by the scorer)."""
     return {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
 
 
 async def run_episode(
-    task: EpisodeTask, model_turn: ModelTurn, result: dict[str, Any] | None = None
+    task: EpisodeTask, model_turn: ModelTurn, result: EpisodeResult | None = None
 ) -> EpisodeOutcome:
     """Make the sample's env and play it; env failures become an ``env_error`` result.
 
@@ -216,7 +232,8 @@ async def run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn
     try:
         return await pool.run(run_episode, task, handle)
     except WorkerLostError as exc:
-        result = new_result() | {"stop_reason": StopReason.ENV_ERROR.value, "error": str(exc)[:500]}
+        result = new_result()
+        result["stop_reason"], result["error"] = StopReason.ENV_ERROR.value, str(exc)[:500]
         return EpisodeOutcome(result, [])
     finally:
         pool.release(handle)
@@ -279,22 +296,20 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
     return solve
 
 
-def episode_score(result: dict[str, Any], answer: str) -> Score:
+def episode_score(result: EpisodeResult, answer: str) -> Score:
     """An episode's score from its result so far and the model's last reply: the env's own return and
     success (its ``correct``/``success`` metric, else reward > 0). An episode that did not finish was
     cut by its time limit: ``rollout_timeout``, scored with the reward it had earned."""
-    result = dict(result)
-    if result["stop_reason"] is None:
-        result["stop_reason"] = StopReason.ROLLOUT_TIMEOUT.value
+    stop_reason = result["stop_reason"] or StopReason.ROLLOUT_TIMEOUT.value
     metrics = result["metrics"]
     success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
     return Score(
         value={"reward": float(result["reward"]), "success": float(min(1.0, success))},
         answer=answer,
-        explanation=f"stop/{result['stop_reason']} after {result.get('turns', 0)} turn(s)",
+        explanation=f"stop/{stop_reason} after {result.get('turns', 0)} turn(s)",
         metadata={
             "metrics": metrics,
-            "stop_reason": result["stop_reason"],
+            "stop_reason": stop_reason,
             "partner": result.get("partner"),
             "error": result.get("error"),
         },
@@ -310,13 +325,16 @@ def env_reward() -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        result = state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        result: EpisodeResult | None = state.store.get(RESULT_KEY)
+        if result is None:  # the solver never started the episode
+            result = new_result()
+            result["stop_reason"] = StopReason.ENV_ERROR.value
         return episode_score(result, state.output.completion if state.output else "")
 
     return score
 
 
-def task_metadata(env_id: str, partner: str | None, episodes: int, seed: int) -> dict[str, Any]:
+def task_metadata(env_id: str, partner: str | None, episodes: int, seed: int) -> dict[str, str | int]:
     """The metadata of an env's bench task (both bench runners write it into their logs)."""
     return {"env_id": env_id, "partner": partner or "default", "episodes": episodes, "seed": seed}
 

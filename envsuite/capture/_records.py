@@ -37,11 +37,11 @@ class CapturedChoice:
     """``stop``, ``length`` or ``tool_calls``, as the client was told."""
     text: str
     """The reply's content (chat) or text (completions), as the client received it."""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, object]] = field(default_factory=list)
 
-    def reply_message(self) -> dict[str, Any]:
+    def reply_message(self) -> dict[str, object]:
         """The assistant message a client sends back to continue after this reply."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        message: dict[str, object] = {"role": "assistant", "content": self.text}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
         return message
@@ -62,11 +62,11 @@ class CapturedCall:
     base_model: str
     chat_format: str | None
     """``chat_template`` or an envsuite renderer name (chat); None for completions."""
-    params: dict[str, Any]
+    params: dict[str, object]
     """The sampling parameters the request gave (max_tokens, temperature, seed, ...)."""
     prompt_tokens: list[int]
     choices: list[CapturedChoice]
-    conversation: list[dict[str, Any]] | None = None
+    conversation: list[dict[str, object]] | None = None
     """The chat request's messages, normalized (chat only)."""
     continues: list[int] | None = None
     """``[seq, choice]`` of the call whose reply this one carries on, in the same episode."""
@@ -144,6 +144,6 @@ class CapturedEpisode:
         return [[*path, (last, c)] for c in range(len(last.choices))]
 
 
-def conversation_key(messages: Sequence[Mapping[str, Any]]) -> str:
+def conversation_key(messages: Sequence[Mapping[str, object]]) -> str:
     """A digest naming a conversation (the key that threads a request to the call it continues)."""
     return hashlib.sha256(json.dumps(list(messages), sort_keys=True, ensure_ascii=False).encode()).hexdigest()

@@ -16,10 +16,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envsuite.capture._records import (
     CAPTURE_NAME_PATTERN,
@@ -134,7 +133,7 @@ class CaptureStore:
             calls = self._episode_calls(episode_id)
             return calls[-1] if calls else None
 
-    def thread(self, conversation: Sequence[dict[str, Any]]) -> ThreadLink | None:
+    def thread(self, conversation: Sequence[Mapping[str, object]]) -> ThreadLink | None:
         """The call whose reply a conversation carries on: the digest of the conversation up to its last
         assistant message, looked up among recorded replies."""
         last = max((i for i, m in enumerate(conversation) if m.get("role") == "assistant"), default=None)

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from envsuite.chat import Message, StopCondition, ToolSpec, as_tool_call
+from envsuite.chat import Message, StopCondition, ToolCall, ToolSpec, as_tool_call
 from envsuite.serve._oai_wire import ChatMessageIn, ChatRequest, OpenAIError, unsupported
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class AssistantReply:
     """A sampled reply as the client sees it."""
 
     content: str
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, object]] = field(default_factory=list)
     """OpenAI ``tool_calls`` parsed from the reply (only for requests with tools)."""
 
 
@@ -121,7 +121,7 @@ def to_messages(messages: list[ChatMessageIn]) -> list[Message]:
     return out
 
 
-def _tool_calls(calls: object, where: str) -> list[Any]:
+def _tool_calls(calls: object, where: str) -> list[ToolCall]:
     if not isinstance(calls, list):
         raise OpenAIError(400, f"{where} must be a list", param=where)
     try:

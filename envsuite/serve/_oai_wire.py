@@ -93,7 +93,7 @@ class CompletionRequest(_SamplingRequest):
     logprobs: int | None = Field(None, ge=0, le=5)
 
 
-def _zero(value: Any) -> bool:
+def _zero(value: object) -> bool:
     return value == 0
 
 

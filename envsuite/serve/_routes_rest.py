@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/api/v1")
 _HOSTED_ONLY = "not available on the local server: {} belong to the hosted service's accounts"
 
 
-def _dump(model: Any) -> dict[str, Any]:
+def _dump(model: pydantic.BaseModel) -> dict[str, Any]:
     dumped: dict[str, Any] = model.model_dump(mode="json")
     return dumped
 

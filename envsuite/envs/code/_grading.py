@@ -99,7 +99,7 @@ print(NONCE + json.dumps({{"results": results}}), flush=True)
 """
 
 
-def canonical(value: Any) -> str:
+def canonical(value: object) -> str:
     """How results are compared: their JSON (tuples as lists, keys sorted)."""
     return json.dumps(value, sort_keys=True)
 
