@@ -195,14 +195,16 @@ def write_figure(rows: list[EnvTime], path: Path, title: str) -> None:
         color=[colours[r.family] for r in ordered],
         width=1.0,
     )
-    for family in families:
-        ax.bar([], [], color=colours[family], label=family)
+    from matplotlib.patches import Patch
+
+    # Legend handles of their own: empty bars would carry the default colour, not the family's.
+    handles = [Patch(color=colours[family], label=family) for family in families]
     for index, row in enumerate(ordered[:8]):
         ax.annotate(row.env_id, (index, row.seconds), rotation=60, fontsize=7, ha="left", va="bottom")
     ax.set_xlabel(f"env (all {len(ordered)}, slowest first)")
     ax.set_ylabel("seconds (first episode start to last episode end)")
     ax.set_title(title)
-    ax.legend(loc="upper right")
+    ax.legend(handles=handles, loc="upper right")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
