@@ -325,8 +325,9 @@ run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
 """
 
 
-def test_sigkill_then_rerun_resumes_without_duplicate_or_missing_steps(tmp_path: Path) -> None:
-    config = _config(tmp_path, n_steps=10, max_tokens=2, save_every=3, eval_every=0)
+def sigkill_after_first_checkpoint(config: TrainConfig) -> None:
+    """Train ``config`` (toy envs registered) in a child process and SIGKILL it as soon as a step after
+    its first checkpoint is logged: the run dies between two checkpoints, with work past the last one."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, config.to_json()], env=env, cwd=Path.cwd())
     log_dir = Path(config.log_dir)
@@ -343,6 +344,11 @@ def test_sigkill_then_rerun_resumes_without_duplicate_or_missing_steps(tmp_path:
         time.sleep(0.02)
     child.wait(timeout=60)
     assert killed, "the child finished before it could be killed; slow the toy run down"
+
+
+def test_sigkill_then_rerun_resumes_without_duplicate_or_missing_steps(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_steps=10, max_tokens=2, save_every=3, eval_every=0)
+    sigkill_after_first_checkpoint(config)
     assert len(_rows(config)) < 10
     result = run_training(config, show_progress=False)
     assert result.cause is StopCause.COMPLETED and result.steps_completed == 10

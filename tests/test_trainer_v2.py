@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,7 +33,7 @@ from envsuite.core import (
 )
 from envsuite.registration import register, registry
 from envsuite.trainers import ConfigError, StopCause, TrainConfig, TrainingDatum, read_metrics, run_training
-from tests.test_trainer_run import HALF_VOCAB, TOY_ID, TURNS_ID, register_toy
+from tests.test_trainer_run import HALF_VOCAB, TOY_ID, TURNS_ID, register_toy, sigkill_after_first_checkpoint
 
 STRAGGLER_ID = "test-straggler-v0"
 
@@ -284,15 +280,6 @@ def test_async_trains_no_group_staler_than_the_bound_and_counts_the_dropped(tmp_
     assert any(float(r["util/trainer"]) > 0 for r in rows)  # type: ignore[arg-type]
 
 
-_CHILD = """
-import sys
-from tests.test_trainer_run import register_toy
-from envsuite.trainers import TrainConfig, run_training
-register_toy()
-run_training(TrainConfig.from_json(sys.argv[1]), show_progress=False)
-"""
-
-
 def test_async_sigkill_then_rerun_trains_every_group_exactly_once(tmp_path: Path) -> None:
     """Issue 37.1: killed (SIGKILL) with groups in flight and queued, the rerun resumes from the last
     checkpoint, keeps the ledger rows before it, samples every group it had not trained again, and ends
@@ -310,25 +297,11 @@ def test_async_sigkill_then_rerun_trains_every_group_exactly_once(tmp_path: Path
         stream_minibatches=3,
         samplers=2,  # in-process replicas: async, streaming and replicas together
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path.cwd())}
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, config.to_json()], env=env, cwd=Path.cwd())
-    log_dir = Path(config.log_dir)
-    deadline = time.monotonic() + 300
-    killed = False
-    while time.monotonic() < deadline and child.poll() is None:
-        ckpt = log_dir / "checkpoints.jsonl"
-        if ckpt.exists() and ckpt.read_text().strip():
-            saved = json.loads(ckpt.read_text().splitlines()[0])["step"]
-            if len(_rows(config)) > saved:
-                child.send_signal(signal.SIGKILL)
-                killed = True
-                break
-        time.sleep(0.02)
-    child.wait(timeout=60)
-    assert killed, "the child finished before it could be killed; slow the toy run down"
+    sigkill_after_first_checkpoint(config)
     before = _ledger(config)
     resumed_at = max(
-        json.loads(line)["step"] for line in (log_dir / "checkpoints.jsonl").read_text().splitlines()
+        json.loads(line)["step"]
+        for line in (Path(config.log_dir) / "checkpoints.jsonl").read_text().splitlines()
     )
     assert any(int(r["step"]) >= resumed_at for r in before)  # type: ignore[call-overload]  # steps to redo
     result = run_training(config, show_progress=False)
