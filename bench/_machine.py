@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from _host import cpu_name  # noqa: F401  (re-exported: benches import it from here too)
 
 
 @dataclass(frozen=True)
@@ -27,24 +28,6 @@ class Machine:
     cores: int
     load_before: tuple[float, float, float]
     """1, 5 and 15 minute load averages before measuring."""
-
-
-def cpu_name() -> str:
-    """The CPU as docs name it: model name, family/model, and the widest vector unit (from /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return "unknown CPU"
-    flags = fields.get("flags", "").split()
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return (
-        f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}, "
-        f"model {fields.get('model', '?')}, {vector}), {os.cpu_count()} CPUs"
-    )
 
 
 def load_average() -> tuple[float, float, float]:

@@ -35,6 +35,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` leaves bench/ off the path
+from _host import cpu_name, offline_env, tree_rss
+
 GOAL_S = 30 * 60
 
 
@@ -65,23 +68,8 @@ class EnvTime:
     status: str
 
 
-def _tree_rss(process: psutil.Process) -> int:
-    total = 0
-    for proc in [process, *process.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
 def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = offline_env()
     started = time.perf_counter()
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     proc = psutil.Process(child.pid)
@@ -92,7 +80,7 @@ def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt
     def sample() -> None:
         while not done.is_set():
             with contextlib.suppress(psutil.Error):
-                peak[0] = max(peak[0], _tree_rss(proc))
+                peak[0] = max(peak[0], tree_rss(proc))
             if kill_after is not None and time.perf_counter() - started > kill_after and not killed.is_set():
                 killed.set()
                 for victim in [*proc.children(recursive=True), proc]:
@@ -168,15 +156,6 @@ def _sample_time(sample: object, which: str) -> float | None:
     if not text:
         return None
     return datetime.fromisoformat(str(text)).timestamp()
-
-
-def cpu_name() -> str:
-    info = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    name = fields.get("Model name", "?").strip()
-    family, model = fields.get("CPU family", "?").strip(), fields.get("Model", "?").strip()
-    avx512 = "AVX-512" if "avx512f" in fields.get("Flags", "") else "AVX2"
-    return f"{name} (family {family}, model {model}, {avx512}), {os.cpu_count()} cores"
 
 
 def write_figure(rows: list[EnvTime], path: Path, title: str) -> None:

@@ -36,6 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` leaves bench/ off the path
+from _host import cpu_name
+
 MODEL = "smollm2-135m-instruct"
 ENV_ID = "arithmetic"
 ENV_KWARGS: dict[str, Any] = {"digits": 2, "operations": ["+"], "n_terms": 2, "answer_format": "number"}
@@ -139,16 +142,6 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         ends = [x for x in entry["last3"] if x is not None]
         entry["mean_last3"] = round(sum(ends) / len(ends), 3) if ends else None
     return table
-
-
-def cpu_name() -> str:
-    """The CPU as the docs name it: model name, family/model, widest vector extension."""
-    info: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    isa = "AVX-512" if "avx512f" in info.get("flags", "").split() else "AVX2"
-    return f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model {info.get('model', '?')}, {isa}"
 
 
 def plot(results: list[dict[str, Any]], path: Path, cpu: str, args: argparse.Namespace) -> None:

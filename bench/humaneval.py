@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from _machine import cpu_name
+from _host import cpu_name
 from rich.progress import Progress
 
 from envsuite import RendererConfig, make_group_builder

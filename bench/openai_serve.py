@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -36,6 +35,9 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` leaves bench/ off the path
+from _host import cpu_name
 
 MODEL = "smollm2-135m-instruct"
 TOPICS = [
@@ -169,13 +171,6 @@ def start_server(out: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.5)
     server.terminate()
     raise TimeoutError("envsuite serve did not start")
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def print_table(runs: dict[str, list[Side]]) -> None:

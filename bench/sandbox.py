@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from _machine import cpu_name
+from _host import cpu_name
 
 from envsuite.sandbox import Sandbox, SandboxConfig, sandbox_support
 
