@@ -3,6 +3,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/cookbook_losses.py [--losses stable_reinforce,importance_sampling]
         [--off-policy 0,2] [--repeats 3] [--steps 40] [--lr 3e-4] [--eval-every 5] [--out runs/cookbook_losses]
+        [--report]    (train nothing: summarize the finished runs under --out)
 
 Every run is cookbook's own ``rl.train.main``, unchanged, after ``envsuite.backends.local.install()``:
 its sampler (``record_stability_info`` when the loss is ``stable_reinforce``), its datum assembly (with
@@ -116,6 +117,7 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
         "train_reward": [r.get("env/all/reward/total") for r in steps],
         "kl_sample_train": [r.get("optim/kl_sample_train_v1") for r in steps],
         "staleness": [r.get("async/staleness_mean", 0.0) for r in steps],
+        "frac_mixed": [r.get("env/all/by_group/frac_mixed") for r in steps],
         "eval_steps": [r["step"] for r in evals],
         "eval_reward": [r["test/env/all/reward/total"] for r in evals],
     }
@@ -124,12 +126,22 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (loss, off-policy): each repeat's held-out reward at the end (mean of the last three
     evaluations, which halves the noise of 32 one-sample problems), at its best and at the last
-    evaluation, the largest sampler-to-learner KL of its steps; and the mean over repeats of the first."""
+    evaluation, the largest sampler-to-learner KL of its steps, how many of its steps had no signal
+    (no group with differing rewards: every advantage 0, so no loss moves the weights); and the mean
+    over repeats of the first."""
     table: dict[str, Any] = {}
     for result in results:
         key = f"{result['loss']} off-policy {result['off_policy']}"
         entry = table.setdefault(
-            key, {"last3": [], "best": [], "final": [], "max_kl_sample_train": [], "wall_s": []}
+            key,
+            {
+                "last3": [],
+                "best": [],
+                "final": [],
+                "max_kl_sample_train": [],
+                "no_signal_steps": [],
+                "wall_s": [],
+            },
         )
         rewards = result["eval_reward"]
         entry["last3"].append(round(sum(rewards[-3:]) / len(rewards[-3:]), 3) if rewards else None)
@@ -137,6 +149,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         entry["final"].append(round(rewards[-1], 3) if rewards else None)
         kl = [x for x in result["kl_sample_train"] if x is not None]
         entry["max_kl_sample_train"].append(round(max(kl), 4) if kl else None)
+        entry["no_signal_steps"].append(sum(1 for x in result.get("frac_mixed", []) if x == 0))
         entry["wall_s"].append(round(result["wall_s"], 1))
     for entry in table.values():
         ends = [x for x in entry["last3"] if x is not None]
@@ -194,6 +207,11 @@ def main() -> int:
     parser.add_argument("--test-problems", type=int, default=64)
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--out", default="runs/cookbook_losses")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="train nothing: summarize and plot the finished runs among those asked for",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -208,10 +226,12 @@ def main() -> int:
         for off in args.off_policy.split(",")
         for loss in args.losses.split(",")
     ]
+    if args.report:
+        runs = [run for run in runs if (out / run.name / "done.json").is_file()]
     passthrough = [
         f"--{k.replace('_', '-')}={v}"
         for k, v in vars(args).items()
-        if k not in ("child", "losses", "off_policy")
+        if k not in ("child", "losses", "off_policy", "report")
     ]
     for index, run in enumerate(runs):
         if (out / run.name / "done.json").is_file():
@@ -222,7 +242,7 @@ def main() -> int:
         subprocess.run([*child, *passthrough], stdout=log, stderr=subprocess.STDOUT, check=True)
     results = [read_run(out, run) for run in runs]
     summary: dict[str, Any] = {
-        "settings": {k: v for k, v in vars(args).items() if k != "child"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("child", "report")},
         "table": summarize(results),
         "runs": results,
     }
