@@ -3,7 +3,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/cookbook_losses.py [--losses stable_reinforce,importance_sampling]
         [--off-policy 0,2] [--repeats 3] [--steps 40] [--lr 3e-4] [--eval-every 5] [--out runs/cookbook_losses]
-        [--report]    (train nothing: summarize the finished runs under --out)
+        [--compare-weights] [--report]    (--report: train nothing, summarize the finished runs under --out)
 
 Every run is cookbook's own ``rl.train.main``, unchanged, after ``envsuite.backends.local.install()``:
 its sampler (``record_stability_info`` when the loss is ``stable_reinforce``), its datum assembly (with
@@ -67,6 +67,8 @@ def run_child(run: Run, args: argparse.Namespace) -> None:
 
     out = Path(args.out) / run.name
     local.install(out / "runs")
+    if args.compare_weights and run.loss == "stable_reinforce":
+        compare_weights_on_every_step(out / "weights_check.jsonl")
     model_dir = str(resolve_model(MODEL).path)
     builder = envsuite.make_dataset_builder(
         ENV_ID,
@@ -105,12 +107,52 @@ def run_child(run: Run, args: argparse.Namespace) -> None:
     (out / "done.json").write_text(json.dumps({"wall_s": time.monotonic() - start, **asdict(run)}) + "\n")
 
 
+def compare_weights_on_every_step(path: Path) -> None:
+    """Before each ``stable_reinforce`` ``forward_backward``, score the same datums with both losses.
+
+    Per token, ``importance_sampling``'s gradient is ``-ratio * A * dlogp`` and ``stable_reinforce``'s
+    ``-w * A * dlogp``, so the two updates are equal exactly where ``ratio * A == w * A`` on every token.
+    The elementwise losses of a ``forward`` give both factors through the public API (``-ratio * A``
+    directly; ``-w * A * logp`` divided by the token's logprob): one line per step in ``path`` with the
+    largest difference relative to the largest ``|ratio * A|``.
+    """
+    import numpy as np
+
+    from envsuite.backends.local import LocalTrainingClient
+
+    train = LocalTrainingClient.forward_backward
+
+    def checked(self: Any, data: Any, loss_fn: Any, loss_fn_config: Any = None) -> Any:
+        if loss_fn == "stable_reinforce":
+            ratio_out = self.forward(data, "importance_sampling").result().loss_fn_outputs
+            topr_out = self.forward(data, "stable_reinforce").result().loss_fn_outputs
+            diffs, scale, tokens = [], 0.0, 0
+            for r_out, t_out in zip(ratio_out, topr_out, strict=True):
+                ratio_a = -r_out["elementwise_loss"].to_numpy()
+                logp = t_out["logprobs"].to_numpy()
+                # logp near 0 (a near-certain token) carries no gradient and no w to read back
+                usable = (ratio_a != 0) & (np.abs(logp) > 1e-3)
+                w_a = -t_out["elementwise_loss"].to_numpy()[usable] / logp[usable]
+                diffs.append(np.abs(ratio_a[usable] - w_a))
+                scale = max(scale, float(np.abs(ratio_a).max(initial=0.0)))
+                tokens += int(usable.sum())
+            worst = float(np.concatenate(diffs).max(initial=0.0))
+            line = {"datums": len(data), "tokens": tokens, "max_rel_diff": worst / max(scale, 1e-12)}
+            with path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+        return train(self, data, loss_fn, loss_fn_config)
+
+    LocalTrainingClient.forward_backward = checked  # type: ignore[method-assign]
+
+
 def read_run(out: Path, run: Run) -> dict[str, Any]:
     """A finished run's curves from cookbook's metrics.jsonl."""
     rows = [json.loads(line) for line in (out / run.name / "log" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "env/all/reward/total" in r]  # async rows have no progress/batch
     evals = [r for r in rows if "test/env/all/reward/total" in r]
     done = json.loads((out / run.name / "done.json").read_text())
+    check = out / run.name / "weights_check.jsonl"
+    checks = [json.loads(line) for line in check.read_text().splitlines()] if check.is_file() else []
     return {
         **asdict(run),
         "wall_s": done["wall_s"],
@@ -118,6 +160,7 @@ def read_run(out: Path, run: Run) -> dict[str, Any]:
         "kl_sample_train": [r.get("optim/kl_sample_train_v1") for r in steps],
         "staleness": [r.get("async/staleness_mean", 0.0) for r in steps],
         "frac_mixed": [r.get("env/all/by_group/frac_mixed") for r in steps],
+        "weights_max_rel_diff": max((c["max_rel_diff"] for c in checks), default=None),
         "eval_steps": [r["step"] for r in evals],
         "eval_reward": [r["test/env/all/reward/total"] for r in evals],
     }
@@ -150,6 +193,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         kl = [x for x in result["kl_sample_train"] if x is not None]
         entry["max_kl_sample_train"].append(round(max(kl), 4) if kl else None)
         entry["no_signal_steps"].append(sum(1 for x in result.get("frac_mixed", []) if x == 0))
+        entry.setdefault("weights_max_rel_diff", []).append(result.get("weights_max_rel_diff"))
         entry["wall_s"].append(round(result["wall_s"], 1))
     for entry in table.values():
         ends = [x for x in entry["last3"] if x is not None]
@@ -208,6 +252,12 @@ def main() -> int:
     parser.add_argument("--data-seed", type=int, default=0)
     parser.add_argument("--out", default="runs/cookbook_losses")
     parser.add_argument(
+        "--compare-weights",
+        action="store_true",
+        help="stable_reinforce runs: score each step's datums with importance_sampling too and log how far "
+        "the two losses' per-token gradient weights differ (weights_check.jsonl)",
+    )
+    parser.add_argument(
         "--report",
         action="store_true",
         help="train nothing: summarize and plot the finished runs among those asked for",
@@ -229,9 +279,9 @@ def main() -> int:
     if args.report:
         runs = [run for run in runs if (out / run.name / "done.json").is_file()]
     passthrough = [
-        f"--{k.replace('_', '-')}={v}"
+        f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
         for k, v in vars(args).items()
-        if k not in ("child", "losses", "off_policy", "report")
+        if k not in ("child", "losses", "off_policy", "report") and v is not False
     ]
     for index, run in enumerate(runs):
         if (out / run.name / "done.json").is_file():
