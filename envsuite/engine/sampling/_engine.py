@@ -39,7 +39,13 @@ from transformers import PreTrainedModel
 
 from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._memory import release_free_memory
-from envsuite.engine.kernels import ReorderReport, reorder_frozen_linears, route_linears_through_onednn
+from envsuite.engine.kernels import (
+    KernelPlan,
+    ReorderReport,
+    kernel_plan,
+    lay_out_frozen_linears,
+    onednn_fits,
+)
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -87,15 +93,23 @@ class SamplingEngine:
         self.model = model.eval()
         self.config = config or EngineConfig()
         self.reorder_report: ReorderReport | None = None
-        """What ``EngineConfig.reorder_weights`` replaced in the model (None: nothing was tried)."""
-        if self.config.onednn_products:
-            route_linears_through_onednn(model)  # the engine owns its model (see the client)
-            if self.config.reorder_weights:
-                self.reorder_report = reorder_frozen_linears(model, shared=shared_weights)
+        """What the engine did to the model's linear layers (None: nothing, ``onednn_products`` off)."""
+        self.kernel_plan: KernelPlan | None = None
+        """The kernels chosen for the model's products, and why (None: ``F.linear`` on the model as loaded)."""
+        weight = model.get_input_embeddings().weight
+        if self.config.onednn_products and isinstance(weight, torch.Tensor) and onednn_fits(weight):
+            # The engine owns its model (see the client): its layers take the chosen layouts in place.
+            self.kernel_plan = kernel_plan(
+                model,
+                shared_weights,
+                relayout=self.config.reorder_weights,
+                native=self.config.native_kernels,
+                path=self.config.product_path,
+                cache=self.config.kernel_cache,
+            )
+            self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
-        self._decoder = (
-            llama_decoder(model, onednn=self.config.onednn_products) if self.config.lean_decode else None
-        )
+        self._decoder = llama_decoder(model) if self.config.lean_decode else None
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )

@@ -20,7 +20,7 @@ cover (other architectures, sliding windows, biases it does not know) keep using
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -28,11 +28,13 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from envsuite.engine.kernels import (
+    FrozenLinear,
     FusedPart,
-    ReorderedLinear,
+    OneDnnLinear,
+    Product,
+    ProductPath,
     onednn_available,
     onednn_fits,
-    onednn_linear,
     zero_filled_biases,
 )
 
@@ -70,63 +72,33 @@ class _FedTail:
 
 
 @dataclass(frozen=True)
-class _Product:
-    """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
-    ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a
-    decode step) or ``F.linear``. ``weight`` is the model's plain weight or, where the engine
-    reordered the model's layers (``ReorderedLinear``), the reordered one (then always oneDNN)."""
-
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    onednn: bool = False
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.onednn:
-            return F.linear(x, self.weight, self.bias)
-        return onednn_linear(x, self.weight, self.bias)
-
-    def through_onednn(self) -> _Product:
-        return replace(self, onednn=True)
-
-
-@dataclass(frozen=True)
 class _LayerWeights:
-    """One decoder layer's tensors and products (biases are None when the config has none).
+    """One decoder layer's tensors and products (``envsuite.engine.kernels.Product``: a weight in the
+    layout the engine chose for it, a kernel per row count).
 
-    ``qkv`` stacks the query, key and value projections' rows: one matrix product instead of three
-    (measured at batch 8-32 on SmolLM2: as fast or faster; the key/value products alone are too
-    narrow to use the cores well). The model's own modules hold views of these rows (:func:`_fuse`),
-    so the model keeps one copy of its weights and sees the same values; where the engine reordered
-    the model, ``qkv`` is the reordered product its ``FusedPart`` modules share.
-
-    ``mlp_in`` is ``(gate, up)``, or ``(gate_up,)`` where the engine fused the two (reordered, their
-    outputs side by side): on reordered weights one product is faster at every batch from 1 to 64
-    (0.2-0.9 ms per step on SmolLM2); on the plain weights they stay separate (fusing them would copy
-    them, and on plain weights one 3072-wide product ran slower at batch 8).
+    ``qkv`` is one product of the query, key and value projections' stacked rows where they could be
+    fused (measured at batch 8-32 on SmolLM2: as fast or faster than three; the key/value products
+    alone are too narrow to use the cores well), else the three products; ``mlp_in`` likewise the gate
+    and up projections (one product, or two). The engine fuses them when it lays the model out
+    (``lay_out_frozen_linears``); on a model as loaded (``nn.Linear`` layers) the query, key and value
+    weights become views of one stacked tensor (:func:`_fuse`: one copy in all, the model's modules see
+    the same values) and gate and up stay separate.
     """
 
     input_norm: torch.Tensor
     post_norm: torch.Tensor
-    qkv: _Product
-    o: _Product
-    mlp_in: tuple[_Product, ...]
-    down: _Product
-
-    def through_onednn(self) -> _LayerWeights:
-        return replace(
-            self,
-            qkv=self.qkv.through_onednn(),
-            o=self.o.through_onednn(),
-            mlp_in=tuple(p.through_onednn() for p in self.mlp_in),
-            down=self.down.through_onednn(),
-        )
+    qkv: tuple[Product, ...]
+    o: Product
+    mlp_in: tuple[Product, ...]
+    down: Product
 
 
-def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder | None:
+def llama_decoder(model: PreTrainedModel, plain_path: ProductPath | None = None) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
-    With ``onednn`` the step's products run through oneDNN where torch has it (else ``F.linear``;
-    layers the engine reordered always run through oneDNN)."""
+    Layers the engine laid out (``FrozenLinear``, fused parts) run their own products; plain linear
+    layers run through ``plain_path`` where given (a plain-weight path), else ``F.linear`` (oneDNN for a
+    ``OneDnnLinear``)."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -134,34 +106,28 @@ def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder |
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    # A GPU or half-precision model keeps F.linear.
-    onednn = onednn and onednn_available() and onednn_fits(_product(model.get_output_embeddings()).weight)
-    return LlamaDecoder(model, onednn=onednn)
+    return LlamaDecoder(model, plain_path)
 
 
 class LlamaDecoder:
     """Feeds one token per row through a Llama model and its KV cache (see module docstring).
 
-    It reads the model's tensors when it is built and points the model's query/key/value projections
-    at rows of one fused tensor (same values, one copy). The sampling engine's model
-    is frozen (new weights come as a new model, with a new decoder); an in-place change to a fused
-    projection's weight is still seen by both, as they share the memory.
+    It reads the model's tensors and products when it is built; on a model as loaded it points the
+    query/key/value projections at rows of one fused tensor (same values, one copy). The sampling
+    engine's model is frozen (new weights come as a new model, with a new decoder); an in-place change
+    to a fused projection's weight is still seen by both, as they share the memory.
 
-    With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`).
-    Where the engine replaced the model's layers by reordered ones (``reorder_frozen_linears``: a
-    step ~20% faster again at batch 32, docs/benchmarks.md), the step multiplies the same reordered
-    tensors, and the fused products of the query/key/value and the gate/up projections.
+    Where the engine laid the model's layers out (``lay_out_frozen_linears``: each product on the
+    layout and kernels measured fastest here), the step runs the same products.
     """
 
-    def __init__(self, model: PreTrainedModel, onednn: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, plain_path: ProductPath | None = None) -> None:
         inner: Any = model.get_decoder()
         config = model.config
         self.embed: torch.nn.Module = inner.embed_tokens
         self.rotary: torch.nn.Module = inner.rotary_emb
         self.final_norm = _weight(inner.norm)
         self.eps = float(config.rms_norm_eps)
-        head: Any = model.get_output_embeddings()
-        self.lm_head = _product(head)
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.group = self.heads // self.kv_heads
@@ -172,11 +138,9 @@ class LlamaDecoder:
         self.act: torch.nn.Module = first.mlp.act_fn
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
-        self.layers = [_layer_weights(layer) for layer in inner.layers]
-        self.onednn = onednn
-        if onednn:
-            self.layers = [layer.through_onednn() for layer in self.layers]
-            self.lm_head = self.lm_head.through_onednn()
+        products = _Products(plain_path)
+        self.layers = [products.layer(layer) for layer in inner.layers]
+        self.lm_head = products.of(model.get_output_embeddings())
 
     def step(
         self,
@@ -225,7 +189,7 @@ class LlamaDecoder:
         # hidden_B1D: the batch's rows (one token each), then every tail token (one row each).
         rows = hidden_B1D.shape[0]
         x = self._rms_norm(hidden_B1D, w.input_norm)
-        qkv = w.qkv(x)
+        qkv = w.qkv[0](x) if len(w.qkv) == 1 else torch.cat([product(x) for product in w.qkv], dim=-1)
         k_end = self.q_size + self.kv_size
         # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
         # rotating each on its own, in half the operations.
@@ -324,30 +288,49 @@ def _bias(module: Any) -> torch.Tensor | None:
     return None if bias is None else bias.detach()
 
 
-def _layer_weights(layer: Any) -> _LayerWeights:
-    attn, mlp = layer.self_attn, layer.mlp
-    if isinstance(attn.q_proj, FusedPart):  # reordered by the engine: already one product
-        qkv = _product(attn.q_proj.fused.product)
-    else:
-        qkv = _Product(*_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
-    if isinstance(mlp.gate_proj, FusedPart) and mlp.gate_proj.fused is getattr(mlp.up_proj, "fused", None):
-        mlp_in: tuple[_Product, ...] = (_product(mlp.gate_proj.fused.product),)
-    else:
-        mlp_in = (_product(mlp.gate_proj), _product(mlp.up_proj))
-    return _LayerWeights(
-        input_norm=_weight(layer.input_layernorm),
-        post_norm=_weight(layer.post_attention_layernorm),
-        qkv=qkv,
-        o=_product(attn.o_proj),
-        mlp_in=mlp_in,
-        down=_product(mlp.down_proj),
-    )
+class _Products:
+    """The step's products for a model's layers (see :func:`llama_decoder`)."""
 
+    def __init__(self, plain_path: ProductPath | None) -> None:
+        self.plain_path = plain_path
 
-def _product(linear: Any) -> _Product:
-    if isinstance(linear, ReorderedLinear):
-        return _Product(linear.packed, linear.bias, onednn=True)
-    return _Product(_weight(linear), _bias(linear))
+    def of(self, linear: Any) -> Product:
+        """The product a layer runs: its own where the engine laid it out, else one on its plain weight."""
+        if isinstance(linear, FrozenLinear):
+            return linear.product
+        return self.plain(_weight(linear), _bias(linear), isinstance(linear, OneDnnLinear))
+
+    def plain(self, weight: torch.Tensor, bias: torch.Tensor | None, onednn: bool = False) -> Product:
+        path = self.plain_path
+        if path is None:
+            path = ProductPath.ONEDNN if onednn and onednn_available() else ProductPath.F_LINEAR
+        if path is not ProductPath.F_LINEAR and not onednn_fits(weight):
+            path = ProductPath.F_LINEAR  # a GPU or half-precision model
+        return Product.everywhere(weight, bias, path)
+
+    def group(self, linears: list[Any]) -> tuple[Product, ...]:
+        """One product for layers the engine fused, else one per layer."""
+        first = linears[0]
+        if isinstance(first, FusedPart) and all(getattr(m, "fused", None) is first.fused for m in linears):
+            return (first.fused.product,)
+        return tuple(self.of(linear) for linear in linears)
+
+    def layer(self, layer: Any) -> _LayerWeights:
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = [attn.q_proj, attn.k_proj, attn.v_proj]
+        if all(type(m) in (torch.nn.Linear, OneDnnLinear) for m in projections):
+            fused, fused_bias = _fuse(projections)
+            qkv: tuple[Product, ...] = (self.plain(fused, fused_bias, isinstance(attn.q_proj, OneDnnLinear)),)
+        else:
+            qkv = self.group(projections)
+        return _LayerWeights(
+            input_norm=_weight(layer.input_layernorm),
+            post_norm=_weight(layer.post_attention_layernorm),
+            qkv=qkv,
+            o=self.of(attn.o_proj),
+            mlp_in=self.group([mlp.gate_proj, mlp.up_proj]),
+            down=self.of(mlp.down_proj),
+        )
 
 
 def _fuse(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
