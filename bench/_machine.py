@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from _host import cpu_name  # noqa: F401  (re-exported: benches import it from here too)
 
 
 @dataclass(frozen=True)

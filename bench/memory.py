@@ -34,6 +34,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -P` leaves bench/ off the path
+from _host import offline_env, tree_rss
+
 MODEL = "smollm2-135m-instruct"
 DEMO_ENVS = ["arithmetic_easy", "arithmetic", "math", "twenty_questions", "tictactoe"]
 GOALS_GB = {"demo": 3.0, "bench": 2.0, "train": 3.0, "train_multiturn": 3.0}
@@ -86,24 +89,9 @@ def _hwm_bytes(pid: int) -> int:
     return 0
 
 
-def _tree_rss(process: psutil.Process) -> int:
-    total = 0
-    for proc in [process, *process.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
 def measure(name: str, command: list[str], interval: float, cwd: Path) -> MemoryRun:
     load = tuple(round(x, 2) for x in os.getloadavg())
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = offline_env()
     started = time.perf_counter()
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     proc = psutil.Process(child.pid)
@@ -113,7 +101,7 @@ def measure(name: str, command: list[str], interval: float, cwd: Path) -> Memory
     def sample() -> None:
         while not done.is_set():
             try:
-                peaks["tree"] = max(peaks["tree"], _tree_rss(proc))
+                peaks["tree"] = max(peaks["tree"], tree_rss(proc))
                 peaks["hwm"] = max(peaks["hwm"], _hwm_bytes(child.pid))
             except psutil.Error:
                 pass

@@ -125,12 +125,21 @@ def run_name(trainer: str, task: str, lr: float) -> str:
 # ---------------------------------------------------------------------------------------------- envsuite
 
 
-def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
+ENVSUITE_MODES: dict[str, dict[str, Any]] = {
+    "envsuite": {},
+    "envsuite-async": {"async_max_steps_off_policy": 1},
+    "envsuite-stream": {"stream_minibatches": 4},
+}
+"""envsuite's trainers in this bench: synchronous (the default), async off-policy with at most one step of
+staleness, and streaming minibatches (issue 37); everything else is the same config."""
+
+
+def train_envsuite(task: Task, lr: float, shape: Shape, out: Path, trainer: str = "envsuite") -> RunResult:
     import shutil
 
     from envsuite.trainers import TrainConfig, read_metrics, run_training
 
-    log_dir = out / run_name("envsuite", task.name, lr)
+    log_dir = out / run_name(trainer, task.name, lr)
     shutil.rmtree(log_dir, ignore_errors=True)
     load = list(os.getloadavg())
     config = TrainConfig(
@@ -152,6 +161,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
         seed=shape.seed,
         beta1=0.9,
         beta2=0.95,
+        **ENVSUITE_MODES[trainer],
     )
     result = run_training(config, show_progress=False)
     rows = read_metrics(log_dir / "metrics.jsonl")
@@ -163,7 +173,7 @@ def train_envsuite(task: Task, lr: float, shape: Shape, out: Path) -> RunResult:
     ]
     del result
     return RunResult(
-        "envsuite",
+        trainer,
         task.name,
         lr,
         checkpoints,
@@ -264,7 +274,7 @@ def _sampling_model(trainer: str, path: str | None) -> Any:
 
     if path is None:
         return load_sampling_model(base_model=MODEL).model
-    if trainer == "envsuite":
+    if trainer.startswith("envsuite"):
         return load_sampling_model(model_path=path).model
     from peft import PeftModel
 
@@ -329,8 +339,10 @@ def run_job(job: Job, shape: Shape, out: Path) -> None:
     if job.kind == "base":
         value = {"held_out": held_out_reward("envsuite", None, task, shape)}
     elif job.kind == "train":
-        train = train_envsuite if job.trainer == "envsuite" else train_trl
-        result = train(task, job.lr, shape, out)
+        if job.trainer in ENVSUITE_MODES:
+            result = train_envsuite(task, job.lr, shape, out, job.trainer)
+        else:
+            result = train_trl(task, job.lr, shape, out)
         result.load_after = list(os.getloadavg())
         value = asdict(result)
     else:
@@ -387,15 +399,27 @@ def summarize(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             timed = [r for r in runs if r["time_to_target_s"] is not None]
             best = min(timed, key=lambda r: float(r["time_to_target_s"])) if timed else None
             per_trainer[trainer] = {"runs": runs, "best": best}
-        ratio = None
-        if {"envsuite", "trl"} <= per_trainer.keys():
-            a, b = per_trainer["envsuite"]["best"], per_trainer["trl"]["best"]
-            if a and b and b["time_to_target_s"]:
-                ratio = a["time_to_target_s"] / b["time_to_target_s"]
+        ratios = {
+            trainer: _ratio(per_trainer[trainer]["best"], per_trainer["trl"]["best"])
+            for trainer in per_trainer
+            if trainer in ENVSUITE_MODES and "trl" in per_trainer
+        }
         summary["tasks"][task_name] = {
-            "target": task.target, "base_held_out": base, "trainers": per_trainer, "envsuite_over_trl": ratio,
+            "target": task.target, "base_held_out": base, "trainers": per_trainer,
+            "envsuite_over_trl": ratios.get("envsuite"), "over_trl": ratios,
         }  # fmt: skip
     return summary
+
+
+def _ratio(ours: dict[str, Any] | None, trl: dict[str, Any] | None) -> float | None:
+    """Our time to target over TRL's: inf when only TRL got there, None when TRL did not (no ratio)."""
+    import math
+
+    if trl is None or not trl["time_to_target_s"]:
+        return None
+    if ours is None:
+        return math.inf
+    return float(ours["time_to_target_s"]) / float(trl["time_to_target_s"])
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
@@ -406,7 +430,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 
     tasks = summary["tasks"]
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.5), squeeze=False)
-    colors = {"envsuite": "tab:blue", "trl": "tab:orange"}
+    colors = {
+        "envsuite": "tab:blue",
+        "trl": "tab:orange",
+        "envsuite-async": "tab:green",
+        "envsuite-stream": "tab:purple",
+    }
     for ax, (name, task) in zip(axes[0], tasks.items(), strict=True):
         for trainer, info in task["trainers"].items():
             for run in info["runs"]:
@@ -452,7 +481,17 @@ def across(outs: list[Path], out: Path) -> dict[str, Any]:
         ratio = None
         if {"envsuite", "trl"} <= medians.keys() and math.isfinite(medians["trl"]):
             ratio = medians["envsuite"] / medians["trl"]
-        report["tasks"][task_name] = {"times_s": times, "median_s": medians, "envsuite_over_trl": ratio}
+        # Issue 37: the median of the per-seed ratios (a seed where TRL never got there has no ratio).
+        per_seed: dict[str, list[float]] = {}
+        for summary in summaries.values():
+            for trainer, value in summary["tasks"][task_name].get("over_trl", {}).items():
+                if value is not None:
+                    per_seed.setdefault(trainer, []).append(value)
+        report["tasks"][task_name] = {
+            "times_s": times, "median_s": medians, "envsuite_over_trl": ratio,
+            "per_seed_ratios": per_seed,
+            "median_of_ratios": {t: statistics.median(v) for t, v in per_seed.items() if v},
+        }  # fmt: skip
     merged = {
         "load_now": list(os.getloadavg()),
         "tasks": {
@@ -514,6 +553,11 @@ def main() -> None:
             print(f"{name}: times to target (s) {times}; medians {task['median_s']}")
             if task["envsuite_over_trl"] is not None:
                 print(f"  envsuite / TRL (medians) = {task['envsuite_over_trl']:.2f} (goal <= 0.33)")
+            for trainer, ratios in task["per_seed_ratios"].items():
+                median = task["median_of_ratios"][trainer]
+                print(
+                    f"  {trainer} / TRL per seed {[round(r, 2) for r in ratios]}: median {median:.2f} (goal <= 0.2)"
+                )
         print(f"wrote {out / 'across.json'} and {out / 'time_to_reward_across.png'}")
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -536,8 +580,9 @@ def main() -> None:
             best = info["best"]
             text = f"{best['time_to_target_s']:.0f} s at lr {best['lr']:g}" if best else "not reached"
             print(f"  {trainer:9s} {text}")
-        if task["envsuite_over_trl"] is not None:
-            print(f"  envsuite / TRL = {task['envsuite_over_trl']:.2f} (goal <= 0.33)")
+        for trainer, ratio in task["over_trl"].items():
+            if ratio is not None:
+                print(f"  {trainer} / TRL = {ratio:.2f} (goal <= 0.2)")
     print(f"wrote {out / 'summary.json'} and {out / 'time_to_reward.png'}")
 
 

@@ -26,6 +26,14 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
+from envsuite._mixture import (
+    ConcatDataset,
+    MixtureDataset,
+    MixtureDatasetBuilder,
+    make_mixture_dataset_builder,
+    round_robin_slots,
+)
+from envsuite._select import is_env_pattern, select_envs
 from envsuite.adapters.gymnasium import make
 from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
 from envsuite.core import (
@@ -48,11 +56,16 @@ from envsuite.core import (
     StopReason,
     TokenCompleter,
     TokensWithLogprobs,
+    Tool,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
     Trajectory,
     TrajectoryGroup,
     Transition,
     stop_reason_from_metrics,
     tokens_outside_vocabulary,
+    tool,
 )
 from envsuite.errors import UsageError
 from envsuite.registration import (
@@ -62,11 +75,13 @@ from envsuite.registration import (
     EnvKwargsError,
     EnvSpec,
     RegistryError,
+    Rung,
     UnavailableEnvError,
     UnknownEnvError,
     catalog_env_families,
     catalog_reward_ranges,
     env_family,
+    family_order,
     pprint_registry,
     register,
     registry,
@@ -110,6 +125,12 @@ __all__ = [
     "tokens_outside_vocabulary",
     # errors a user can fix (the CLI shows them as one line)
     "UsageError",
+    # tool calling (envsuite.core, from envsuite.tools and envsuite.chat)
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "tool",
     # registry
     "DeprecatedEnvError",
     "EnvFamily",
@@ -117,15 +138,20 @@ __all__ = [
     "EnvKwargsError",
     "EnvSpec",
     "RegistryError",
+    "Rung",
     "UnavailableEnvError",
     "UnknownEnvError",
     "catalog_env_families",
     "catalog_reward_ranges",
     "env_family",
+    "family_order",
     "pprint_registry",
     "register",
     "registry",
     "spec",
+    # choosing envs: ids, family:NAME, tag:NAME, globs
+    "is_env_pattern",
+    "select_envs",
     # making envs from an id
     "DEFAULT_MAX_CONTEXT_TOKENS",
     "DEFAULT_MODEL",
@@ -139,5 +165,11 @@ __all__ = [
     "make_dataset_builder",
     "make_env",
     "make_group_builder",
+    # several envs as one RL dataset
+    "ConcatDataset",
+    "MixtureDataset",
+    "MixtureDatasetBuilder",
+    "make_mixture_dataset_builder",
+    "round_robin_slots",
     "__version__",
 ]

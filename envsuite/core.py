@@ -28,6 +28,20 @@ Invariants every implementation keeps:
   advantages compare like with like. Each env owns its RNG; nothing reads or seeds global random state.
 * Builders and dataset builders pickle (rollouts may run in worker processes).
 
+Tool calling (envsuite; tinker-cookbook 0.5.8's ``tool_use`` names, re-exported here from
+``envsuite.chat`` and ``envsuite.tools``; docs/tools.md):
+
+* An env declares its tools (:class:`Tool`: name, description, JSON-Schema parameters; :func:`tool` makes
+  one of a function) and shows them to the model on the conversation's first system message
+  (``tools``: :class:`ToolSpec` s), which the renderer formats as the model family expects.
+* The renderer parses the model's calls out of the sampled tokens into ``tool_calls``
+  (:class:`ToolCall`, OpenAI's shape) or ``unparsed_tool_calls`` (:class:`UnparsedToolCall`).
+* Each call runs through :func:`run_tool_call`; its result goes back as ``tool`` messages, which become
+  observation tokens. A malformed call (bad JSON, unknown tool, wrong argument types) is an error
+  message the model sees, never an exception.
+* The episode ends with ``StopReason.TOOL_STOPPED`` (a tool asked to stop), ``MAX_TOOL_CALLS`` (the
+  call budget ran out) or an answer (a reply without calls: ``COMPLETED``).
+
 ``tinker`` is imported only for type checking here, so ``import envsuite`` stays light.
 """
 
@@ -40,9 +54,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 # Re-exported (redundant aliases): the contracts speak of them, and env authors import them from here.
+from envsuite.chat import FunctionCall as FunctionCall
 from envsuite.chat import Message as Message
 from envsuite.chat import Role as Role
 from envsuite.chat import StopCondition as StopCondition
+from envsuite.chat import ToolCall as ToolCall
+from envsuite.chat import ToolSpec as ToolSpec
+from envsuite.chat import UnparsedToolCall as UnparsedToolCall
+from envsuite.tools import Tool as Tool
+from envsuite.tools import ToolError as ToolError
+from envsuite.tools import ToolFailure as ToolFailure
+from envsuite.tools import ToolInput as ToolInput
+from envsuite.tools import ToolOutcome as ToolOutcome
+from envsuite.tools import ToolResult as ToolResult
+from envsuite.tools import run_tool_call as run_tool_call
+from envsuite.tools import tool as tool
+from envsuite.tools import tool_spec as tool_spec
 
 if TYPE_CHECKING:
     import tinker
@@ -261,6 +288,12 @@ class TokensWithLogprobs:
     maybe_logprobs: list[float] | None = None
     stop_reason: SampleStop = "stop"
     """``"stop"``: the reply ended with a stop sequence; ``"length"``: it hit ``max_tokens``."""
+    sequence_id: str | None = None
+    """The sampler's id for this sequence (``SampledSequence.sequence_id``), which a datum's provenance
+    names (``stable_reinforce``); None when the completer has none."""
+    prompt_cache_hit_tokens: int = 0
+    """Prompt tokens the sampler served from its prefix cache for this call
+    (``SampleResponse.prompt_cache_hit_tokens``)."""
 
     @property
     def logprobs(self) -> list[float]:

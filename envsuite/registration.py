@@ -75,6 +75,20 @@ EntryPoint: TypeAlias = str | Callable[..., object]
 is called (``make_env`` refuses anything that is not an ``Env``), so its result is typed ``object``."""
 
 
+RUNG_KWARG = "rung"
+"""The keyword argument that picks one of a spec's :attr:`EnvSpec.rungs` (its index)."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One step of an env's difficulty ladder: the keyword arguments that set it, and what it is."""
+
+    kwargs: EnvKwargs
+    """Merged over the spec's defaults (explicit keyword arguments still win)."""
+    label: str = ""
+    """What the rung asks, for people (``"terms 2-3, digits 1-2"``)."""
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """Everything the catalog knows about one env version."""
@@ -99,6 +113,12 @@ class EnvSpec:
     unavailable: str | None = None
     """If set, why the env cannot run here; it is listed but not made."""
     tags: tuple[str, ...] = ()
+    """Free-form labels for selection (``envsuite bench --envs tag:NAME``); see :attr:`all_tags`."""
+    family: str | None = None
+    """What views group it under (``math``, ``reasoning``, ``games``, ``tool-use``, ...); None: derived
+    from its package, namespace, tags and kind (:func:`env_family`). Any string is a family."""
+    rungs: tuple[Rung, ...] = ()
+    """Its difficulty ladder, easiest first: ``rung=i`` picks ``rungs[i]`` (curricula climb it)."""
     package: str = "envsuite"
     """The distribution that registered it."""
 
@@ -131,6 +151,31 @@ class EnvSpec:
             return None
         return _load_entry_point(self.group_builder_entry_point)
 
+    @property
+    def all_tags(self) -> frozenset[str]:
+        """Its tags plus what its shape says: its kind (``single-turn``, ``multi-turn``, ``game``),
+        ``multi-turn`` for any env of more than one turn, ``curriculum`` when it has rungs."""
+        derived = {self.kind.value}
+        if (self.max_turns or 1) > 1 or self.kind is not EnvKind.SINGLE_TURN:
+            derived.add(EnvKind.MULTI_TURN.value)
+        if self.rungs:
+            derived.add("curriculum")
+        return frozenset(self.tags) | derived
+
+    def rung_kwargs(self, rung: object) -> dict[str, object]:
+        """The keyword arguments of rung ``rung`` (an index, or its digits); a bad one names the range."""
+        if not self.rungs:
+            raise EnvKwargsError(f"{self.id} has no difficulty rungs; drop {RUNG_KWARG}=")
+        index = rung if isinstance(rung, int) and not isinstance(rung, bool) else None
+        if isinstance(rung, str) and rung.strip().isdigit():
+            index = int(rung)
+        if index is None or not 0 <= index < len(self.rungs):
+            raise EnvKwargsError(
+                f"{self.id}: {RUNG_KWARG}={rung!r} is not a rung; rungs are 0..{len(self.rungs) - 1} "
+                "(`envsuite show` lists them)"
+            )
+        return dict(self.rungs[index].kwargs)
+
     def accepted_kwargs(self) -> list[str] | None:
         """Keyword arguments the env class accepts (None if it takes ``**kwargs``)."""
         params = list(inspect.signature(self.load()).parameters.values())[1:]
@@ -139,8 +184,14 @@ class EnvSpec:
         return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
     def resolve_kwargs(self, overrides: EnvKwargs) -> dict[str, object]:
-        """The spec's defaults updated with ``overrides``; unknown names fail listing the accepted ones."""
-        merged = {**self.kwargs, **overrides}
+        """The spec's defaults updated with ``overrides``; unknown names fail listing the accepted ones.
+
+        ``rung=i`` (for specs with :attr:`rungs`) stands for that rung's keyword arguments, merged over
+        the defaults and under the other overrides.
+        """
+        overrides = dict(overrides)
+        rung = self.rung_kwargs(overrides.pop(RUNG_KWARG)) if RUNG_KWARG in overrides and self.rungs else {}
+        merged = {**self.kwargs, **rung, **overrides}
         accepted = self.accepted_kwargs()
         if accepted is not None:
             unknown = sorted(set(merged) - set(accepted))
@@ -223,8 +274,9 @@ class Registry:
         self.load_plugins()
         return isinstance(env_id, str) and env_id in self._specs
 
-    def spec(self, env_id: str) -> EnvSpec:
-        """Look up a spec; unversioned ids resolve to the latest non-deprecated version."""
+    def spec(self, env_id: str, *, deprecated_ok: bool = False) -> EnvSpec:
+        """Look up a spec; unversioned ids resolve to the latest non-deprecated version. A deprecated
+        one raises :class:`DeprecatedEnvError` unless ``deprecated_ok`` (views of old results)."""
         self.load_plugins()
         scheme = _SCHEME_RE.match(env_id)
         if scheme and scheme.group("scheme") in self._schemes:
@@ -240,7 +292,7 @@ class Registry:
             found = self._latest(namespace, name)
         if found is None:
             raise UnknownEnvError(self._miss_message(env_id))
-        if found.deprecated:
+        if found.deprecated and not deprecated_ok:
             raise DeprecatedEnvError(f"{found.id} is deprecated: {found.deprecated}")
         return found
 
@@ -303,6 +355,8 @@ class SpecFields(TypedDict, total=False):
     deprecated: str | None
     unavailable: str | None
     tags: tuple[str, ...]
+    family: str | None
+    rungs: tuple[Rung, ...]
     package: str
 
 
@@ -315,7 +369,8 @@ def register(
     """Add an env to the catalog and return its spec.
 
     ``spec_fields`` are the other :class:`EnvSpec` fields (``kind``, ``description``, ``reward_range``,
-    ``max_turns``, ``deprecated``, ``unavailable``, ``tags``, ``group_builder_entry_point``, ``package``).
+    ``max_turns``, ``deprecated``, ``unavailable``, ``tags``, ``family``, ``rungs``,
+    ``group_builder_entry_point``, ``package``).
     """
     field_names = {f.name for f in dataclasses.fields(EnvSpec)} - {"id", "entry_point", "kwargs"}
     unknown = sorted(set(spec_fields) - field_names)
@@ -345,7 +400,7 @@ def catalog_reward_ranges(env_ids: Iterable[str]) -> dict[str, tuple[float, floa
     ranges: dict[str, tuple[float, float]] = {}
     for env_id in env_ids:
         try:
-            lo, hi = registry.spec(env_id).reward_range
+            lo, hi = registry.spec(env_id, deprecated_ok=True).reward_range
         except RegistryError:
             continue
         if hi > lo:
@@ -354,29 +409,53 @@ def catalog_reward_ranges(env_ids: Iterable[str]) -> dict[str, tuple[float, floa
 
 
 class EnvFamily(enum.StrEnum):
-    """How views group envs: by what they exercise, or by who ships them."""
+    """The families of envsuite's own catalog (a spec may declare any other in :attr:`EnvSpec.family`)."""
 
     MATH = "math"
+    CODE = "code"
+    TOOL_USE = "tool use"
+    """Multi-turn envs whose policy calls the tools they declare (envsuite.envs.tool_use)."""
+    REASONING = "reasoning"
+    """reasoning-gym's procedural tasks."""
     TWENTY_QUESTIONS = "twenty questions"
     GAMES = "games"
-    REASONING_GYM = "reasoning-gym"
     PLUGINS = "plugins"
+    """Envs another distribution registered without naming a family."""
     OTHER = "other"
 
 
-def env_family(env_spec: EnvSpec) -> EnvFamily:
-    """An env's family, from its package (plugins), namespace and tags."""
+def env_family(env_spec: EnvSpec) -> str:
+    """An env's family: the one its spec declares, else derived from its package (plugins), namespace,
+    tags and kind."""
+    if env_spec.family:
+        return env_spec.family
     if env_spec.package != "envsuite":
-        return EnvFamily.PLUGINS
+        return EnvFamily.PLUGINS.value
     if env_spec.base_id.split("/")[-1] == "twenty_questions":
-        return EnvFamily.TWENTY_QUESTIONS
+        return EnvFamily.TWENTY_QUESTIONS.value
     if env_spec.namespace == "reasoning_gym" or "reasoning-gym" in env_spec.tags:
-        return EnvFamily.REASONING_GYM
+        return EnvFamily.REASONING.value
     if "math" in env_spec.tags:
-        return EnvFamily.MATH
+        return EnvFamily.MATH.value
+    if "code" in env_spec.tags:
+        return EnvFamily.CODE.value
+    if "tool-use" in env_spec.tags:
+        return EnvFamily.TOOL_USE.value
     if "game" in env_spec.tags or env_spec.kind is EnvKind.GAME:
-        return EnvFamily.GAMES
-    return EnvFamily.OTHER
+        return EnvFamily.GAMES.value
+    return EnvFamily.OTHER.value
+
+
+def family_order(families: Iterable[str]) -> list[str]:
+    """``families`` without repeats, in the order views list them: envsuite's own families as
+    :class:`EnvFamily` orders them, any other (declared by a spec) alphabetically before ``plugins``
+    and ``other``."""
+    builtin = [f.value for f in EnvFamily]
+    last = [EnvFamily.PLUGINS.value, EnvFamily.OTHER.value]
+    given = set(families)
+    first = [f for f in builtin if f in given and f not in last]
+    declared = sorted(given - set(builtin))
+    return first + declared + [f for f in last if f in given]
 
 
 def catalog_env_families(env_ids: Iterable[str]) -> dict[str, str]:
@@ -384,7 +463,7 @@ def catalog_env_families(env_ids: Iterable[str]) -> dict[str, str]:
     families: dict[str, str] = {}
     for env_id in env_ids:
         try:
-            families[env_id] = env_family(registry.spec(env_id)).value
+            families[env_id] = env_family(registry.spec(env_id, deprecated_ok=True))
         except RegistryError:
             families[env_id] = EnvFamily.PLUGINS.value
     return families

@@ -8,6 +8,7 @@ from envsuite.evals._bench import run_bench
 from envsuite.evals._bench_config import RUNNERS, BenchConfig, BenchReport
 from envsuite.evals._bench_rows import import_log
 from envsuite.evals._partners import InspectMessageCompleter
+from envsuite.evals._sandbox import EnvsuiteSandboxConfig, EnvsuiteSandboxEnvironment
 from envsuite.evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
 
 __all__ = [
@@ -17,6 +18,9 @@ __all__ = [
     "episode_seeds",
     "play_env",
     "sample_id",
+    # the `envsuite` Inspect sandbox (bash() and python() offline)
+    "EnvsuiteSandboxConfig",
+    "EnvsuiteSandboxEnvironment",
     # partners
     "InspectMessageCompleter",
     # envsuite bench

@@ -70,6 +70,7 @@ def _run_bench(config: BenchConfig) -> BenchReport:
         with contextlib.suppress(OSError):
             report.log_dir.rmdir()  # only when nothing was written (rmdir refuses a non-empty one)
     report.runs_added, report.episodes_added = recorder.runs_added, recorder.episodes_added
+    report.failed_envs = dict(session.failed)
     return report
 
 
@@ -81,12 +82,20 @@ def _run_direct(
     from envsuite.evals._direct import DirectBench, env_runs
     from envsuite.evals._direct_progress import direct_progress
 
-    runs = env_runs(config, report.log_dir, config.resolved_env_ids())
+    env_ids = config.resolved_env_ids()
+    runs = env_runs(config, report.log_dir, env_ids, on_error=session.env_skipped)
     finished = [run for run in runs if run.finished_log is not None]
     for run in finished:
         recorder.store_log_now(str(run.finished_log))
     to_play = [run for run in runs if run not in finished]
-    with direct_progress(display, to_play) as on_episode:
+    with direct_progress(display, to_play, session) as on_episode:
+        session.plan(
+            len(to_play),
+            sum(len(run.pending()) for run in to_play),
+            resumed=sum(len(run.records) for run in to_play),
+            finished_envs=len(finished),
+        )
         asyncio.run(DirectBench(config, recorder, session, on_episode).play(to_play))
     report.log_paths = [str(run.finished_log or run.log_path) for run in runs]
-    report.completed = all(not run.pending() for run in to_play)
+    report.completed = len(runs) == len(env_ids) and all(not run.pending() for run in to_play)
+    report.completed = report.completed and not session.failed

@@ -11,11 +11,11 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from envsuite import select_envs
 from envsuite.display import printable
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
-from envsuite.registration import registry, spec
 
 DEFAULT_LOG_ROOT = "runs/bench"
 DEFAULT_EPISODE_TIMEOUT_S = 600.0
@@ -29,8 +29,12 @@ class BenchConfig:
     model: str
     """An envsuite model (known name, HF dir or checkpoint dir) or any Inspect model (``openai/...``)."""
     env_ids: tuple[str, ...] = ()
-    """Catalog ids; empty means every available env."""
+    """What to play, as ``envsuite list`` reads it: ids, ``family:NAME``, ``tag:NAME``, globs
+    (``textarena/*``), ``all``, ``!PATTERN`` to leave out; empty means every available env."""
     episodes: int = 20
+    samples: int = 1
+    """Plays of each episode (an env and episode seed: one problem), each with its own sampling seed
+    (derived from :attr:`seed`); above 1 the leaderboard reports pass@k over the plays (docs/evals.md)."""
     seed: int = 0
     max_tokens: int = 256
     temperature: float = 0.7
@@ -60,6 +64,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise UsageError("episodes must be >= 1")
+        if self.samples < 1:
+            raise UsageError("samples must be >= 1 (plays of each episode)")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
             raise UsageError("episode_timeout_s must be > 0 (or None for no bound)")
         if self.runner not in RUNNERS:
@@ -76,9 +82,9 @@ class BenchConfig:
         return "direct" if self.local_model() is not None else "inspect"
 
     def resolved_env_ids(self) -> list[str]:
-        if not self.env_ids or self.env_ids == ("all",):
-            return [s.id for s in registry.all_specs() if not s.unavailable and not s.deprecated]
-        return [spec(env_id).id for env_id in self.env_ids]
+        """The versioned ids :attr:`env_ids` selects, in order (a pattern matching nothing, or an unknown
+        id, is a UsageError naming what there is)."""
+        return [s.id for s in select_envs(self.env_ids or ("all",))]
 
     def local_model(self) -> str | None:
         """The envsuite model to load (a known name or a directory's absolute path); None for other
@@ -107,6 +113,8 @@ class BenchConfig:
     def log_dir(self) -> Path:
         ignored = ("display", "db", "log_root", "label", "executor", "runner")  # none changes a result
         settings = {k: v for k, v in asdict(self).items() if k not in ignored}
+        if self.samples == 1:  # one sample per episode, as before the setting existed: the same names
+            del settings["samples"]
         settings["env_ids"] = self.resolved_env_ids()
         if self.resolved_runner() == "direct":  # its logs differ; Inspect runs keep their old names
             settings["runner"] = "direct"
@@ -124,6 +132,8 @@ class BenchReport:
     runs_added: int = 0
     episodes_added: int = 0
     completed: bool = False
+    failed_envs: dict[str, str] = field(default_factory=dict)
+    """Envs that did not finish, and why (reported and skipped; a rerun plays them)."""
 
 
 def display_mode(config: BenchConfig) -> str:

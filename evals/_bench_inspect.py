@@ -54,19 +54,26 @@ def _active_bench(bench: _Bench) -> Iterator[None]:
 def run_inspect(
     config: BenchConfig, recorder: BenchRecorder, session: BenchSession, report: BenchReport, display: str
 ) -> None:
-    """Run the bench's envs as one Inspect eval set, storing each env as its task ends."""
-    tasks = [
-        envsuite_env(
-            env_id=env_id,
-            episodes=config.episodes,
-            seed=config.seed,
-            partner=config.partner,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-            episode_timeout_s=config.episode_timeout_s,
-        )
-        for env_id in config.resolved_env_ids()
-    ]
+    """Run the bench's envs as one Inspect eval set, storing each env as its task ends. An env whose task
+    cannot be built is reported and skipped."""
+    tasks = []
+    for env_id in config.resolved_env_ids():
+        try:
+            tasks.append(
+                envsuite_env(
+                    env_id=env_id,
+                    episodes=config.episodes,
+                    seed=config.seed,
+                    partner=config.partner,
+                    max_tokens=config.max_tokens,
+                    temperature=config.temperature,
+                    episode_timeout_s=config.episode_timeout_s,
+                )
+            )
+        except Exception as exc:
+            session.env_skipped(env_id, f"{type(exc).__name__}: {exc}"[:300])
+    # Inspect's eval set skips what an earlier run finished; the estimate counts every episode.
+    session.plan(len(tasks), len(tasks) * config.episodes * config.samples)
     with _active_bench(_Bench(session, recorder)):
         success, logs = eval_set(
             tasks,
@@ -82,8 +89,11 @@ def run_inspect(
             log_format="eval",
             # Flush every finished sample, so a killed run loses at most the samples in flight.
             log_buffer=1,
+            # Several plays per episode are Inspect epochs (each samples with its own seed: see
+            # ``play_env``); one play passes nothing, as before the setting existed.
+            epochs=config.samples if config.samples > 1 else None,
         )
-    report.completed = bool(success)
+    report.completed = bool(success) and not session.failed
     for log in logs:
         report.log_paths.append(str(log.location))
         if log.status == "success":  # stored already unless the hooks missed it (an earlier run's log)
@@ -109,7 +119,8 @@ class BenchHooks(Hooks):
     async def on_task_start(self, data: TaskStart) -> None:
         if _ACTIVE is not None:
             env_id = str((data.spec.task_args or {}).get("env_id") or data.spec.task)
-            _ACTIVE.session.task_started(data.eval_id, env_id, int(data.spec.dataset.samples or 0))
+            plays = int(data.spec.dataset.samples or 0) * max(1, int(data.spec.config.epochs or 1))
+            _ACTIVE.session.task_started(data.eval_id, env_id, plays)
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         if _ACTIVE is not None:

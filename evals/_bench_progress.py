@@ -1,19 +1,28 @@
-"""``envsuite bench`` while it runs: what it says about each env (both runners report here).
+"""``envsuite bench`` while it runs: what it says about each env and about the whole run (both runners
+report here).
 
-In ``lines`` display mode (the default when the output is not a terminal) a session prints about four
-lines per env as its episodes finish and one when it ends, naming the env, instead of Inspect's plain
-display, which cuts task names to 12 characters. When an env ends the session also runs ``after_task``
-(the bench drops the model's cached conversations there). It only reports: storing an env is the
-runner's job (``evals._bench_rows``), done before the runner says the env ended.
+In ``lines`` display mode (the default when the output is not a terminal) a session prints one line for
+the plan (envs and episodes to play, what an earlier run already finished), a line per finished quarter
+of an env's episodes (for envs of more than four), and one line when an env ends, naming it, with the
+whole run's progress and an estimate of the time left ("[37/198 envs, 148/792 episodes, 4:10 elapsed,
+~12:30 left]"). Inspect's plain display cuts task names to 12 characters; these never do. In a terminal
+the direct runner shows one overall bar with the same estimate and prints the end lines above it
+(``brief``). When an env ends the session also runs ``after_task`` (the bench drops the model's cached
+conversations there). It only reports: storing an env is the runner's job (``evals._bench_rows``), done
+before the runner says the env ended.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from envsuite.display import printable
+
+QUARTER_LINES_FROM = 5
+"""Envs of at least this many episodes get a line per finished quarter; smaller ones one at the end."""
 
 
 @dataclass
@@ -22,6 +31,9 @@ class _TaskProgress:
     total: int
     done: int = 0
     reward_sum: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    first: float | None = None
+    """When its first episode began (envs wait for room among the episodes in flight)."""
 
 
 @dataclass
@@ -33,20 +45,49 @@ class BenchSession:
     after_task: Callable[[], None] | None = None
     """Called when any task ends (whatever its status): the bench drops the model's cached
     conversations there, since an env's episodes never come back once its task is over."""
+    brief: bool = False
+    """Say only the plan and each env's end (a progress bar shows the rest)."""
     tasks: dict[str, _TaskProgress] = field(default_factory=dict)
+    envs_total: int = 0
+    episodes_total: int = 0
+    """Episodes this run plays (resumed ones not counted): the estimate of the time left is on them."""
+    envs_ended: int = 0
+    episodes_played: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    """Envs that ended without a complete log, and why (a rerun plays them)."""
+    started: float = field(default_factory=time.monotonic)
+
+    def plan(self, envs: int, episodes: int, *, resumed: int = 0, finished_envs: int = 0) -> None:
+        """What this run plays: ``envs`` envs, ``episodes`` episodes not played before."""
+        self.envs_total, self.episodes_total = envs, episodes
+        self.started = time.monotonic()
+        earlier = []
+        if finished_envs:
+            earlier.append(f"{finished_envs} env(s) finished")
+        if resumed:
+            earlier.append(f"{resumed} episode(s) played")
+        before = f" (an earlier run of this bench: {', '.join(earlier)})" if earlier else ""
+        self._say(f"{self.label}: {envs} env(s), {episodes} episode(s) to play{before}")
 
     def task_started(self, eval_id: str, env_id: str, total: int) -> None:
         self.tasks[eval_id] = _TaskProgress(env_id, total)
-        self._say(f"{self.label} on {env_id}: {total} episode(s) to play")
 
-    def sample_ended(self, eval_id: str, reward: float | None) -> None:
+    def episode_started(self, eval_id: str) -> None:
+        """An episode of the env began playing: an env's time runs from its first one."""
+        task = self.tasks.get(eval_id)
+        if task is not None and task.first is None:
+            task.first = time.monotonic()
+
+    def sample_ended(self, eval_id: str, reward: float | None, *, resumed: bool = False) -> None:
         task = self.tasks.get(eval_id)
         if task is None:
             return
         task.done += 1
         task.reward_sum += reward or 0.0
-        # About four lines per env (and every episode of small runs), so long benches stay readable.
-        if task.done == task.total or task.done % max(1, task.total // 4) == 0:
+        if not resumed:
+            self.episodes_played += 1
+        quarters = task.total >= QUARTER_LINES_FROM and task.done % max(1, task.total // 4) == 0
+        if not self.brief and (task.done == task.total or quarters):
             mean = task.reward_sum / task.done
             self._say(
                 f"{self.label} on {task.env_id}: {task.done}/{task.total} episodes, mean reward {mean:+.3f}"
@@ -54,23 +95,72 @@ class BenchSession:
 
     def task_ended(self, eval_id: str, log_name: str) -> None:
         """An env ended and is stored (its log is ``log_name``)."""
-        env_id = self._ended(eval_id)
-        self._say(f"{self.label} on {env_id}: finished; stored in the leaderboard (log {log_name})")
+        task = self._ended(eval_id)
+        mean = f", mean reward {task.reward_sum / task.done:+.3f}" if task and task.done else ""
+        self._say(
+            f"{self.label} on {self._env(task)}: finished in {self._seconds(task)}{mean}; stored in the "
+            f"leaderboard (log {log_name}) {self.overall()}"
+        )
 
     def task_failed(self, eval_id: str, status: str) -> None:
         """An env ended without a complete log: nothing of it is stored, and a rerun plays it."""
-        env_id = self._ended(eval_id)
-        self._say(f"{self.label} on {env_id}: ended with status {status}; it reruns when the bench is rerun")
+        task = self._ended(eval_id)
+        self.failed[self._env(task)] = status
+        self._say(
+            f"{self.label} on {self._env(task)}: ended with status {status}; it reruns when the bench is "
+            f"rerun {self.overall()}"
+        )
 
-    def _ended(self, eval_id: str) -> str:
+    def env_skipped(self, env_id: str, why: str) -> None:
+        """An env the bench could not set up: reported and left out (a rerun tries it again)."""
+        self.failed[env_id] = why
+        self._say(f"{self.label} on {env_id}: skipped: {why}")
+
+    def eta_s(self) -> float | None:
+        """Seconds left, from this run's episodes per second so far (None before the first episode)."""
+        if not self.episodes_played:
+            return None
+        rate = self.episodes_played / max(time.monotonic() - self.started, 1e-9)
+        return max(self.episodes_total - self.episodes_played, 0) / rate
+
+    def overall(self) -> str:
+        """``[37/198 envs, 148/792 episodes, 4:10 elapsed, ~12:30 left]``."""
+        if not self.envs_total:
+            return ""
+        eta = self.eta_s()
+        left = f", ~{clock(eta)} left" if eta is not None and self.envs_ended < self.envs_total else ""
+        return (
+            f"[{self.envs_ended}/{self.envs_total} envs, {self.episodes_played}/{self.episodes_total} "
+            f"episodes, {clock(time.monotonic() - self.started)} elapsed{left}]"
+        )
+
+    def _ended(self, eval_id: str) -> _TaskProgress | None:
+        self.envs_ended += 1
         if self.after_task is not None:
             self.after_task()
-        task = self.tasks.get(eval_id)
+        return self.tasks.get(eval_id)
+
+    @staticmethod
+    def _env(task: _TaskProgress | None) -> str:
         return task.env_id if task else "?"
+
+    @staticmethod
+    def _seconds(task: _TaskProgress | None) -> str:
+        if task is None:
+            return "?"
+        return f"{time.monotonic() - (task.first or task.started):.1f} s"
 
     def _say(self, text: str) -> None:
         if self.say is not None:
             self.say(printable(text))
+
+
+def clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour)."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def print_line(text: str) -> None:

@@ -27,7 +27,15 @@ import envsuite
 from envsuite import RendererConfig
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._task import episode_score, sample_id
-from envsuite.leaderboard import EpisodeResult, MatchResult, ResultKey, ResultStore, RunRecord
+from envsuite.leaderboard import (
+    SAMPLES_SETTING,
+    EpisodeResult,
+    JsonScalar,
+    MatchResult,
+    ResultKey,
+    ResultStore,
+    RunRecord,
+)
 from envsuite.registration import EnvKind, spec
 
 if TYPE_CHECKING:
@@ -71,7 +79,7 @@ def played_episodes(env_id: str, records: Iterable[EpisodeRecord]) -> list[Score
     """The direct runner's finished episodes, scored as its log scores them (failed ones are left out,
     as a log's unscored samples are)."""
     return [
-        ScoredEpisode(sample_id(env_id, r.seed), 1, r.seed, episode_score(r.result, r.answer))
+        ScoredEpisode(sample_id(env_id, r.seed), r.epoch, r.seed, episode_score(r.result, r.answer))
         for r in records
         if r.error is None
     ]
@@ -154,11 +162,7 @@ class BenchRecorder:
             model=self.model_name,
             env_id=env_spec.id,
             renderer=self.renderer,
-            sampling={
-                "max_tokens": config.max_tokens,
-                "temperature": config.temperature,
-                "seed": config.seed,
-            },
+            sampling=sampling_settings(config),
             seeds=sorted({e.seed for e in results}),
             package_version=envsuite.__version__,
             partner=config.partner or (sorted(partners)[0] if partners else "builtin"),
@@ -173,7 +177,8 @@ class BenchRecorder:
                 "model": config.local_model() or config.model,
                 "inspect_model": config.inspect_model(),
                 "episode_timeout_s": config.episode_timeout_s,
-            },
+            }
+            | ({"samples": config.samples} if config.samples > 1 else {}),
             reward_range=env_spec.reward_range,
         )
         matches = []
@@ -235,6 +240,20 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     recorder = BenchRecorder(config)
     recorder.store_log_now(log_path)
     return recorder.runs_added, recorder.episodes_added
+
+
+def sampling_settings(config: BenchConfig) -> dict[str, JsonScalar]:
+    """What the result key records of how the bench sampled. Plays per episode (``samples``) are part of
+    it, so benches of different K are different keys, never pooled; one play adds nothing (the keys of
+    earlier benches stay as they were)."""
+    settings: dict[str, JsonScalar] = {
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+        "seed": config.seed,
+    }
+    if config.samples > 1:
+        settings[SAMPLES_SETTING] = config.samples
+    return settings
 
 
 def _renderer_name(config: BenchConfig) -> str:

@@ -32,25 +32,30 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from envsuite import RendererConfig
 from envsuite.core import Message
-from envsuite.evals._direct_log import EpisodeRecord, write_env_log
-from envsuite.evals._provider import local_model, sample, sampling_params
+from envsuite.evals._direct_log import EpisodeRecord, Play, write_env_log
+from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_of
+from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
 from envsuite.evals._task import (
     EpisodeOutcome,
+    EpisodeResult,
     EpisodeTask,
     ModelReply,
     episode_seeds,
     new_result,
     run_episode,
     run_in_pool,
+    sample_seed,
 )
 from envsuite.evals._workers import active_pool
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
+    import tinker
+
     from envsuite.evals._bench_config import BenchConfig
     from envsuite.evals._bench_progress import BenchSession
     from envsuite.evals._bench_rows import BenchRecorder
@@ -61,10 +66,12 @@ MODEL_ATTEMPTS = 2
 
 @dataclass
 class EnvRun:
-    """One env of a direct bench: its seeds, the episodes played so far, and where they are kept."""
+    """One env of a direct bench: its seeds, the plays finished so far, and where they are kept."""
 
     env_id: str
     seeds: list[int]
+    samples: int
+    """Plays of each seed (``BenchConfig.samples``)."""
     journal: Path
     eval_id: str
     """The log's eval id (the store keys the run by it); kept in the journal's first line, so a resumed
@@ -75,12 +82,17 @@ class EnvRun:
     ``.json`` log."""
     finished_log: Path | None = None
     """The successful log an earlier bench wrote for this env: nothing is left to play."""
-    records: dict[int, EpisodeRecord] = field(default_factory=dict)
-    failures: dict[int, EpisodeRecord] = field(default_factory=dict)
+    records: dict[Play, EpisodeRecord] = field(default_factory=dict)
+    failures: dict[Play, EpisodeRecord] = field(default_factory=dict)
     _journal: TextIO | None = field(default=None, repr=False)
 
-    def pending(self) -> list[int]:
-        return [seed for seed in self.seeds if seed not in self.records]
+    @property
+    def plays(self) -> list[Play]:
+        """Every play of the env, episode by episode."""
+        return [Play(seed, epoch) for seed in self.seeds for epoch in range(1, self.samples + 1)]
+
+    def pending(self) -> list[Play]:
+        return [play for play in self.plays if play not in self.records]
 
     def open_journal(self) -> None:
         """Start the journal with its header, or end a line a kill cut short so appends start clean."""
@@ -96,7 +108,7 @@ class EnvRun:
     def keep(self, record: EpisodeRecord) -> None:
         """Journal a finished episode (flushed before it counts), or hold a failed one for the log."""
         if record.error is not None:
-            self.failures[record.seed] = record
+            self.failures[record.play] = record
             return
         if self._journal is None:
             self._journal = self.journal.open("a", encoding="utf-8")
@@ -105,7 +117,7 @@ class EnvRun:
         # episode does with a small model).
         self._journal.write(json.dumps(asdict(record)) + "\n")
         self._journal.flush()
-        self.records[record.seed] = record
+        self.records[record.play] = record
 
     def close_journal(self) -> None:
         if self._journal is not None:
@@ -121,29 +133,45 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def env_runs(config: BenchConfig, log_dir: Path, env_ids: list[str]) -> list[EnvRun]:
-    """Each env's run, resumed from its journal where an earlier bench left one."""
+def env_runs(
+    config: BenchConfig,
+    log_dir: Path,
+    env_ids: list[str],
+    on_error: Callable[[str, str], None] | None = None,
+) -> list[EnvRun]:
+    """Each env's run, resumed from its journal where an earlier bench left one. An env whose run cannot
+    be set up (an unreadable log of an earlier run, say) is left out and passed to ``on_error`` with
+    the reason."""
     runs = []
     for env_id in env_ids:
-        versioned = spec(env_id).id
-        stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
-        journal = log_dir / f"direct_{stem}.jsonl"
-        header, records = _read_journal(journal)
-        started = datetime.fromisoformat(header["started_at"]) if "started_at" in header else _now()
-        eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
-        runs.append(
-            EnvRun(
-                env_id=versioned,
-                seeds=episode_seeds(versioned, config.episodes, config.seed),
-                journal=journal,
-                eval_id=eval_id,
-                started_at=_iso(started),
-                log_path=log_dir / f"{started.strftime('%Y-%m-%dT%H-%M-%S-00-00')}_{stem}_{eval_id}.json",
-                finished_log=None if journal.is_file() else _finished_log(log_dir, stem, versioned),
-                records=records,
-            )
-        )
+        try:
+            runs.append(_env_run(config, log_dir, env_id))
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(env_id, f"{type(exc).__name__}: {exc}"[:300])
     return runs
+
+
+def _env_run(config: BenchConfig, log_dir: Path, env_id: str) -> EnvRun:
+    versioned = spec(env_id).id
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", versioned)  # namespaced ids hold a "/"
+    journal = log_dir / f"direct_{stem}.jsonl"
+    header, records = _read_journal(journal)
+    stamp = header.get("started_at")
+    started = datetime.fromisoformat(stamp) if isinstance(stamp, str) else _now()
+    eval_id = str(header.get("eval_id") or uuid.uuid4().hex[:22])
+    return EnvRun(
+        env_id=versioned,
+        seeds=episode_seeds(versioned, config.episodes, config.seed),
+        samples=config.samples,
+        journal=journal,
+        eval_id=eval_id,
+        started_at=_iso(started),
+        log_path=log_dir / f"{started.strftime('%Y-%m-%dT%H-%M-%S-00-00')}_{stem}_{eval_id}.json",
+        finished_log=None if journal.is_file() else _finished_log(log_dir, stem, versioned),
+        records=records,
+    )
 
 
 def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
@@ -158,13 +186,13 @@ def _finished_log(log_dir: Path, stem: str, env_id: str) -> Path | None:
     return None
 
 
-def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[int, EpisodeRecord]]:
-    """A journal's header and its episodes by seed (none where there is no journal)."""
+def _read_journal(journal: Path) -> tuple[dict[str, object], dict[Play, EpisodeRecord]]:
+    """A journal's header and its plays (none where there is no journal)."""
     if not journal.is_file():
         return {}, {}
     lines = [line for line in journal.read_text(encoding="utf-8").splitlines() if line.strip()]
-    header: dict[str, Any] = {}
-    records: dict[int, EpisodeRecord] = {}
+    header: dict[str, object] = {}
+    records: dict[Play, EpisodeRecord] = {}
     for number, line in enumerate(lines):
         try:
             entry = json.loads(line)
@@ -172,7 +200,7 @@ def _read_journal(journal: Path) -> tuple[dict[str, Any], dict[int, EpisodeRecor
                 header = entry
             else:
                 record = EpisodeRecord(**entry)
-                records[record.seed] = record
+                records[record.play] = record
         except (json.JSONDecodeError, TypeError):
             continue  # a line cut short by a kill: that episode is played again
     return header, records
@@ -209,30 +237,41 @@ class DirectBench:
         gate = asyncio.Semaphore(self.config.max_samples)
         for run in runs:
             run.open_journal()
-            self.session.task_started(run.eval_id, run.env_id, len(run.seeds))
+            self.session.task_started(run.eval_id, run.env_id, len(run.plays))
             for record in run.records.values():  # resumed episodes count as played
-                self.session.sample_ended(run.eval_id, record.reward)
+                self.session.sample_ended(run.eval_id, record.reward, resumed=True)
         await asyncio.gather(*(self._play_env(run, gate) for run in runs))
 
     async def _play_env(self, run: EnvRun, gate: asyncio.Semaphore) -> None:
-        async def one(seed: int) -> None:
+        """Play an env's pending episodes and finish it; anything that escapes (its log or the store
+        failing) is reported, and the env skipped, never the end of the bench."""
+
+        async def one(play: Play) -> None:
             async with gate:
-                record = await self._episode(run.env_id, seed)
+                self.session.episode_started(run.eval_id)
+                record = await self._episode(run.env_id, play)
             run.keep(record)
             if record.error is None:
                 self.session.sample_ended(run.eval_id, record.reward)
             if self.on_episode is not None:
                 self.on_episode(run)
 
-        await asyncio.gather(*(one(seed) for seed in run.pending()))
-        await self._finish(run)
+        try:
+            outcomes = await asyncio.gather(*(one(play) for play in run.pending()), return_exceptions=True)
+            raised = next((o for o in outcomes if isinstance(o, BaseException)), None)
+            if raised is not None:
+                raise raised
+            await self._finish(run)
+        except Exception as exc:
+            run.close_journal()
+            self.session.task_failed(run.eval_id, f"error: {type(exc).__name__}: {exc}"[:300])
 
     async def _finish(self, run: EnvRun) -> None:
         """Write the env's log; when every episode is in, drop the journal and store what was played."""
         run.close_journal()
         complete = not run.pending()
         status: Literal["success", "error"] = "success" if complete else "error"
-        ordered = [run.records.get(seed) or run.failures[seed] for seed in run.seeds]
+        ordered = [run.records.get(play) or run.failures[play] for play in run.plays]
         await write_env_log(
             self.config, run.env_id, run.eval_id, ordered, run.started_at, status, run.log_path
         )
@@ -243,20 +282,33 @@ class DirectBench:
         await self.recorder.store_played(run.env_id, run.eval_id, str(run.log_path), ordered)
         self.session.task_ended(run.eval_id, run.log_path.name)
 
-    async def _episode(self, env_id: str, seed: int) -> EpisodeRecord:
-        task = EpisodeTask(env_id, seed, self.renderer, None, self.config.partner)
-        record = await self._attempt(task)
+    async def _episode(self, env_id: str, play: Play) -> EpisodeRecord:
+        task = EpisodeTask(env_id, play.seed, self.renderer, None, self.config.partner)
+        record = await self._attempt(task, play.epoch)
         for _ in range(MODEL_ATTEMPTS - 1):
             if record.error is None:
                 break
-            record = await self._attempt(task)
+            record = await self._attempt(task, play.epoch)
         return record
 
-    async def _attempt(self, task: EpisodeTask) -> EpisodeRecord:
-        """One try at an episode: played to its end, or cut at the episode time bound (scored as it
-        stood), or failed by the model (recorded with the traceback)."""
+    def _params(self, seed: int, epoch: int) -> tinker.SamplingParams:
+        """The sampling settings of one play: the bench's own for the first, its own seed for others
+        (as the Inspect runner's solver asks for each epoch)."""
+        play_seed = sample_seed(seed, epoch)
+        if play_seed is None:
+            return self.params
+        return sampling_params(
+            self.model.renderer,
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+            seed=play_seed,
+        )
+
+    async def _attempt(self, task: EpisodeTask, epoch: int) -> EpisodeRecord:
+        """One try at a play of an episode: played to its end, or cut at the episode time bound (scored
+        as it stood), or failed by the model (recorded with the traceback)."""
         started_at, started = _iso(_now()), time.perf_counter()
-        turns = _Turns(self)
+        turns = _Turns(self, self._params(task.seed, epoch))
         result = new_result()
         error = None
         try:
@@ -278,9 +330,10 @@ class DirectBench:
             input_tokens=turns.input_tokens,
             output_tokens=turns.output_tokens,
             error=error,
+            epoch=epoch,
         )
 
-    async def _run(self, task: EpisodeTask, turns: _Turns, result: dict[str, Any]) -> EpisodeOutcome:
+    async def _run(self, task: EpisodeTask, turns: _Turns, result: EpisodeResult) -> EpisodeOutcome:
         pool = active_pool()
         if pool is None:
             return await run_episode(task, turns, result)
@@ -290,8 +343,9 @@ class DirectBench:
 class _Turns:
     """The evaluated model's turns of one episode: the provider's sampling, without Inspect."""
 
-    def __init__(self, bench: DirectBench) -> None:
+    def __init__(self, bench: DirectBench, params: tinker.SamplingParams) -> None:
         self.bench = bench
+        self.params = params
         self.latest: list[Message] = []
         self.answer = ""
         self.truncated = False
@@ -300,12 +354,16 @@ class _Turns:
     async def __call__(self, messages: list[Message]) -> ModelReply:
         self.latest = list(messages)
         model = self.bench.model
-        prompt = model.renderer.build_generation_prompt(messages)
-        response = await sample(model, prompt, 1, self.bench.params)
+        # Rendered as the provider renders what Inspect hands it (tools included), so both runners agree.
+        seen, tools = as_inspect_sees(messages)
+        prompt = model.renderer.build_generation_prompt(seen, tools=tools)
+        response = await sample(model, prompt, 1, self.params)
         tokens = list(response.sequences[0].tokens)
         parsed = model.renderer.parse_response(tokens)
         self.input_tokens += prompt.length
         self.output_tokens += len(tokens)
         self.answer, self.truncated = str(parsed.message["content"]), not parsed.clean_stop
-        self.latest = [*messages, {"role": "assistant", "content": self.answer}]
-        return ModelReply(self.answer, self.truncated)
+        self.latest = [*messages, parsed.message]
+        # As the provider and the solver hand calls over in the Inspect runner, so both runners agree.
+        calls = [from_inspect_call(c) for c in inspect_calls(parsed.message)] if tools_of(messages) else []
+        return ModelReply(self.answer, self.truncated, calls)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from inspect_ai.log import (
     EvalConfig,
@@ -39,7 +39,7 @@ from inspect_ai.model import (
 
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
-from envsuite.evals._task import episode_score, sample_id, task_metadata
+from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_metadata
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
@@ -48,12 +48,21 @@ if TYPE_CHECKING:
 SCORER = "env_reward"
 
 
+@dataclass(frozen=True)
+class Play:
+    """One play of an episode: its env seed and which of the bench's ``samples`` plays it is (1-based,
+    Inspect's epoch)."""
+
+    seed: int
+    epoch: int = 1
+
+
 @dataclass
 class EpisodeRecord:
     """One played episode, as journaled and as written to the env's log."""
 
     seed: int
-    result: dict[str, Any]
+    result: EpisodeResult
     conversation: list[Message]
     answer: str
     """The model's last reply (the score's ``answer``)."""
@@ -66,6 +75,12 @@ class EpisodeRecord:
     output_tokens: int
     error: str | None = None
     """The model's failure (a traceback): the episode did not finish and is played again on a rerun."""
+    epoch: int = 1
+    """Which play of the episode this is (``BenchConfig.samples`` plays each; Inspect's epoch)."""
+
+    @property
+    def play(self) -> Play:
+        return Play(self.seed, self.epoch)
 
     @property
     def reward(self) -> float:
@@ -89,7 +104,7 @@ async def write_env_log(
     scored = [s for s in samples if s.error is None]
     log = EvalLog(
         status=status,
-        eval=_spec(config, env_id, eval_id, [s.id for s in samples], started_at),
+        eval=_spec(config, env_id, eval_id, list(dict.fromkeys(s.id for s in samples)), started_at),
         plan=EvalPlan(
             name="plan",
             steps=[EvalPlanStep(solver="envsuite/play_env", params=_solver_params(config, env_id))],
@@ -113,7 +128,7 @@ def _generate_config(config: BenchConfig) -> GenerateConfig:
     return GenerateConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed)
 
 
-def _solver_params(config: BenchConfig, env_id: str) -> dict[str, Any]:
+def _solver_params(config: BenchConfig, env_id: str) -> dict[str, str | None]:
     return {"env_id": env_id, "partner": config.partner, "env_kwargs": None}
 
 
@@ -142,7 +157,7 @@ def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], 
         model=config.inspect_model(),
         model_args=config.model_args(),
         config=EvalConfig(
-            epochs=1,
+            epochs=config.samples,
             fail_on_error=False,
             time_limit=None if timeout is None else max(1, math.ceil(timeout)),
             max_samples=config.max_samples,
@@ -164,7 +179,7 @@ def _sample(config: BenchConfig, env_id: str, record: EpisodeRecord) -> EvalSamp
     failed = record.error is not None
     return EvalSample(
         id=sample_id(env_id, record.seed),
-        epoch=1,
+        epoch=record.epoch,
         input=f"{env_spec.id} episode {record.seed}",
         target="",
         messages=to_inspect(record.conversation),
@@ -195,10 +210,15 @@ def _scores(samples: list[EvalSample]) -> list[EvalScore]:
     """The scorer's reward and success metrics: Inspect's ``mean`` and ``stderr`` (the sample standard
     deviation over the square root of the count; 0 for fewer than two), computed here because building
     Inspect's per-sample score objects to call them cost more than writing the whole log
-    (``tests/test_bench_runners.py`` checks the values against Inspect's own)."""
+    (``tests/test_bench_runners.py`` checks the values against Inspect's own). Several plays of an
+    episode (epochs) are first averaged per sample, as Inspect's default ``mean`` reducer does."""
     scores = []
     for name in ("reward", "success"):
-        values = [_value(s, name) for s in samples if s.scores]
+        per_sample: dict[int | str, list[float]] = {}
+        for sample in samples:
+            if sample.scores:
+                per_sample.setdefault(sample.id, []).append(_value(sample, name))
+        values = [statistics.fmean(plays) for plays in per_sample.values()]
         metrics = {"mean": EvalMetric(name="mean", value=statistics.fmean(values) if values else 0.0)}
         spread = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
         metrics["stderr"] = EvalMetric(name="stderr", value=spread)

@@ -1,4 +1,5 @@
-"""Progress of a direct bench in a terminal: a bar per env with its mean reward so far."""
+"""Progress of a direct bench in a terminal: one bar for the whole run, with the time left, and a line
+above it as each env ends (the bench session's end lines)."""
 
 from __future__ import annotations
 
@@ -7,35 +8,65 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from envsuite.evals._bench_progress import BenchSession
     from envsuite.evals._direct import EnvRun
 
 EpisodeCallback = Callable[["EnvRun"], None]
 
 
 @contextlib.contextmanager
-def direct_progress(display: str, runs: list[EnvRun]) -> Iterator[EpisodeCallback | None]:
-    """Rich bars for Inspect's terminal displays (``full``, ``rich``, ``plain``); nothing for ``lines``
-    (the bench session prints those) or ``none``. Yields the callback to call after each episode."""
+def direct_progress(
+    display: str, runs: list[EnvRun], session: BenchSession
+) -> Iterator[EpisodeCallback | None]:
+    """A rich bar for Inspect's terminal displays (``full``, ``rich``, ``plain``); nothing for ``lines``
+    (the bench session prints those) or ``none``. Yields the callback to call after each episode.
+
+    The bar counts the episodes this run plays (resumed ones are done already) and estimates the time
+    left from its own rate; while it shows, the session says only the plan and each env's end, printed
+    above the bar."""
     if display not in ("full", "rich", "plain") or not runs:
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.markup import escape
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("episodes"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     # A console of our own: Inspect reconfigures rich's global one for its displays.
     with Progress(*columns, console=Console()) as progress:
-        bars = {run.env_id: progress.add_task(run.env_id, total=len(run.seeds)) for run in runs}
+        total = sum(len(run.pending()) for run in runs)
+        bar = progress.add_task(_description(session), total=total)
+        said, brief = session.say, session.brief
+
+        def say(text: str) -> None:
+            progress.console.print(escape(text))
+            progress.update(bar, description=_description(session))
 
         def on_episode(run: EnvRun) -> None:
-            rewards = [record.reward for record in run.records.values()]
-            mean = sum(rewards) / len(rewards) if rewards else 0.0
-            progress.update(
-                bars[run.env_id],
-                completed=len(run.records),
-                description=f"{run.env_id}  mean reward {mean:+.3f}",
-            )
+            progress.update(bar, completed=session.episodes_played, description=_description(session))
 
-        for run in runs:
-            on_episode(run)  # resumed episodes count from the start
-        yield on_episode
+        session.say, session.brief = say, True
+
+        try:
+            yield on_episode
+        finally:
+            session.say, session.brief = said, brief
+
+
+def _description(session: BenchSession) -> str:
+    return f"{session.label}: {session.envs_ended}/{session.envs_total} envs"

@@ -2,7 +2,9 @@
 
 ``<name>`` is a known model (``smollm2-135m-instruct``, ``tiny-random``), a local HF model directory, or
 a checkpoint directory written by the local backend. ``model_args={"path": DIR}`` loads ``DIR`` under a
-readable name (``envsuite bench`` names checkpoints by their label, not ``envsuite//abs/path``). Generation goes through the local sampler, whose
+readable name (``envsuite bench`` names checkpoints by their label, not ``envsuite//abs/path``);
+``model_args={"sampling_client": client}`` samples from ``client`` (a Tinker ``SamplingClient``, or
+anything with its ``sample``: a scripted policy in tests) with ``<name>``'s chat format. Generation goes through the local sampler, whose
 engine batches concurrent requests, so many Inspect samples in flight share forward passes; ``generate``
 awaits a future and never blocks the event loop.
 
@@ -14,19 +16,24 @@ Generation settings are honoured or refused, never silently ignored:
   sampler itself stops at the chat format's end-of-turn token, so text after a stop sequence is sampled
   and thrown away.
 * ``logprobs=True``: every returned token's logprob (the sampled token's only).
+* ``tools``: shown to the model in its chat format (the renderer's tool format, docs/tools.md); the
+  calls it writes come back as the choice's ``tool_calls`` (``stop_reason="tool_calls"``), a call the
+  renderer could not read with its ``parse_error`` set, so Inspect tells the model. ``tool_choice``
+  ``"auto"`` shows the tools, ``"none"`` does not (and returns no calls).
 * refused with a :class:`UnsupportedGenerateConfig` error naming the setting: ``top_logprobs``,
   ``prompt_logprobs``, ``logit_bias``, ``frequency_penalty``, ``presence_penalty``, ``best_of`` > 1,
-  ``response_schema``, and tools (the local sampler has no alternatives' logprobs, penalties, constrained
-  decoding or tool calling).
+  ``response_schema``, and a forced ``tool_choice`` (``"any"`` or one function: the local sampler has no
+  alternatives' logprobs, penalties or constrained decoding).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from inspect_ai.model import (
     ChatCompletionChoice,
@@ -38,18 +45,36 @@ from inspect_ai.model import (
     ModelAPI,
     ModelOutput,
     ModelUsage,
+    StopReason,
 )
-from inspect_ai.tool import ToolChoice, ToolInfo
+from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 
-from envsuite.evals._messages import to_envsuite
+from envsuite.evals._messages import spec_of, to_envsuite, to_inspect_call
+
+if TYPE_CHECKING:
+    import tinker
+    from tinker.lib.public_interfaces.api_future import APIFuture
+
+    from envsuite.chat import Message
+    from envsuite.renderers.base import Renderer
 
 DEFAULT_MAX_TOKENS = 256
 
 
+@runtime_checkable
+class Sampler(Protocol):
+    """What the provider samples from: a Tinker ``SamplingClient`` of either backend (its ``sample``
+    returns an ``APIFuture``), or anything with its ``sample`` returning an awaitable (a scripted policy)."""
+
+    def sample(
+        self, prompt: tinker.ModelInput, num_samples: int, sampling_params: tinker.SamplingParams
+    ) -> APIFuture[tinker.SampleResponse] | Awaitable[tinker.SampleResponse]: ...
+
+
 @dataclass(frozen=True)
 class _LocalModel:
-    sampling_client: Any
-    renderer: Any
+    sampling_client: Sampler
+    renderer: Renderer
 
 
 _loaded: dict[tuple[str, str | None], _LocalModel] = {}
@@ -101,14 +126,14 @@ def forget_cached_conversations() -> None:
 
 
 def sampling_params(
-    renderer: Any,
+    renderer: Renderer,
     *,
     max_tokens: int | None,
     temperature: float | None,
     top_p: float | None = None,
     top_k: int | None = None,
     seed: int | None = None,
-) -> Any:
+) -> tinker.SamplingParams:
     """The sampler's settings for one generation (unset ones: the sampler's neutral values), stopping
     at the chat format's end of turn. Shared by the provider and the bench's direct runner, so both
     sample the same tokens for the same prompt and seed."""
@@ -124,11 +149,16 @@ def sampling_params(
     )
 
 
-async def sample(model: _LocalModel, prompt: Any, num_samples: int, params: Any) -> Any:
-    """``num_samples`` completions of ``prompt`` (a ``tinker.SampleResponse``), awaited without
-    blocking the event loop."""
+async def sample(
+    model: _LocalModel, prompt: tinker.ModelInput, num_samples: int, params: tinker.SamplingParams
+) -> tinker.SampleResponse:
+    """``num_samples`` completions of ``prompt``, awaited without blocking the event loop."""
+    from tinker.lib.public_interfaces.api_future import APIFuture
+
     future = model.sampling_client.sample(prompt, num_samples=num_samples, sampling_params=params)
-    return await asyncio.wrap_future(future.future()) if hasattr(future, "future") else await future
+    if isinstance(future, APIFuture):
+        return await asyncio.wrap_future(future.future())
+    return await future
 
 
 class EnvsuiteModelAPI(ModelAPI):
@@ -140,7 +170,7 @@ class EnvsuiteModelAPI(ModelAPI):
         base_url: str | None = None,
         api_key: str | None = None,
         config: GenerateConfig = GenerateConfig(),  # noqa: B008  (Inspect's own signature)
-        **model_args: Any,
+        **model_args: object,
     ) -> None:
         super().__init__(
             model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=[], config=config
@@ -149,10 +179,22 @@ class EnvsuiteModelAPI(ModelAPI):
         self.envsuite_model: str = str(path) if path else model_name
         """What is loaded: the name, or ``model_args["path"]`` (a directory shown under a short name)."""
         self._base_url = base_url
-        local_model(self.envsuite_model, base_url)  # load now: a bad model fails here, not mid-eval
+        self._given: _LocalModel | None = None
+        client = model_args.get("sampling_client")
+        if client is not None:
+            from envsuite import RendererConfig
+
+            if not isinstance(client, Sampler):
+                raise TypeError(f"model_args['sampling_client'] has no sample(): {type(client).__name__}")
+
+            self._given = _LocalModel(client, RendererConfig(model_name=self.envsuite_model).build())
+        else:
+            local_model(self.envsuite_model, base_url)  # load now: a bad model fails here, not mid-eval
 
     @property
     def _model(self) -> _LocalModel:
+        if self._given is not None:
+            return self._given
         # Looked up, not held: Inspect keeps this object for the whole process (see models_released_after).
         return local_model(self.envsuite_model, self._base_url)
 
@@ -167,8 +209,9 @@ class EnvsuiteModelAPI(ModelAPI):
         tool_choice: ToolChoice,
         config: GenerateConfig,
     ) -> ModelOutput:
-        refuse_unsupported(config, tools)
-        prompt = self._model.renderer.build_generation_prompt(to_envsuite(input))
+        refuse_unsupported(config, tools, tool_choice)
+        shown = [spec_of(info) for info in tools] if tool_choice != "none" else []
+        prompt = self._model.renderer.build_generation_prompt(to_envsuite(input), tools=shown)
         params = sampling_params(
             self._model.renderer,
             max_tokens=config.max_tokens,
@@ -178,7 +221,7 @@ class EnvsuiteModelAPI(ModelAPI):
             seed=config.seed,
         )
         response = await sample(self._model, prompt, config.num_choices or 1, params)
-        choices = [self._choice(seq, config) for seq in response.sequences]
+        choices = [self._choice(seq, config, bool(shown)) for seq in response.sequences]
         output_tokens = sum(len(seq.tokens) for seq in response.sequences)
         return ModelOutput(
             model=self.model_name,
@@ -190,16 +233,21 @@ class EnvsuiteModelAPI(ModelAPI):
             ),
         )
 
-    def _choice(self, sequence: Any, config: GenerateConfig) -> ChatCompletionChoice:
+    def _choice(
+        self, sequence: tinker.SampledSequence, config: GenerateConfig, with_tools: bool
+    ) -> ChatCompletionChoice:
         """One sampled sequence as an Inspect choice: parsed, cut at a stop sequence, with logprobs."""
         renderer = self._model.renderer
         tokens = list(sequence.tokens)
         parsed = renderer.parse_response(tokens)
         content = parsed.message["content"]
-        stop_reason: Any = "stop" if parsed.clean_stop else "max_tokens"
+        stop_reason: StopReason = "stop" if parsed.clean_stop else "max_tokens"
         cut = cut_at_stop(content, config.stop_seqs or [])
         if cut is not None:
             content, stop_reason = cut, "stop"
+        calls = inspect_calls(parsed.message) if with_tools else []
+        if calls:
+            stop_reason = "tool_calls"
         logprobs = None
         if config.logprobs:
             values = list(sequence.logprobs or [])
@@ -209,18 +257,34 @@ class EnvsuiteModelAPI(ModelAPI):
                     for t, lp in zip(tokens, values, strict=False)
                 ]
             )
-        return ChatCompletionChoice(
-            message=ChatMessageAssistant(content=content, model=self.model_name, source="generate"),
-            stop_reason=stop_reason,
-            logprobs=logprobs,
+        message = ChatMessageAssistant(
+            content=content, tool_calls=calls or None, model=self.model_name, source="generate"
         )
+        return ChatCompletionChoice(message=message, stop_reason=stop_reason, logprobs=logprobs)
+
+
+def inspect_calls(message: Message) -> list[ToolCall]:
+    """A parsed reply's calls as Inspect's; an unreadable one carries ``parse_error`` (Inspect then tells
+    the model), under the tool name it seems to name."""
+    from envsuite.chat import tool_calls_of
+
+    calls = [to_inspect_call(call) for call in tool_calls_of(message)]
+    for i, unparsed in enumerate(message.get("unparsed_tool_calls") or []):
+        named = re.search(r'"name"\s*:\s*"([^"]{1,64})"', unparsed.raw_text)
+        function = named.group(1) if named else "unknown"
+        calls.append(
+            ToolCall(id=f"unparsed_{i}", function=function, arguments={}, parse_error=unparsed.error)
+        )
+    return calls
 
 
 class UnsupportedGenerateConfig(ValueError):
     """A generation setting the envsuite provider cannot honour (it refuses instead of ignoring it)."""
 
 
-def refuse_unsupported(config: GenerateConfig, tools: list[ToolInfo]) -> None:
+def refuse_unsupported(
+    config: GenerateConfig, tools: list[ToolInfo], tool_choice: ToolChoice = "auto"
+) -> None:
     """Raise :class:`UnsupportedGenerateConfig` naming every setting the local sampler cannot honour."""
     refused = [
         name
@@ -232,16 +296,16 @@ def refuse_unsupported(config: GenerateConfig, tools: list[ToolInfo]) -> None:
             ("presence_penalty", bool(config.presence_penalty)),
             ("best_of", (config.best_of or 1) > 1),
             ("response_schema", config.response_schema is not None),
-            ("tools", bool(tools)),
+            ("a forced tool_choice", bool(tools) and tool_choice not in ("auto", "none")),
         )
         if is_set
     ]
     if refused:
         raise UnsupportedGenerateConfig(
             f"the envsuite provider cannot honour {', '.join(refused)} (the local sampler returns only "
-            "the sampled tokens' logprobs and has no penalties, logit bias, constrained decoding or tool "
-            "calling); supported: max_tokens, temperature, top_p, top_k, seed, num_choices, stop_seqs, "
-            "logprobs"
+            "the sampled tokens' logprobs and has no penalties, logit bias or constrained decoding); "
+            "supported: max_tokens, temperature, top_p, top_k, seed, num_choices, stop_seqs, logprobs, "
+            "tools with tool_choice auto or none"
         )
 
 

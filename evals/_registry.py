@@ -1,4 +1,5 @@
-"""Inspect entry point (``[project.entry-points.inspect_ai]``): registers the provider and the task.
+"""Inspect entry point (``[project.entry-points.inspect_ai]``): registers the provider, the task and the
+``envsuite`` sandbox environment.
 
 Inspect imports this module when it meets ``--model envsuite/...`` or ``envsuite/envsuite_env``, which
 is how the command line finds a provider defined in a package.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from inspect_ai.model import ModelAPI, modelapi
 
+from envsuite.evals._sandbox import EnvsuiteSandboxEnvironment
 from envsuite.evals._task import envsuite_env
 
 
@@ -18,4 +20,4 @@ def envsuite_provider() -> type[ModelAPI]:
     return EnvsuiteModelAPI
 
 
-__all__ = ["envsuite_env", "envsuite_provider"]
+__all__ = ["EnvsuiteSandboxEnvironment", "envsuite_env", "envsuite_provider"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -21,12 +21,23 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite.core import Env, Message, StopReason, as_overflow, stop_reason_from_metrics
-from envsuite.evals._messages import to_inspect
+from envsuite.core import (
+    Env,
+    Message,
+    StopCondition,
+    StopReason,
+    ToolCall,
+    as_overflow,
+    stop_reason_from_metrics,
+)
+from envsuite.evals._messages import from_inspect_call, inspect_tools, to_inspect, tools_of
 from envsuite.evals._workers import active_pool
 from envsuite.executors import WorkerLostError, WorkerPool
 from envsuite.registration import spec
-from envsuite.renderers import encodable_text, reply_to_tokens
+from envsuite.renderers import encodable_text, reply_message_tokens, reply_to_tokens
+
+if TYPE_CHECKING:
+    from envsuite.renderers import Renderer
 
 RESULT_KEY = "envsuite_result"
 MAX_TURNS_GUARD = 512
@@ -40,6 +51,15 @@ def sample_id(env_id: str, seed: int) -> str:
 def episode_seeds(env_id: str, episodes: int, seed: int) -> list[int]:
     """The seed set of a benchmark run: stable for (env, episodes, seed)."""
     return [episode_seed(seed, "bench", spec(env_id).id, i) % (2**31) for i in range(episodes)]
+
+
+def sample_seed(episode: int, epoch: int) -> int | None:
+    """The sampling seed of play ``epoch`` (1-based) of the episode seeded ``episode`` when a bench plays
+    each episode several times: None for the first (the bench's own seed, so one play per episode
+    samples exactly as it always did), a seed derived from the episode and the play for the others."""
+    if epoch < 1:
+        raise ValueError(f"plays are numbered from 1, got {epoch}")
+    return None if epoch == 1 else episode_seed(episode, "sample", epoch) % (2**31)
 
 
 def _codec_model(model: Model) -> str:
@@ -90,6 +110,17 @@ class ModelReply:
     text: str
     truncated: bool
     """It stopped at the token limit (so no stop sequence is appended)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """The tools it called (written into the reply in the env's chat format)."""
+
+    def reply_tokens(self, renderer: Renderer, stop: StopCondition) -> list[int]:
+        """The tokens the env steps on: the reply's text (and calls) in the env's chat format."""
+        if self.tool_calls:
+            message: Message = {"role": "assistant", "content": self.text, "tool_calls": self.tool_calls}
+            return reply_message_tokens(renderer, message)
+        if self.truncated:
+            return list(renderer.tokenizer.encode(encodable_text(self.text), add_special_tokens=False))
+        return reply_to_tokens(renderer, self.text, stop)
 
 
 ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
@@ -97,7 +128,7 @@ ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
 
 
 async def play_episode(
-    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: dict[str, Any]
+    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: EpisodeResult
 ) -> list[Message]:
     """One episode: the model replies through ``model_turn``, the env steps on the reply's tokens.
 
@@ -119,12 +150,8 @@ async def play_episode(
     built = renderer.build()
     for _ in range(MAX_TURNS_GUARD):
         reply = await model_turn(env.conversation())
-        if reply.truncated:
-            tokens = built.tokenizer.encode(encodable_text(reply.text), add_special_tokens=False)
-        else:
-            tokens = reply_to_tokens(built, reply.text, stop)
         try:
-            step = await env.step(list(tokens))
+            step = await env.step(reply.reply_tokens(built, stop))
         except Exception as exc:
             raise _EnvFailure(repr(exc)) from exc
         result["turns"] += 1
@@ -140,6 +167,22 @@ async def play_episode(
     return env.conversation()
 
 
+class EpisodeResult(TypedDict):
+    """What playing one episode fills in (read by the scorer, journaled by the direct runner)."""
+
+    reward: float
+    """The episode's return so far."""
+    metrics: dict[str, float]
+    """The env's step metrics, summed over the episode's steps."""
+    stop_reason: str | None
+    """A :class:`~envsuite.core.StopReason` value; None while the episode is still being played."""
+    turns: int
+    partner: NotRequired[str]
+    """Which partner or opponent played (part of the result's identity)."""
+    error: NotRequired[str]
+    """Why the env failed (with stop reason ``env_error``)."""
+
+
 @dataclass(frozen=True)
 class EpisodeTask:
     """One bench sample's env, as plain data for a worker."""
@@ -153,17 +196,17 @@ class EpisodeTask:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    result: dict[str, Any]
+    result: EpisodeResult
     conversation: list[Message]
 
 
-def new_result() -> dict[str, Any]:
+def new_result() -> EpisodeResult:
     """An episode's result before its first step (filled in as it plays; read by the scorer)."""
     return {"reward": 0.0, "metrics": {}, "stop_reason": None, "turns": 0}
 
 
 async def run_episode(
-    task: EpisodeTask, model_turn: ModelTurn, result: dict[str, Any] | None = None
+    task: EpisodeTask, model_turn: ModelTurn, result: EpisodeResult | None = None
 ) -> EpisodeOutcome:
     """Make the sample's env and play it; env failures become an ``env_error`` result.
 
@@ -189,7 +232,8 @@ async def run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn
     try:
         return await pool.run(run_episode, task, handle)
     except WorkerLostError as exc:
-        result = new_result() | {"stop_reason": StopReason.ENV_ERROR.value, "error": str(exc)[:500]}
+        result = new_result()
+        result["stop_reason"], result["error"] = StopReason.ENV_ERROR.value, str(exc)[:500]
         return EpisodeOutcome(result, [])
     finally:
         pool.release(handle)
@@ -206,7 +250,9 @@ def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> Non
 def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included).
 
-    With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
+    A tool env's tools are given to the model as Inspect tools (generated with ``tool_calls="none"``:
+    the env, not Inspect, runs them), and the model's calls are written into its reply in the env's
+    chat format. With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
     each model turn comes back here, to Inspect's ``generate``.
     """
 
@@ -226,8 +272,15 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
             # Kept current every turn: an episode cut by the time limit is scored with what it earned.
             state.store.set(RESULT_KEY, result)
             state.messages = to_inspect(messages)
-            state = await generate(state)
-            return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens")
+            state.tools = inspect_tools(tools_of(messages))
+            # tool_calls="none": the env runs its tools, not Inspect. Each epoch samples with its own seed.
+            seed = sample_seed(task.seed, state.epoch)
+            if seed is None:
+                state = await generate(state, tool_calls="none")
+            else:
+                state = await generate(state, tool_calls="none", seed=seed)
+            calls = [from_inspect_call(call) for call in state.output.message.tool_calls or []]
+            return ModelReply(state.output.completion, state.output.stop_reason == "max_tokens", calls)
 
         pool = active_pool()
         if pool is None:
@@ -243,22 +296,20 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
     return solve
 
 
-def episode_score(result: dict[str, Any], answer: str) -> Score:
+def episode_score(result: EpisodeResult, answer: str) -> Score:
     """An episode's score from its result so far and the model's last reply: the env's own return and
     success (its ``correct``/``success`` metric, else reward > 0). An episode that did not finish was
     cut by its time limit: ``rollout_timeout``, scored with the reward it had earned."""
-    result = dict(result)
-    if result["stop_reason"] is None:
-        result["stop_reason"] = StopReason.ROLLOUT_TIMEOUT.value
+    stop_reason = result["stop_reason"] or StopReason.ROLLOUT_TIMEOUT.value
     metrics = result["metrics"]
     success = metrics.get("success", metrics.get("correct", 1.0 if result["reward"] > 0 else 0.0))
     return Score(
         value={"reward": float(result["reward"]), "success": float(min(1.0, success))},
         answer=answer,
-        explanation=f"stop/{result['stop_reason']} after {result.get('turns', 0)} turn(s)",
+        explanation=f"stop/{stop_reason} after {result.get('turns', 0)} turn(s)",
         metadata={
             "metrics": metrics,
-            "stop_reason": result["stop_reason"],
+            "stop_reason": stop_reason,
             "partner": result.get("partner"),
             "error": result.get("error"),
         },
@@ -274,13 +325,16 @@ def env_reward() -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score:
-        result = state.store.get(RESULT_KEY) or {"reward": 0.0, "metrics": {}, "stop_reason": "env_error"}
+        result: EpisodeResult | None = state.store.get(RESULT_KEY)
+        if result is None:  # the solver never started the episode
+            result = new_result()
+            result["stop_reason"] = StopReason.ENV_ERROR.value
         return episode_score(result, state.output.completion if state.output else "")
 
     return score
 
 
-def task_metadata(env_id: str, partner: str | None, episodes: int, seed: int) -> dict[str, Any]:
+def task_metadata(env_id: str, partner: str | None, episodes: int, seed: int) -> dict[str, str | int]:
     """The metadata of an env's bench task (both bench runners write it into their logs)."""
     return {"env_id": env_id, "partner": partner or "default", "episodes": episodes, "seed": seed}
 

@@ -29,8 +29,10 @@ from envsuite.leaderboard._locate import (
     choose_store,
     find_stores,
 )
+from envsuite.leaderboard._passk import MixedPlaysError, pass_at_ks, plays_per_problem
 from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
+    SAMPLES_SETTING,
     AddRunResult,
     Entrant,
     EpisodeResult,
@@ -59,6 +61,8 @@ from envsuite.leaderboard._stats import (
     KeySummary,
     NoPairsError,
     PairedComparison,
+    PassAtK,
+    PassAtKs,
     paired_comparison,
 )
 from envsuite.leaderboard._store import ResultStore, RunConflictError, recompute_ratings
@@ -75,6 +79,7 @@ __all__ = [
     "MatchResult",
     "JsonScalar",
     "JsonValue",
+    "SAMPLES_SETTING",
     "canonical_json",
     "canonical_seeds",
     "file_identity",
@@ -116,6 +121,11 @@ __all__ = [
     "OverallScore",
     "build_leaderboard",
     "NoPairsError",
+    "PassAtK",
+    "PassAtKs",
+    "MixedPlaysError",
+    "pass_at_ks",
+    "plays_per_problem",
     "PairedComparison",
     "paired_comparison",
     # ratings

@@ -29,6 +29,7 @@ from envsuite.leaderboard._compare import (
     head_to_head,
     matrix_cells,
 )
+from envsuite.leaderboard._passk import pass_at_ks
 from envsuite.leaderboard._ratings import compute_ratings
 from envsuite.leaderboard._records import Entrant, Rating, StoredRun
 from envsuite.leaderboard._stats import (
@@ -151,13 +152,11 @@ def build_leaderboard(
     episodes = store.episodes(env_list)
     ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes), catalog_ranges or {})
     entries = [
-        summarize_key(
-            key,
-            eps,
-            ranges[key.versioned_env_id],
-            n_boot=n_boot,
-            confidence=confidence,
-            seed=seed,
+        dataclasses.replace(
+            summarize_key(
+                key, eps, ranges[key.versioned_env_id], n_boot=n_boot, confidence=confidence, seed=seed
+            ),
+            pass_at=pass_at_ks(key, eps, n_boot=n_boot, confidence=confidence, seed=seed),
         )
         for key, eps in group_by_key(episodes).items()
     ]

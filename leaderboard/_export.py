@@ -41,6 +41,15 @@ class KeyJson(TypedDict):
     package_version: str
 
 
+class PassAtKJson(TypedDict):
+    """pass@k and pass^k at one k, from ``n`` plays per episode (a :class:`~envsuite.leaderboard.PassAtK`)."""
+
+    k: int
+    n: int
+    pass_at_k: EstimateJson | None
+    pass_hat_k: EstimateJson | None
+
+
 class EntryJson(KeyJson):
     """One leaderboard row: its key's fields and its scores."""
 
@@ -52,6 +61,9 @@ class EntryJson(KeyJson):
     reward_range: list[float]
     log_paths: list[str]
     metrics: dict[str, float]
+    pass_at_k: list[PassAtKJson]
+    """Empty unless the key played each episode K > 1 times (``sampling.samples``)."""
+    pass_at_k_withheld: str | None
 
 
 class RatingJson(TypedDict):
@@ -122,6 +134,16 @@ def entry_dict(entry: KeySummary) -> EntryJson:
         "reward_range": list(entry.reward_range),
         "log_paths": list(entry.log_paths),
         "metrics": dict(entry.metric_means),
+        "pass_at_k": [
+            {
+                "k": v.k,
+                "n": v.n,
+                "pass_at_k": estimate_dict(v.pass_at_k),
+                "pass_hat_k": estimate_dict(v.pass_hat_k),
+            }
+            for v in entry.pass_at.values
+        ],
+        "pass_at_k_withheld": entry.pass_at.withheld,
     }
 
 

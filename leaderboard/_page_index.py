@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from envsuite import family_order
 from envsuite.leaderboard._board import Leaderboard
 from envsuite.leaderboard._compare import ALL_POOLS, HeadToHead, MatrixCell
 from envsuite.leaderboard._html_parts import (
@@ -33,7 +34,6 @@ from envsuite.leaderboard._stats import Estimate, KeySummary
 from envsuite.leaderboard._terminal import fmt_sampling, fmt_seeds
 from envsuite.leaderboard._viewer import ViewerBundle, log_href, sample_href
 
-FAMILY_ORDER = ("math", "twenty questions", "games", "reasoning-gym", "plugins", "other")
 KEY_FIELDS = ("partner", "renderer", "sampling", "seeds", "version")
 OPEN_RESULTS_MAX = 300
 """Up to this many result rows the results table is open when the page loads."""
@@ -45,7 +45,7 @@ class PageContext:
 
     board: Leaderboard
     families: Mapping[str, str]
-    """Versioned env id -> family (math, twenty questions, games, reasoning-gym, plugins, other)."""
+    """Versioned env id -> family (the catalog's: ``envsuite.catalog_env_families``)."""
     viewer: ViewerBundle | None
     model_pages: Mapping[str, str]
     """Model name -> its page, relative to the index."""
@@ -56,9 +56,13 @@ class PageContext:
     def family(self, env: str) -> str:
         return self.families.get(env, "other")
 
+    def family_order(self) -> list[str]:
+        """The families of the board's envs, in the catalog's order (``envsuite.family_order``)."""
+        return family_order(self.family(e) for e in self.board.envs)
+
     def envs(self) -> list[str]:
-        """Env versions grouped by family (in :data:`FAMILY_ORDER`), then by id."""
-        order = {f: i for i, f in enumerate(FAMILY_ORDER)}
+        """Env versions grouped by family (in the catalog's order), then by id."""
+        order = {f: i for i, f in enumerate(self.family_order())}
         return sorted(self.board.envs, key=lambda e: (order.get(self.family(e), len(order)), e))
 
 
@@ -131,7 +135,7 @@ Means with {pct}% percentile-bootstrap intervals (B={board.n_boot}, seed={board.
 def filters(ctx: PageContext) -> str:
     board = ctx.board
     options = {
-        "family": [f for f in FAMILY_ORDER if f in {ctx.family(e) for e in board.envs}],
+        "family": ctx.family_order(),
         "version": sorted({e.key.package_version for e in board.entries}),
         "partner": sorted({e.key.partner or "-" for e in board.entries}),
         "model": list(board.models),
@@ -268,13 +272,43 @@ def episode_data(ctx: PageContext) -> dict[str, list[list[object]]]:
     return data
 
 
+def pass_ks_of(entries: Iterable[KeySummary]) -> list[int]:
+    """The k any of ``entries`` reports pass@k at (a column each)."""
+    return sorted({v.k for entry in entries for v in entry.pass_at.values})
+
+
+def pass_cells(entry: KeySummary, ks: Sequence[int]) -> str:
+    """One cell per k: pass@k with its interval and the plays per episode (n) behind it, or ``-``."""
+    cells = []
+    for k in ks:
+        found = entry.pass_at.at(k)
+        if found is None:
+            cells.append(est_cell(None))
+            continue
+        est = found.pass_at_k
+        cells.append(
+            f'<td class="num" data-sort="{est.mean:.6f}">{fmt(est.mean)} <span class="ci">{ci_text(est)}</span> '
+            f'<span class="muted">n={found.n}</span></td>'
+        )
+    return "".join(cells)
+
+
+PASS_NOTE = (
+    "pass@k: the chance that at least one of k plays of an episode succeeds (unbiased estimate from the "
+    "n plays stored per episode, interval over episodes); rows of different plays per episode are "
+    "different result keys, never pooled."
+)
+
+
 def results_section(ctx: PageContext, varying: Sequence[str]) -> str:
+    ks = pass_ks_of(ctx.board.entries)
     headers = [("env", ""), ("family", ""), ("model", ""), *((v, "") for v in varying)]
     headers += [
         ("n", "num"),
         ("reward", "num"),
         ("success", "num"),
         ("normalized", "num"),
+        *((f"pass@{k}", "num") for k in ks),
         ("transcripts", ""),
     ]
     rows = []
@@ -288,13 +322,13 @@ def results_section(ctx: PageContext, varying: Sequence[str]) -> str:
             f'<td class="id">{esc(env)}</td><td>{esc(ctx.family(env))}</td><td>{model_link(ctx, key.model)}</td>{extra}'
             f'<td class="num" data-sort="{entry.n_samples}">{entry.n_samples}</td>'
             f"{est_cell(entry.reward)}{est_cell(entry.success)}{est_cell(entry.normalized)}"
-            f"{transcripts_cell(ctx, entry)}</tr>"
+            f"{pass_cells(entry, ks)}{transcripts_cell(ctx, entry)}</tr>"
         )
     # A big board's table opens on request: laying out thousands of rows would hold up the page
     # (the matrix above already shows every score).
     is_open = " open" if len(rows) <= OPEN_RESULTS_MAX else ""
     return f"""<h2 id="s-results">Results per env</h2>
-<p class="muted">One row per result key (what a score depends on; rows are never pooled). <output data-count-for="results"></output></p>
+<p class="muted">One row per result key (what a score depends on; rows are never pooled).{" " + PASS_NOTE if ks else ""} <output data-count-for="results"></output></p>
 <details class="results"{is_open}><summary>{len(rows)} result rows</summary>
 {table("results", headers, rows)}</details>"""
 

@@ -16,7 +16,15 @@ from envsuite.leaderboard._html_parts import (
     settings_block,
     table,
 )
-from envsuite.leaderboard._page_index import PageContext, key_field, split_settings, transcripts_cell
+from envsuite.leaderboard._page_index import (
+    PASS_NOTE,
+    PageContext,
+    key_field,
+    pass_cells,
+    pass_ks_of,
+    split_settings,
+    transcripts_cell,
+)
 from envsuite.leaderboard._stats import Estimate
 
 MODELS_DIR = "models"
@@ -48,6 +56,7 @@ def render_model_page(ctx: PageContext, model: str) -> str:
     comparisons = {c.env: c for c in board.comparisons if c.model == model}
     shared, varying = split_settings([e.key for e in entries])
     rank = next((o for o in board.overall if o.entrant.model == model), None)
+    ks = pass_ks_of(entries)
     rows = []
     for entry in entries:
         env = entry.key.versioned_env_id
@@ -57,7 +66,8 @@ def render_model_page(ctx: PageContext, model: str) -> str:
             f'<tr data-filter-row data-family="{esc(ctx.family(env))}"><td class="id">{esc(env)}</td>'
             f"<td>{esc(ctx.family(env))}</td>{extra}"
             f"{est_cell(entry.normalized, bar=(0.0, 1.0))}{est_cell(entry.reward)}{est_cell(entry.success)}"
-            f"{_diff_cell(comparisons.get(env), hi - lo)}{transcripts_cell(ctx, entry, root='../')}</tr>"
+            f"{pass_cells(entry, ks)}{_diff_cell(comparisons.get(env), hi - lo)}"
+            f"{transcripts_cell(ctx, entry, root='../')}</tr>"
         )
     vs = f"vs {baseline}" if baseline else "vs (no other model)"
     headers = [("env", ""), ("family", ""), *((v, "") for v in varying)]
@@ -65,6 +75,7 @@ def render_model_page(ctx: PageContext, model: str) -> str:
         ("normalized", "num"),
         ("reward", "num"),
         ("success", "num"),
+        *((f"pass@{k}", "num") for k in ks),
         (f"Δ reward {vs}", "num"),
         ("transcripts", ""),
     ]
@@ -83,7 +94,7 @@ def render_model_page(ctx: PageContext, model: str) -> str:
 <p class="muted">&Delta; reward: this model minus the baseline on the samples (env version + seed) both were scored
 on, with a {round(board.confidence * 100)}% paired-bootstrap interval (pairs resampled together; B={board.n_boot}).
 The bar spans the env's whole reward range either way. Choose the baseline with
-<code>envsuite leaderboard --baseline MODEL</code>.</p>
+<code>envsuite leaderboard --baseline MODEL</code>.{" " + PASS_NOTE if ks else ""}</p>
 {table("model-results", headers, rows)}
 <p>Other models: {others}</p>"""
     return page(f"{model} - envsuite leaderboard", body, root="../")

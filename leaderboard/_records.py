@@ -79,6 +79,11 @@ class Entrant:
         return self.model
 
 
+SAMPLES_SETTING = "samples"
+"""The sampling setting that says how many times each episode (problem) was played: results with
+different values are different keys, and pass@k is reported only for keys with more than one."""
+
+
 @dataclass(frozen=True)
 class ResultKey:
     """Everything a score depends on. Results with different keys are never merged in the store.
@@ -123,7 +128,7 @@ class ResultKey:
         for name, value in (("model", model), ("env_id", base), ("renderer", renderer)):
             if not value:
                 raise ValueError(f"ResultKey.{name} must be a non-empty string")
-        return cls(
+        key = cls(
             model=model,
             env_id=base,
             env_version=version,
@@ -133,6 +138,16 @@ class ResultKey:
             seeds=canonical_seeds(seeds),
             package_version=package_version,
         )
+        key.samples  # noqa: B018  (a bad plays-per-episode setting fails here, not when a board is built)
+        return key
+
+    @property
+    def samples(self) -> int:
+        """Plays per episode the key's sampling settings declare (:data:`SAMPLES_SETTING`; 1 if unset)."""
+        value = json.loads(self.sampling).get(SAMPLES_SETTING, 1) if self.sampling.startswith("{") else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"the {SAMPLES_SETTING!r} sampling setting must be an int >= 1, got {value!r}")
+        return value
 
     @property
     def versioned_env_id(self) -> str:

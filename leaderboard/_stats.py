@@ -97,6 +97,30 @@ def episode_ref(stored: StoredEpisode) -> EpisodeRef:
 
 
 @dataclass(frozen=True)
+class PassAtK:
+    """pass@k (and pass^k: all k plays succeed) of one key, averaged over its problems."""
+
+    k: int
+    n: int
+    """Plays per problem behind the estimate (the same for every problem)."""
+    pass_at_k: Estimate
+    pass_hat_k: Estimate
+
+
+@dataclass(frozen=True)
+class PassAtKs:
+    """A key's pass@k for each reported k, or why it has none."""
+
+    values: tuple[PassAtK, ...] = ()
+    withheld: str | None = None
+    """Why a key of K > 1 plays has no pass@k (its problems have different numbers of plays)."""
+
+    def at(self, k: int) -> PassAtK | None:
+        """The estimate for ``k`` (None when not reported)."""
+        return next((v for v in self.values if v.k == k), None)
+
+
+@dataclass(frozen=True)
 class KeySummary:
     """One leaderboard row: a result key with its scores."""
 
@@ -115,6 +139,8 @@ class KeySummary:
     """The bootstrap replicates behind ``normalized`` (used by the overall score)."""
     episodes: tuple[EpisodeRef, ...] = field(default=(), repr=False, compare=False)
     """Every episode behind the row, in (seed, epoch) order, for links to transcripts."""
+    pass_at: PassAtKs = PassAtKs()
+    """pass@k over the key's problems when it played each episode K > 1 times (``leaderboard._passk``)."""
 
 
 def summarize_key(

@@ -11,6 +11,7 @@ from types import TracebackType
 from envsuite.leaderboard._db import Backend, Connection, Row, SqlValue, connect, default_url
 from envsuite.leaderboard._ratings import ALL_GAMES, compute_ratings
 from envsuite.leaderboard._records import (
+    SAMPLES_SETTING,
     AddRunResult,
     EpisodeResult,
     MatchResult,
@@ -90,6 +91,20 @@ def env_filter_sql(env_ids: Iterable[str] | None) -> tuple[str, list[SqlValue]]:
     return ("(" + " OR ".join(clauses) + ")" if clauses else "1 = 0"), params
 
 
+def _check_plays(key: ResultKey, episodes: Iterable[EpisodeResult]) -> None:
+    """A key that declares K plays per episode holds epochs 1..K only: a run of another K belongs under
+    its own key (pass@k from different K must never be pooled)."""
+    samples = key.samples
+    if samples == 1:
+        return  # no declared K: any epochs (an Inspect log's own, a user's loop) are taken as they are
+    wrong = sorted({ep.epoch for ep in episodes if not 1 <= ep.epoch <= samples})
+    if wrong:
+        raise ValueError(
+            f"a run of {samples} plays per episode (sampling setting {SAMPLES_SETTING!r}) holds epoch(s) "
+            f"{wrong}; results of another number of plays need their own key"
+        )
+
+
 class ResultStore:
     """Evaluation results and game outcomes in a SQLite file (default) or a PostgreSQL server.
 
@@ -136,6 +151,7 @@ class ResultStore:
     def add_run(self, run: RunRecord, episodes: Iterable[EpisodeResult]) -> AddRunResult:
         """Store a run and its episodes; re-adding the same run id adds only episodes not yet stored."""
         episodes = list(episodes)
+        _check_plays(run.key, episodes)
         lo, hi = run.reward_range if run.reward_range is not None else (None, None)
         with environment_read_once(), self._conn.transaction():
             key = _clean_key(run.key)

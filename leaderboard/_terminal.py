@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envsuite.leaderboard._board import Leaderboard
-from envsuite.leaderboard._stats import Estimate
+from envsuite.leaderboard._stats import Estimate, KeySummary
 from envsuite.leaderboard._text import display_text
 
 
@@ -132,6 +132,22 @@ def _constant_columns(values: dict[str, list[str]], always: Sequence[str]) -> tu
     return shown, ("all rows: " + ", ".join(constant)) if constant else ""
 
 
+PASS_CAPTION = "pass@k: unbiased estimate from n plays per episode (shown as n=...), CI over episodes"
+
+
+def pass_ks(board: Leaderboard) -> list[int]:
+    """Every k some row reports pass@k at, in order (none when no key played its episodes K > 1 times)."""
+    return sorted({v.k for entry in board.entries for v in entry.pass_at.values})
+
+
+def fmt_pass(entry: KeySummary, k: int) -> str:
+    """A row's pass@k with its interval and the plays per episode behind it, or ``-``."""
+    found = entry.pass_at.at(k)
+    if found is None:
+        return "-"
+    return f"{fmt_estimate(found.pass_at_k)} n={found.n}"
+
+
 def render_terminal(board: Leaderboard) -> FittedTable:
     """The per-env rows (one per result key); key columns that hold one value in every row move to the caption."""
     pct = round(board.confidence * 100)
@@ -145,10 +161,12 @@ def render_terminal(board: Leaderboard) -> FittedTable:
         "version": [e.key.package_version for e in board.entries],
     }
     shown, caption = _constant_columns(values, ("env", "model"))
+    ks = pass_ks(board)
     columns = (
         *(Column(n, is_id=n in ("env", "model", "partner")) for n in shown),
         Column("n", numeric=True),
         *(Column(n, numeric=True) for n in ("reward", "success", "normalized")),
+        *(Column(f"pass@{k}", numeric=True) for k in ks),
     )
     rows = tuple(
         (
@@ -157,9 +175,12 @@ def render_terminal(board: Leaderboard) -> FittedTable:
             fmt_estimate(entry.reward),
             fmt_estimate(entry.success),
             fmt_estimate(entry.normalized),
+            *(fmt_pass(entry, k) for k in ks),
         )
         for i, entry in enumerate(board.entries)
     )
+    if ks:
+        caption = "; ".join(filter(None, [caption, PASS_CAPTION]))
     title = f"envsuite leaderboard ({pct}% bootstrap CI, B={board.n_boot})"
     return FittedTable(title, columns, rows, display_text(caption), group_by_first_id=True)
 

@@ -226,15 +226,17 @@ def test_an_episode_past_its_time_bound_is_a_scored_rollout_timeout_in_the_direc
         assert sample.messages  # the conversation up to the cut is kept
 
 
-def test_a_terminal_bench_shows_a_bar_per_env_and_the_cli_picks_the_runner(
+def test_a_terminal_bench_shows_one_bar_with_the_time_left_and_a_line_per_env(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from envsuite.cli import build_parser
 
     report = run_bench(_config(tmp_path, "arithmetic", "tictactoe", episodes=2, display="full"))
     assert report.completed and report.episodes_added == 4
-    shown = capsys.readouterr().out
-    assert "arithmetic-v0" in shown and "tictactoe-v0" in shown and "2/2" in shown
+    shown = " ".join(capsys.readouterr().out.split())  # rich folds long lines to the terminal's width
+    assert "2 env(s), 4 episode(s) to play" in shown and "4/4 episodes" in shown and "left" in shown
+    assert "arithmetic-v0: finished in" in shown and "tictactoe-v0: finished in" in shown
+    assert "[2/2 envs, 4/4 episodes" in shown
     args = build_parser().parse_args(["bench", "--model", TEST_MODEL, "--runner", "inspect"])
     assert args.runner == "inspect"
     assert build_parser().parse_args(["bench", "--model", TEST_MODEL]).runner == "auto"
@@ -268,3 +270,57 @@ def test_the_whole_catalog_benches_through_the_envsuite_command(tmp_path: Path) 
     with ResultStore(str(db)) as store:
         assert sorted({k.versioned_env_id for k in store.keys()}) == sorted(available)  # noqa: SIM118
         assert len(store.episodes()) == len(available)
+
+
+def test_an_env_that_breaks_the_bench_is_reported_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failing env is reported and skipped, never the end of the run; a rerun plays only it."""
+    register("scratch/unrecordable-v0", "tests.support.toy_envs:UnrecordableEnv", reward_range=(0.0, 1.0))
+    try:
+        config = _config(tmp_path, "scratch/unrecordable", "arithmetic", episodes=2, display="lines")
+        report = run_bench(config)
+        assert not report.completed and set(report.failed_envs) == {"scratch/unrecordable-v0"}
+        assert "TypeError" in report.failed_envs["scratch/unrecordable-v0"]
+        out = " ".join(capsys.readouterr().out.split())
+        assert "scratch/unrecordable-v0: ended with status error: TypeError" in out
+        assert "arithmetic-v0: finished in" in out and "[2/2 envs, 2/4 episodes" in out
+        assert {seed for seed, _ in _stored(Path(config.db or ""))} and len(
+            _stored(Path(config.db or ""))
+        ) == 2
+        again = run_bench(config)
+        out = " ".join(capsys.readouterr().out.split())
+        assert "1 env(s), 2 episode(s) to play (an earlier run of this bench: 1 env(s) finished)" in out
+        assert set(again.failed_envs) == {"scratch/unrecordable-v0"} and again.episodes_added == 0
+    finally:
+        registry.unregister("scratch/unrecordable-v0")
+
+
+def test_progress_lines_say_how_far_the_whole_run_is_and_the_time_left() -> None:
+    from envsuite.evals._bench_progress import BenchSession, clock
+
+    said: list[str] = []
+    session = BenchSession(label="m", say=said.append)
+    session.plan(2, 12, resumed=4, finished_envs=1)
+    assert (
+        said[-1]
+        == "m: 2 env(s), 12 episode(s) to play (an earlier run of this bench: 1 env(s) finished, 4 episode(s) played)"
+    )
+    session.task_started("a", "env-a", 8)
+    session.task_started("b", "env-b", 8)
+    for _ in range(4):
+        session.sample_ended("a", 1.0, resumed=True)  # resumed: counts for the env, not the run's rate
+    session.episode_started("a")
+    for _ in range(4):
+        session.sample_ended("a", 0.0)
+    assert said[-1].startswith("m on env-a: 8/8 episodes, mean reward +0.500")
+    assert session.episodes_played == 4 and session.eta_s() is not None
+    session.task_ended("a", "a.json")
+    assert (
+        "m on env-a: finished in" in said[-1]
+        and "[1/2 envs, 4/12 episodes" in said[-1]
+        and "left]" in said[-1]
+    )
+    session.task_failed("b", "error")
+    assert session.failed == {"env-b": "error"} and "left]" not in said[-1]
+    assert [clock(s) for s in (5, 65, 3725)] == ["0:05", "1:05", "1:02:05"]

@@ -319,3 +319,19 @@ def test_python_dash_m_envsuite_is_the_envsuite_command(tmp_path: Path) -> None:
     )
     for done in runs.values():
         assert f"allocator probe: {restarted}" in done.stderr, done.stderr
+
+
+def test_train_loss_flag_lists_every_builtin_loss(capsys: pytest.CaptureFixture[str]) -> None:
+    """`envsuite train --loss` takes the SDK's seven built-in losses (and refuses anything else)."""
+    import typing
+
+    from tinker.types import LossFnType
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    builtin = [name for name in typing.get_args(LossFnType) if name != "custom"]
+    assert len(builtin) == 7 and all(name in out for name in builtin)
+    with pytest.raises(SystemExit):
+        main(["train", "arithmetic", "--loss", "grpo"])
+    assert "invalid choice" in capsys.readouterr().err

@@ -11,11 +11,17 @@ from envsuite.testing import CheckOutcome, check_env
 from tests.conftest import TEST_MODEL
 
 AVAILABLE_IDS = sorted(s.id for s in envsuite.registry.all_specs() if not s.unavailable and not s.deprecated)
+QUICK_NAMESPACES = ("reasoning_gym/",)
+"""Namespaces of many envs of one class: checked on fewer episodes (``quick``), every id still checked.
+Their env class is checked in full on a sample (``QUICK_FULL``), and the reasoning-gym tests check the
+part the namespaces differ in (each dataset's problems, answers and scores)."""
+QUICK_FULL = frozenset({"reasoning_gym/chain_sum-v1", "reasoning_gym/composite-v0", "reasoning_gym/aiw-v0"})
 
 
 @pytest.mark.parametrize("env_id", AVAILABLE_IDS)
 def test_catalog_env_conforms(env_id: str) -> None:
-    report = check_env(env_id, model=TEST_MODEL)
+    quick = env_id.startswith(QUICK_NAMESPACES) and env_id not in QUICK_FULL
+    report = check_env(env_id, model=TEST_MODEL, quick=quick)
     assert report.passed, report.render()
 
 

@@ -1,4 +1,9 @@
-"""tinker-cookbook 0.5.8's own code on envsuite's local compute, changed by one line: ``local.install()``.
+"""tinker-cookbook's own code on envsuite's local compute, changed by one line: ``local.install()``.
+
+The installed cookbook is 0.6.1 (``make install``), whose ``rl.train``, math_rl recipe and ``rl_loop``
+default to ``loss_fn="stable_reinforce"`` (sampling with ``record_stability_info``, datums with
+provenance); ``make interop-0.5.8`` runs this file against 0.5.8 too, whose default is
+``importance_sampling``. Each test runs the recipe with its own defaults and checks what both share.
 
 Its training drivers (``rl.train.main`` with the math_rl arithmetic recipe, ``supervised.train.main``),
 its minimal loops written against the raw SDK (``recipes/rl_loop.py``, ``recipes/sl_loop.py``), its
@@ -47,8 +52,33 @@ def installed(tmp_path: Path) -> Iterator[Path]:
     local.uninstall()
 
 
-def _metrics(log_path: Path) -> list[dict[str, Any]]:
+def _rows(log_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def _metrics(log_path: Path) -> list[dict[str, Any]]:
+    """An RL run's per-step rows (0.6.1 also appends a row of cumulative token counts at the end)."""
+    return [row for row in _rows(log_path) if "progress/batch" in row]
+
+
+def _default_loss(config_cls: Any) -> str:
+    """The loss a cookbook config trains with when left alone (0.6.1: stable_reinforce; 0.5.8's
+    ``rl_loop`` has no setting and trains with importance_sampling)."""
+    return str(getattr(config_cls(), "loss_fn", "importance_sampling"))
+
+
+@pytest.fixture
+def losses_seen(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The loss names cookbook's code sent to the local training clients (a spy: the real call runs)."""
+    seen: set[str] = set()
+    original = local.LocalTrainingClient.forward_backward
+
+    def spy(self: Any, data: Any, loss_fn: str, loss_fn_config: Any = None) -> Any:
+        seen.add(loss_fn)
+        return original(self, data, loss_fn, loss_fn_config)
+
+    monkeypatch.setattr(local.LocalTrainingClient, "forward_backward", spy)
+    return seen
 
 
 # -- training drivers ---------------------------------------------------------------------------------
@@ -77,7 +107,7 @@ def _math_rl(model_dir: str, log_path: Path, max_steps: int) -> None:
 
 
 def test_cookbook_rl_train_runs_resumes_and_stays_on_policy(
-    installed: Path, model_dir: str, tmp_path: Path
+    installed: Path, model_dir: str, tmp_path: Path, losses_seen: set[str]
 ) -> None:
     log_path = tmp_path / "math_rl"
     _math_rl(model_dir, log_path, max_steps=2)
@@ -92,6 +122,9 @@ def test_cookbook_rl_train_runs_resumes_and_stays_on_policy(
     assert runs.cursor.total_count == 2  # the first run, and the one resumed from it
     kl = [row["optim/kl_sample_train_v1"] for row in rows if "optim/kl_sample_train_v1" in row]
     assert kl and all(abs(value) < 1e-3 for value in kl), kl
+    from tinker_cookbook.recipes.math_rl.train import CLIConfig
+
+    assert losses_seen == {_default_loss(CLIConfig)}  # stable_reinforce on 0.6.1
 
 
 def test_cookbook_supervised_train_runs_two_steps(installed: Path, model_dir: str, tmp_path: Path) -> None:
@@ -120,7 +153,7 @@ def test_cookbook_supervised_train_runs_two_steps(installed: Path, model_dir: st
         max_steps=2,
     )
     asyncio.run(train.main(config))
-    rows = [row for row in _metrics(tmp_path / "sl") if "train_mean_nll" in row]
+    rows = [row for row in _rows(tmp_path / "sl") if "train_mean_nll" in row]
     assert len(rows) == 2 and all(row["train_mean_nll"] > 0 for row in rows)
 
 
@@ -148,9 +181,18 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cookbook_rl_loop_runs_a_few_steps(
-    installed: Path, offline_hub: None, model_dir: str, tmp_path: Path
+    installed: Path,
+    offline_hub: None,
+    model_dir: str,
+    tmp_path: Path,
+    losses_seen: set[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tinker_cookbook.recipes import rl_loop
+
+    # The random test model never solves GSM8K, so every group would score 0 and rl_loop would skip
+    # training; a reward it can earn (the reply's length parity) makes the groups differ and train.
+    monkeypatch.setattr(rl_loop, "get_reward", lambda response, answer: float(len(response) % 2))
 
     config = rl_loop.Config(
         log_path=str(tmp_path / "rl_loop"),
@@ -165,6 +207,7 @@ def test_cookbook_rl_loop_runs_a_few_steps(
     rows = _metrics(tmp_path / "rl_loop")
     assert [row["progress/batch"] for row in rows] == [0, 1, 2]
     assert (tmp_path / "rl_loop" / "checkpoints.jsonl").is_file()
+    assert losses_seen == {_default_loss(rl_loop.Config)}  # stable_reinforce on 0.6.1
 
 
 def test_cookbook_sl_loop_runs_a_few_steps(
@@ -176,7 +219,7 @@ def test_cookbook_sl_loop_runs_a_few_steps(
         log_path=str(tmp_path / "sl_loop"), model_name=model_dir, batch_size=4, lora_rank=4, max_steps=3
     )
     sl_loop.main(config)
-    rows = [row for row in _metrics(tmp_path / "sl_loop") if "train_mean_nll" in row]
+    rows = [row for row in _rows(tmp_path / "sl_loop") if "train_mean_nll" in row]
     assert len(rows) == 3 and rows[-1]["train_mean_nll"] < rows[0]["train_mean_nll"] + 1.0
 
 

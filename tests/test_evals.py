@@ -305,7 +305,7 @@ def test_a_killed_bench_keeps_every_env_that_finished(tmp_path: Path) -> None:
     with out.open("w") as sink:
         process = subprocess.Popen(args, env=env, cwd=Path(__file__).parents[1], stdout=sink)
         deadline = time.monotonic() + 300
-        while "arithmetic-v0: finished; stored" not in out.read_text() and time.monotonic() < deadline:
+        while "arithmetic-v0: finished in" not in out.read_text() and time.monotonic() < deadline:
             assert process.poll() is None, out.read_text()
             time.sleep(0.2)
         process.send_signal(signal.SIGKILL)
@@ -351,7 +351,8 @@ def test_a_model_directory_is_benched_under_its_label_with_progress_naming_envs(
     log = read_eval_log(report.log_paths[0])
     assert log.eval.model == "envsuite/tiny+dir" and "//" not in log.eval.model
     out = capsys.readouterr().out
-    assert "tiny+dir on arithmetic-v0: 2/2 episodes" in out and "arithmetic-v0: finished; stored" in out
+    assert "tiny+dir on arithmetic-v0: 2/2 episodes" in out and "arithmetic-v0: finished in" in out
+    assert "stored in the leaderboard" in out
     store = ResultStore(config.db)
     try:
         (key,) = store.keys()

@@ -1,4 +1,4 @@
-"""tinker-cookbook interop both ways without adapters, and reasoning-gym datasets as catalog envs.
+"""tinker-cookbook interop both ways without adapters (reasoning-gym: tests/test_reasoning_gym.py).
 
 tinker-cookbook 0.5.8 is installed in the test environment (``--no-deps``; its imports come from the
 dev extras), so these tests use its real classes: its envs in envsuite's catalog, checker, rollouts and
@@ -207,38 +207,3 @@ def test_envsuite_builders_pickle_for_cookbook_executors() -> None:
     )
     clone = pickle.loads(pickle.dumps(builder))
     assert asyncio.run(clone.make_envs())[0].env is not None
-
-
-# -- reasoning-gym ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def reasoning_gym_ids() -> list[str]:
-    pytest.importorskip(
-        "reasoning_gym", reason="reasoning-gym is not installed (pip install 'envsuite[reasoning-gym]')"
-    )
-    from envsuite.adapters.reasoning_gym import DEFAULT_DATASETS, register_reasoning_gym
-
-    register_reasoning_gym()
-    return [f"reasoning_gym/{name}-v0" for name in DEFAULT_DATASETS]
-
-
-@pytest.mark.parametrize("name", ["chain_sum", "word_sorting", "caesar_cipher"])
-def test_reasoning_gym_envs_conform(reasoning_gym_ids: list[str], name: str) -> None:
-    assert f"reasoning_gym/{name}-v0" in reasoning_gym_ids
-    report = check_env(f"reasoning_gym/{name}", model=TEST_MODEL)
-    assert report.passed, report.render()
-
-
-def test_reasoning_gym_scores_with_its_own_scorer(reasoning_gym_ids: list[str]) -> None:
-    gym_env = envsuite.make("reasoning_gym/chain_sum", mode="text", model=TEST_MODEL)
-    gym_env.reset(seed=5)
-    _, reward, done, _, info = gym_env.step("<answer>no idea</answer>")
-    assert done and reward == 0.0 and info["metrics"]["score"] == 0.0
-    reference = info["logs"]["reference"]
-    gym_env.reset(seed=5)
-    _, reward, _, _, info = gym_env.step(f"<answer>{reference}</answer>")
-    assert reward == 1.0 and info["metrics"]["score"] == 1.0
-    gym_env.reset(seed=5)
-    _, reward, _, _, info = gym_env.step(f"The sum is\n{reference}")
-    assert reward == pytest.approx(0.9), "right answer outside the tags loses only the format bonus"

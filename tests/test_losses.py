@@ -139,7 +139,16 @@ def test_policy_gradient_at_ratio_one_equals_weighted_cross_entropy(service: Loc
 @pytest.mark.parametrize(
     ("loss_fn", "inputs", "config", "message"),
     [
-        ("dro", {}, None, "not implemented"),
+        ("custom", {}, None, "forward_backward_custom"),
+        ("gspo", {"logprobs": WEIGHTS, "advantages": ADVANTAGES}, None, "sequence_ratio_mask"),
+        (
+            "gspo",
+            {"logprobs": WEIGHTS, "advantages": ADVANTAGES, "sequence_ratio_mask": 0 * WEIGHTS},
+            None,
+            "marks no token",
+        ),
+        ("dro", {"logprobs": WEIGHTS, "advantages": ADVANTAGES}, {"beta": -1.0}, "beta"),
+        ("cispo", {"logprobs": WEIGHTS, "advantages": ADVANTAGES}, {"clip_high_threshold": 0.9}, "clip"),
         ("importance_sampling", {"advantages": ADVANTAGES}, None, "logprobs"),
         ("cross_entropy", {"weights": WEIGHTS[:3]}, None, "shape"),
         ("cross_entropy", {"advantages": ADVANTAGES}, None, "does not use"),

@@ -399,8 +399,60 @@ async def test_bad_requests_fail_their_future(
 
 
 async def test_unsupported_options_fail_clearly(client: LocalSamplingClient) -> None:
-    with pytest.raises(NotImplementedError, match="topk_sample_logprobs"):
-        await client.sample(_prompt([1, 2]), 1, _greedy(2), topk_sample_logprobs=3)
+    with pytest.raises(NotImplementedError, match="topk_prompt_logprobs"):
+        await client.sample(_prompt([1, 2]), 1, _greedy(2), topk_prompt_logprobs=3)
+    with pytest.raises(ValueError, match="topk_sample_logprobs"):
+        await client.sample(_prompt([1, 2]), 1, _greedy(2), topk_sample_logprobs=21)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9)])
+async def test_top_logprobs_list_the_sampling_distributions_best_tokens(
+    client: LocalSamplingClient, temperature: float, top_p: float
+) -> None:
+    params = tinker.SamplingParams(max_tokens=6, temperature=temperature, top_p=top_p, seed=3, stop=[])
+    plain = await client.sample(_prompt([1, 28, 4003]), 2, params)
+    ranked = await client.sample(_prompt([1, 28, 4003]), 2, params, topk_sample_logprobs=5)
+    for seq, same in zip(ranked.sequences, plain.sequences, strict=True):
+        assert seq.tokens == same.tokens, "asking for top logprobs changes nothing sampled"
+        top = seq.topk_logprobs
+        assert top is not None and len(top) == len(seq.tokens)
+        assert seq.logprobs is not None
+        for token, logprob, best in zip(seq.tokens, seq.logprobs, top, strict=True):
+            assert best is not None and 1 <= len(best) <= 5
+            values = [v for _, v in best]
+            assert values == sorted(values, reverse=True) and all(v <= 1e-6 for v in values)
+            listed = dict(best)
+            if token in listed:  # the chosen token, when among the best, carries its own logprob
+                assert listed[token] == pytest.approx(logprob, abs=1e-4)
+            if temperature == 0.0:
+                assert best[0][0] == token, "greedy picks the most likely token"
+        if temperature == 1.0 and top_p == 1.0:  # the model's own distribution: 5 tokens, mass < 1
+            assert all(len(best or []) == 5 for best in top)
+            assert all(sum(np.exp(v) for _, v in best or []) <= 1 + 1e-5 for best in top)
+
+
+async def test_on_token_streams_every_token_before_the_result(client: LocalSamplingClient) -> None:
+    from envsuite.backends.local import SampledToken
+
+    seen: list[SampledToken] = []
+    params = tinker.SamplingParams(max_tokens=5, temperature=1.0, seed=1, stop=[])
+    future = client.sample(_prompt([1, 2, 3]), 2, params, topk_sample_logprobs=2, on_token=seen.append)
+    response = await future
+    for index, seq in enumerate(response.sequences):
+        streamed = [t for t in seen if t.sample_index == index]
+        assert [t.token for t in streamed] == seq.tokens
+        assert [t.logprob for t in streamed] == pytest.approx(seq.logprobs)
+        assert seq.topk_logprobs is not None
+        for token, best in zip(streamed, seq.topk_logprobs, strict=True):
+            assert best is not None and [t for t, _ in token.top] == [t for t, _ in best]
+            assert [v for _, v in token.top] == pytest.approx([v for _, v in best], abs=1e-5)
+
+    def broken(token: SampledToken) -> None:
+        raise RuntimeError("the consumer went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await client.sample(_prompt([1, 2, 3]), 1, params, on_token=broken)
+    assert len((await client.sample(_prompt([1, 2]), 1, _greedy(2))).sequences[0].tokens) == 2
 
 
 async def test_cancelled_request_frees_its_slot() -> None:

@@ -30,7 +30,7 @@ import tinker
 import uvicorn
 from tinker import types
 
-from envsuite.backends.local import LocalServiceClient
+from envsuite.backends.local import LocalServiceClient, SequenceStore
 from envsuite.models import resolve_model
 from envsuite.serve import ServeConfig, ServeConfigError, create_app
 from tests.conftest import TEST_MODEL
@@ -48,10 +48,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(config: ServeConfig, api_key: str | None = None, apps: list[Any] | None = None) -> Iterator[str]:
+def running(
+    config: ServeConfig,
+    api_key: str | None = None,
+    apps: list[Any] | None = None,
+    capture_keys: dict[str, str] | None = None,
+) -> Iterator[str]:
     """A server in a thread; yields its URL and stops it afterwards (``apps`` receives the app)."""
     config = replace(config, port=_free_port())
-    app = create_app(config, api_key)
+    app = create_app(config, api_key, capture_keys)
     if apps is not None:
         apps.append(app)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_level="warning"))
@@ -129,6 +134,23 @@ def test_the_sdk_trains_and_samples_through_the_server_exactly_as_in_process(
     for got, want in zip(remote[2], local[2], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(remote[3][1:], local[3][1:], atol=1e-5)
+
+
+def test_top_sample_logprobs_come_through_the_server(url: str, tmp_path: Path) -> None:
+    params = types.SamplingParams(max_tokens=4, seed=5, temperature=1.0, stop=[])
+    prompt = types.ModelInput.from_ints(TOKENS)
+    with sdk(url) as service:
+        remote = service.create_sampling_client(base_model=TEST_MODEL).result()
+        got = remote.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
+    local = (
+        LocalServiceClient(log_dir=tmp_path / "local").create_sampling_client(base_model=TEST_MODEL).result()
+    )
+    want = local.sample(prompt, 1, params, topk_sample_logprobs=3).result(timeout=60).sequences[0]
+    assert got.tokens == want.tokens and got.topk_logprobs is not None and want.topk_logprobs is not None
+    for best, expected in zip(got.topk_logprobs, want.topk_logprobs, strict=True):
+        assert best is not None and expected is not None
+        assert [t for t, _ in best] == [t for t, _ in expected]
+        np.testing.assert_allclose([v for _, v in best], [v for _, v in expected], atol=1e-5)
 
 
 def test_sessions_are_isolated(url: str) -> None:
@@ -224,7 +246,7 @@ def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(tmp_path: Path)
         check(httpx.post(f"{api}/create_session", content=b"x" * (64 * 1024 + 1)), 413, "over 65536 bytes")
         with sdk(base) as service:  # still serving real work
             bad = service.create_lora_training_client("no-such-model", rank=2)
-            with pytest.raises(tinker.RequestFailedError, match="unknown model"):
+            with pytest.raises(tinker.NotFoundError, match="unknown model"):  # as any name it lacks
                 bad.result(timeout=60)
             sampler = service.create_sampling_client(base_model=TEST_MODEL).result()
             future = sampler.sample(
@@ -326,10 +348,15 @@ def test_cookbook_rl_train_resumes_after_the_server_is_killed(
         server.terminate()
         server.wait(timeout=60)
     rows = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if "progress/batch" in row]  # 0.6.1 ends with a row of token totals
     assert [row["progress/batch"] for row in rows] == [0, 1, 2], "nothing lost, nothing repeated"
     assert all(
         abs(row["optim/kl_sample_train_v1"]) < 1e-3 for row in rows if "optim/kl_sample_train_v1" in row
     )
+    if math_rl.CLIConfig().loss_fn == "stable_reinforce":  # 0.6.1's default: its samples were recorded
+        store = SequenceStore(state / "sequences.sqlite")
+        assert store.count() >= 3 * 2 * 4  # three steps of 2 groups x 4 rollouts
+        store.close()
 
 
 def test_envsuite_train_runs_through_the_server(url: str, tmp_path: Path) -> None:
@@ -385,3 +412,37 @@ def _bench_through(url: str, tmp_path: Path) -> None:
     )
     report = run_bench(config)
     assert report.completed and report.episodes_added == 2
+
+
+def test_every_builtin_loss_through_the_server_matches_in_process(url: str, tmp_path: Path) -> None:
+    """cispo, dro and gspo (with and without loss_fn_config) through the SDK's protobuf path: the same
+    loss as in process (the values themselves are checked in tests/test_loss_gradients.py)."""
+    n = len(TOKENS) - 1
+    inputs = {
+        "target_tokens": np.array(TOKENS[1:]),
+        "logprobs": np.linspace(-3.0, -1.0, n).astype(np.float32),
+        "advantages": np.array([1.0, -1.0, 0.5, 2.0, -0.3, 0.0, 1.5], np.float32),
+    }
+    mask = {"sequence_ratio_mask": np.array([0, 1, 1, 1, 1, 0, 1], np.float32)}
+    cases: list[tuple[str, dict[str, Any], dict[str, float] | None]] = [
+        ("cispo", inputs, None),
+        ("cispo", inputs, {"clip_low_threshold": 0.5, "clip_high_threshold": 1.1}),
+        ("dro", inputs, {"beta": 0.2}),
+        ("gspo", {**inputs, **mask}, None),
+        ("ppo", inputs, {"clip_low_threshold": 0.9, "clip_high_threshold": 1.05}),
+    ]
+    datum = {name: types.Datum(model_input=types.ModelInput.from_ints(TOKENS[:-1]), loss_fn_inputs=values)
+             for name, values, _ in cases}  # fmt: skip
+    local = (
+        LocalServiceClient(log_dir=tmp_path / "local")
+        .create_lora_training_client(TEST_MODEL, rank=4, seed=0)
+        .result()
+    )
+    with sdk(url) as service:
+        remote = service.create_lora_training_client(TEST_MODEL, rank=4, seed=0).result()
+        for name, _, config in cases:
+            got = remote.forward([datum[name]], name, config).result().metrics["loss:sum"]
+            want = local.forward([datum[name]], name, config).result().metrics["loss:sum"]
+            assert got == pytest.approx(want, rel=1e-5), (name, config)
+        with pytest.raises(tinker.RequestFailedError, match="sequence_ratio_mask"):
+            remote.forward([datum["cispo"]], "gspo").result()

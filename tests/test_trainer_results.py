@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envsuite.registration import registry, spec
+from envsuite.registration import registry
 from envsuite.trainers import (
     ConfigError,
     TrainConfig,
@@ -21,6 +21,7 @@ from envsuite.trainers import (
     mean_ci,
     read_eval_rows,
     read_metrics,
+    resolve_run_envs,
     run_training,
 )
 from tests.test_trainer_run import TOY_ID, register_toy
@@ -68,8 +69,8 @@ def test_every_shipped_preset_is_a_valid_config_for_a_catalog_env() -> None:
         config = preset.config()
         config.validate()
         assert config.log_dir == f"runs/{name}"
-        env_spec = spec(config.env_id)
-        env_spec.resolve_kwargs(config.env_kwargs)
+        for env in resolve_run_envs(config):  # one env, or a mix: each env's kwargs are checked
+            env.spec.resolve_kwargs(env.kwargs)
         assert preset.info.description, name
     with pytest.raises(ConfigError, match="no preset named"):
         load_preset("no-such-preset")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import typing
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from envsuite.trainers import (
     TrainConfig,
     assemble_batch,
     compute_advantages,
+    loss_datum,
     merge_turns,
     preflight,
     read_metrics,
@@ -168,6 +170,52 @@ def test_three_turn_trajectory_merges_extending_turns_and_splits_the_rest() -> N
     assert second.datum.loss_fn_inputs["target_tokens"].to_numpy().tolist() == [10, 11, 12]
     assert second.mask_T.tolist() == [0, 1, 1] and second.group_index == 3
     assert set(inputs) == {"target_tokens", "logprobs", "advantages"}
+
+
+def test_datums_carry_cookbook_style_provenance_and_each_loss_gets_its_inputs() -> None:
+    turns = [
+        _turn([1, 2, 3], [4, 5], [-0.1, -0.2]),
+        _turn([1, 2, 3, 4, 5, 6, 7], [8], [-0.3]),
+        _turn([9, 10], [11, 12], [-0.4, -0.5], done=True, reward=1.0),
+    ]
+    for turn, name in zip(turns, ["a", "b", "c"], strict=True):
+        turn.ac.sequence_id = name
+    first, second = trajectory_to_datums(_traj(*turns), advantage=0.5, group_index=0)
+    # tokens 1 2 3 | 4 5 | 6 7 | 8: a's prompt, a's reply, b's prompt positions 5-6, b's reply
+    assert first.datum.model_input_spans == [
+        tinker.PromptProvenanceSpan(sequence_id="a", offset=0, length=3),
+        tinker.SampledProvenanceSpan(sequence_id="a", length=2),
+        tinker.PromptProvenanceSpan(sequence_id="b", offset=5, length=2),
+    ]
+    assert first.datum.loss_fn_input_spans == [
+        tinker.PromptProvenanceSpan(sequence_id="a", offset=1, length=2),
+        tinker.SampledProvenanceSpan(sequence_id="a", length=2),
+        tinker.PromptProvenanceSpan(sequence_id="b", offset=5, length=2),
+        tinker.SampledProvenanceSpan(sequence_id="b", length=1),
+    ]
+    assert second.datum.loss_fn_input_spans == [
+        tinker.PromptProvenanceSpan(sequence_id="c", offset=1, length=1),
+        tinker.SampledProvenanceSpan(sequence_id="c", length=2),
+    ]
+    ce = loss_datum(first, PolicyLoss.CROSS_ENTROPY).loss_fn_inputs
+    assert set(ce) == {"target_tokens", "weights"}
+    assert ce["weights"].to_numpy() == pytest.approx([0, 0, 0.5, 0.5, 0, 0, 0.5])
+    gspo = loss_datum(first, PolicyLoss.GSPO).loss_fn_inputs
+    assert gspo["sequence_ratio_mask"].to_numpy().tolist() == [0, 0, 1, 1, 0, 0, 1]
+    assert loss_datum(first, PolicyLoss.STABLE_REINFORCE).loss_fn_input_spans is not None
+    turns[1].ac.sequence_id = None  # a reply without an id: no provenance for its datum
+    unnamed, _ = trajectory_to_datums(_traj(*turns), advantage=0.5, group_index=0)
+    assert unnamed.datum.loss_fn_input_spans is None
+    with pytest.raises(ValueError, match="sequence_id"):
+        loss_datum(unnamed, PolicyLoss.STABLE_REINFORCE)
+
+
+def test_every_policy_loss_has_its_sdk_name() -> None:
+    """forward_backward gets the SDK's LossFnType for each loss: the enum's own value, for all of them."""
+    sdk_names = set(typing.get_args(tinker.types.LossFnType))
+    for loss in PolicyLoss:
+        assert loss.sdk_name == loss.value
+        assert loss.sdk_name in sdk_names
 
 
 def test_twenty_turn_extending_game_is_one_linear_datum() -> None:

@@ -7,19 +7,24 @@ The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``.
 """
 
 from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
+from envsuite.trainers._async import LEDGER_FILE, GroupLedger, GroupOutcome
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
-from envsuite.trainers._datums import TrainingDatum, merge_turns, trajectory_to_datums
+from envsuite.trainers._curriculum import Curriculum, CurriculumState
+from envsuite.trainers._datums import TrainingDatum, loss_datum, merge_turns, trajectory_to_datums
 from envsuite.trainers._heldout import (
     EVAL_EPISODES_FILE,
     Estimate,
     HeldOutComparison,
     compare_held_out,
+    episode_value,
     mean_ci,
     read_eval_rows,
 )
+from envsuite.trainers._kl import KLPenalty, discounted_future_sum
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
+from envsuite.trainers._mixture import EvalSet, RunEnv, resolve_run_envs
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._presets import (
@@ -30,7 +35,16 @@ from envsuite.trainers._presets import (
     load_preset,
     parse_preset,
 )
+from envsuite.trainers._replica_sampling import ReplicaSampling, open_sampling
+from envsuite.trainers._replicas import NoSamplersLeftError, ReplicaCore, ReplicaLostError
 from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
+from envsuite.trainers._samplers import (
+    DriverSampling,
+    SampledGroup,
+    SamplerSettings,
+    SamplingService,
+    group_seed,
+)
 from envsuite.trainers._transcripts import render_trajectory
 
 __all__ = [
@@ -40,6 +54,12 @@ __all__ = [
     "PolicyLoss",
     "TrainConfig",
     "preflight",
+    # several envs and adaptive difficulty
+    "Curriculum",
+    "CurriculumState",
+    "EvalSet",
+    "RunEnv",
+    "resolve_run_envs",
     # presets and config files
     "Preset",
     "PresetInfo",
@@ -59,9 +79,26 @@ __all__ = [
     "TrainingDatum",
     "assemble_batch",
     "compute_advantages",
+    "loss_datum",
     "merge_turns",
     "rollout_batch",
     "trajectory_to_datums",
+    # async off-policy, the KL penalty, where groups are sampled (sampler replicas)
+    "DriverSampling",
+    "GroupLedger",
+    "GroupOutcome",
+    "KLPenalty",
+    "LEDGER_FILE",
+    "NoSamplersLeftError",
+    "ReplicaCore",
+    "ReplicaLostError",
+    "ReplicaSampling",
+    "SampledGroup",
+    "SamplerSettings",
+    "SamplingService",
+    "discounted_future_sum",
+    "group_seed",
+    "open_sampling",
     # outputs
     "CheckpointLog",
     "CheckpointRecord",
@@ -74,6 +111,7 @@ __all__ = [
     "Estimate",
     "HeldOutComparison",
     "compare_held_out",
+    "episode_value",
     "mean_ci",
     "read_eval_rows",
 ]

@@ -13,10 +13,14 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
+from envsuite.trainers._curriculum import Curriculum
+
+if TYPE_CHECKING:
+    from tinker.types import LossFnType
 
 
 class ConfigError(UsageError):
@@ -35,12 +39,39 @@ class LRSchedule(enum.StrEnum):
 
 
 class PolicyLoss(enum.StrEnum):
-    """The policy-gradient loss sent to ``forward_backward``."""
+    """The loss sent to ``forward_backward``: every built-in loss of the Tinker SDK (docs/backend.md)."""
 
     IMPORTANCE_SAMPLING = "importance_sampling"
     """REINFORCE with the sampler-to-learner probability ratio (unclipped)."""
     PPO = "ppo"
     """The ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]``."""
+    CISPO = "cispo"
+    """``logp`` weighted by the ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]`` (no gradient through it)."""
+    DRO = "dro"
+    """``logp * A`` with a quadratic penalty ``dro_beta / 2 * (logp - sampler_logp)^2``."""
+    GSPO = "gspo"
+    """``ppo`` on each reply's sequence-level ratio (its sampled tokens' geometric mean)."""
+    STABLE_REINFORCE = "stable_reinforce"
+    """REINFORCE with truncated sequence ratios on negative advantages; samples are recorded and datums
+    carry provenance (tinker-cookbook 0.6.1's default)."""
+    CROSS_ENTROPY = "cross_entropy"
+    """On-policy REINFORCE as cross-entropy weighted by the advantages (no off-policy correction)."""
+
+    @property
+    def sdk_name(self) -> LossFnType:
+        """The name ``forward_backward`` takes for this loss (the SDK's ``LossFnType``)."""
+        return _SDK_NAMES[self]
+
+
+_SDK_NAMES: dict[PolicyLoss, LossFnType] = {
+    PolicyLoss.IMPORTANCE_SAMPLING: "importance_sampling",
+    PolicyLoss.PPO: "ppo",
+    PolicyLoss.CISPO: "cispo",
+    PolicyLoss.DRO: "dro",
+    PolicyLoss.GSPO: "gspo",
+    PolicyLoss.STABLE_REINFORCE: "stable_reinforce",
+    PolicyLoss.CROSS_ENTROPY: "cross_entropy",
+}
 
 
 @dataclass(frozen=True)
@@ -48,11 +79,20 @@ class TrainConfig:
     """A GRPO run on one catalog env. Field docstrings double as CLI help."""
 
     env_id: str
-    """Catalog id of the env to train on (``envsuite list`` shows them)."""
+    """Catalog id of the env to train on (``envsuite list`` shows them), or a selection of several:
+    comma-separated ids, ``family:NAME``, ``tag:NAME``, globs (a multi-env run, ``trainers._mixture``)."""
     log_dir: str
     """Where config, metrics, checkpoints, transcripts and plots go; rerunning into it resumes."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``."""
+    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``; in a multi-env run, a table
+    per env id, e.g. ``{"reasoning_gym/chain_sum": {"rung": 1}}``."""
+    env_weights: dict[str, float] = field(default_factory=dict)
+    """Multi-env runs: each env's share of a batch's groups, by id (default 1 each)."""
+    curriculum: Curriculum | None = None
+    """Move each env with difficulty rungs up and down them from its groups' running success (None:
+    fixed difficulty); see ``trainers._curriculum``."""
+    eval_rungs: list[int] = field(default_factory=list)
+    """Also evaluate held-out on these difficulty rungs of each env that has them."""
     model: str = "smollm2-135m-instruct"
     """Base model: an envsuite model name, a local HF directory, or (hosted backend) a Tinker model."""
     backend: str = "local"
@@ -80,7 +120,9 @@ class TrainConfig:
     learning rate each step, sampled tokens or not: the first setting to try when a run is unstable."""
     loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
     ppo_clip: float = 0.2
-    """Clip range epsilon of the ``ppo`` loss."""
+    """Clip range epsilon of the ``ppo``, ``cispo`` and ``gspo`` losses."""
+    dro_beta: float = 0.05
+    """Weight of the ``dro`` loss's quadratic penalty."""
     num_substeps: int = 1
     """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
     scale_advantages_by_std: bool = False
@@ -124,13 +166,42 @@ class TrainConfig:
     trackio_project: str | None = None
     """Also log each step's metrics to this Trackio project (local-first: a SQLite file per project;
     ``trackio show`` opens the dashboard)."""
+    captured_dir: str | None = None
+    """Train on the scored episodes an ``envsuite serve`` captured (a capture set's directory,
+    ``<state-dir>/captures/<name>``) instead of rollouts of ``env_id``: step ``i`` trains on batch ``i`` of
+    their groups, with the tokens and logprobs sampled then. ``env_id`` may then be empty, or name an env
+    to evaluate on."""
+    async_max_steps_off_policy: int | None = None
+    """Async off-policy training (tinker-cookbook's ``AsyncConfig.max_steps_off_policy``): sampling
+    goes on while the trainer trains, and a group sampled with weights more than this many optimizer
+    steps old is dropped (counted, and its problem sampled again). None: synchronous."""
+    stream_minibatches: int | None = None
+    """Streaming minibatches (cookbook's ``StreamMinibatchConfig.num_minibatches``): each substep's
+    groups split into this many minibatches, each trained (``forward_backward``) as soon as its groups
+    have finished; one optimizer step per substep. None: train once the whole batch is in."""
+    kl_penalty_coef: float = 0.0
+    """KL penalty against a frozen reference (cookbook's ``kl_penalty_coef``): each action token's
+    advantage gains ``coef * (mean - (log p_sampler - log p_ref))``. 0 disables."""
+    kl_discount_factor: float = 0.0
+    """Discount of the KL penalty over later tokens (cookbook's ``kl_discount_factor``; 0: none)."""
+    kl_reference_checkpoint: str | None = None
+    """The KL reference: a sampler checkpoint path (``checkpoints.jsonl``'s ``sampler_path``); None:
+    the base model."""
+    samplers: int = 0
+    """Sampler replicas: N samplers, each with its own engine and policy copy (fed LoRA adapters by
+    version after each step) and the env work of the groups it plays, of the executor's kind (in this
+    process, spawn processes, or Ray actors). 0: the trainer's own sampling client (env work on the
+    executor's workers)."""
 
     # ---------------------------------------------------------------------------------------------
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the setting to change; checks only what needs no model."""
         checks: list[tuple[bool, str]] = [
-            (bool(self.env_id), "env_id is empty: pass a catalog id (see `envsuite list`)"),
+            (
+                bool(self.env_id) or self.captured_dir is not None,
+                "env_id is empty: pass a catalog id (see `envsuite list`), or captured episodes (--captured)",
+            ),
             (bool(self.log_dir), "log_dir is empty: pass a directory for metrics and checkpoints"),
             (self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
@@ -160,6 +231,10 @@ class TrainConfig:
                 "lora_rank=0 (full fine-tune) runs on the local backend only: hosted Tinker trains LoRA",
             ),
             (0 < self.ppo_clip < 1, f"ppo_clip must be in (0, 1), got {self.ppo_clip}"),
+            (
+                math.isfinite(self.dro_beta) and self.dro_beta >= 0,
+                f"dro_beta must be >= 0, got {self.dro_beta}",
+            ),
             (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
             (
                 math.isfinite(self.temperature) and self.temperature > 0,
@@ -177,6 +252,7 @@ class TrainConfig:
             (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)"),
             (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
             (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
+            *self._trainer_v2_checks(),
         ]
         for ok, message in checks:
             if not ok:
@@ -189,8 +265,73 @@ class TrainConfig:
             raise ConfigError(str(exc)) from None
         try:
             json.dumps(self.env_kwargs)
+            json.dumps(self.env_weights)
         except TypeError as exc:
-            raise ConfigError(f"env_kwargs must be JSON values: {exc}") from None
+            raise ConfigError(f"env_kwargs and env_weights must be JSON values: {exc}") from None
+        if any(not isinstance(r, int) or r < 0 for r in self.eval_rungs):
+            raise ConfigError(f"eval_rungs must be rung indexes >= 0, got {self.eval_rungs}")
+        if self.curriculum is not None:
+            try:
+                self.curriculum.validate()
+            except UsageError as exc:
+                raise ConfigError(str(exc)) from None
+
+    def loss_config(self) -> dict[str, float] | None:
+        """The ``loss_fn_config`` these settings give the loss (None: it takes none)."""
+        if self.loss_fn in (PolicyLoss.PPO, PolicyLoss.CISPO, PolicyLoss.GSPO):
+            return {"clip_low_threshold": 1 - self.ppo_clip, "clip_high_threshold": 1 + self.ppo_clip}
+        if self.loss_fn == PolicyLoss.DRO:
+            return {"beta": self.dro_beta}
+        return None
+
+    def _trainer_v2_checks(self) -> list[tuple[bool, str]]:
+        """Async, streaming, KL penalty and sampler replicas (issue 37)."""
+        per_substep = self.batch_size // max(self.num_substeps, 1)
+        stream = self.stream_minibatches
+        return [
+            (
+                self.async_max_steps_off_policy is None or self.async_max_steps_off_policy >= 0,
+                f"async_max_steps_off_policy must be >= 0 (or None: synchronous), got "
+                f"{self.async_max_steps_off_policy}",
+            ),
+            (stream is None or stream >= 1, f"stream_minibatches must be >= 1 (or None: off), got {stream}"),
+            (
+                stream is None or stream < 1 or per_substep % stream == 0,
+                f"stream_minibatches {stream} does not divide the {per_substep} groups of a substep "
+                "(batch_size / num_substeps): minibatches hold whole groups, so pick a divisor",
+            ),
+            (
+                math.isfinite(self.kl_penalty_coef) and self.kl_penalty_coef >= 0,
+                f"kl_penalty_coef must be >= 0, got {self.kl_penalty_coef}",
+            ),
+            (
+                0 <= self.kl_discount_factor <= 1,
+                f"kl_discount_factor must be in [0, 1], got {self.kl_discount_factor}",
+            ),
+            (
+                self.kl_reference_checkpoint is None or self.kl_penalty_coef > 0,
+                "kl_reference_checkpoint is set but kl_penalty_coef is 0: pass --kl-penalty C to use it",
+            ),
+            (
+                self.captured_dir is None or (self.async_max_steps_off_policy is None and stream is None),
+                "a run on captured episodes trains synchronously: drop async_max_steps_off_policy and "
+                "stream_minibatches",
+            ),
+            (
+                self.curriculum is None or (self.async_max_steps_off_policy is None and stream is None),
+                "the curriculum moves rungs between synchronous steps: drop async_max_steps_off_policy and "
+                "stream_minibatches, or the curriculum",
+            ),
+            (
+                self.samplers >= 0,
+                f"samplers must be >= 0 (0: the trainer's own sampler), got {self.samplers}",
+            ),
+            (
+                self.samplers == 0 or self.backend == "local",
+                "sampler replicas (samplers >= 1) run the local engine: use backend 'local' (hosted "
+                "Tinker and `envsuite serve` already scale sampling behind their URL)",
+            ),
+        ]
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""
@@ -211,6 +352,10 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown config keys {unknown}; known: {sorted(names)}")
         values = dict(data)
+        try:
+            values["curriculum"] = Curriculum.from_value(values.get("curriculum"))
+        except (UsageError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
         for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", PolicyLoss)):
             if key in values:
                 try:
@@ -246,7 +391,9 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Curriculum):
+        return dataclasses.asdict(value)
     return value

@@ -11,16 +11,26 @@ Layout of one datum (Tinker's): ``model_input`` is the full sequence without its
 that predict an action token carry the sampler's logprob and the trajectory's advantage, positions
 that predict observation tokens carry 0 and 0 (and mask 0, kept outside the datum for metrics: the
 policy losses take no weights).
+
+Provenance (``Datum.with_provenance``, what ``stable_reinforce`` reads): while every turn's reply
+carries the sampler's ``sequence_id``, each run of tokens is attributed as tinker-cookbook 0.6.1 does it:
+a turn's new observation tokens are positions of the prompt its reply was sampled from
+(``PromptProvenanceSpan``), its reply the sequence's sampled tokens (``SampledProvenanceSpan``).
+:func:`loss_datum` then shapes a datum for one loss.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import tinker
 
-from envsuite.core import Trajectory
+from envsuite.core import Trajectory, Transition
+from envsuite.trainers._config import PolicyLoss
+
+Span = tinker.PromptProvenanceSpan | tinker.SampledProvenanceSpan
 
 
 @dataclass
@@ -30,6 +40,8 @@ class SequenceBuilder:
     tokens_T: list[int] = field(default_factory=list)
     is_action_T: list[bool] = field(default_factory=list)
     logprobs_T: list[float] = field(default_factory=list)
+    spans: list[Span] | None = field(default_factory=list)
+    """Where every token came from, while every reply so far has a ``sequence_id``; else None."""
 
     def extends_to(self, observation_T: list[int]) -> bool:
         """True when ``observation_T`` starts with the whole sequence so far."""
@@ -53,6 +65,10 @@ class TrainingDatum:
     sampler_logprobs_T: np.ndarray
     group_index: int
     """Which group of the batch it came from (minibatches keep groups whole)."""
+    policy_version: int = 0
+    """The policy version (optimizer steps taken) whose sampler produced its actions; the
+    importance-sampling losses weigh it by the learner-to-sampler probability ratio, which corrects
+    for the lag when it was sampled steps ago (async training)."""
 
     @property
     def n_action_tokens(self) -> int:
@@ -69,25 +85,58 @@ def merge_turns(trajectory: Trajectory) -> list[SequenceBuilder]:
             continue
         observation_T = transition.ob.to_ints()
         if current.extends_to(observation_T):
-            current.append(observation_T[len(current.tokens_T) :], None)
+            offset = len(current.tokens_T)
         else:
             if current.tokens_T:
                 sequences.append(current)
             current = SequenceBuilder()
-            current.append(observation_T, None)
+            offset = 0
+        current.append(observation_T[offset:], None)
         logprobs = transition.ac.maybe_logprobs
         if logprobs is None or len(logprobs) != len(action_T):
             raise ValueError(
                 "a sampled action has no per-token logprobs: RL training needs a TokenCompleter that "
                 "reports them (e.g. SamplingTokenCompleter)"
             )
+        _attribute(current, transition, offset, len(observation_T) - offset)
         current.append(action_T, list(logprobs))
     if current.tokens_T:
         sequences.append(current)
     return sequences
 
 
-def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: int) -> TrainingDatum | None:
+def _attribute(sequence: SequenceBuilder, transition: Transition, offset: int, length: int) -> None:
+    """Spans of one turn: its new observation tokens (positions ``offset..`` of the prompt its reply was
+    sampled from) and its reply; provenance ends at the first reply without a ``sequence_id``."""
+    sequence_id = transition.ac.sequence_id
+    if sequence.spans is None or sequence_id is None:
+        sequence.spans = None
+        return
+    if length:
+        sequence.spans.append(
+            tinker.PromptProvenanceSpan(sequence_id=sequence_id, offset=offset, length=length)
+        )
+    sequence.spans.append(
+        tinker.SampledProvenanceSpan(sequence_id=sequence_id, length=len(transition.ac.tokens))
+    )
+
+
+def _drop_position(spans: list[Span], first: bool) -> list[Span]:
+    """The spans of the sequence without its first (``first``) or last token."""
+    out = list(spans)
+    index = 0 if first else -1
+    span = out[index]
+    shorter = dataclasses.replace(span, offset=span.offset + (1 if first else 0), length=span.length - 1)
+    if shorter.length:
+        out[index] = shorter
+    else:
+        del out[index]
+    return out
+
+
+def sequence_to_datum(
+    sequence: SequenceBuilder, advantage: float, group_index: int, policy_version: int = 0
+) -> TrainingDatum | None:
     """The datum of one merged sequence; None when it holds no sampled token to learn from."""
     if len(sequence.tokens_T) < 2:
         return None
@@ -103,10 +152,36 @@ def sequence_to_datum(sequence: SequenceBuilder, advantage: float, group_index: 
             "advantages": tinker.TensorData.from_numpy(mask_T * np.float32(advantage)),
         },
     )
-    return TrainingDatum(datum, mask_T, logprobs_T, group_index)
+    if sequence.spans:
+        datum = datum.with_provenance(
+            model_input=_drop_position(sequence.spans, first=False),
+            loss_fn_inputs=_drop_position(sequence.spans, first=True),
+        )
+    return TrainingDatum(datum, mask_T, logprobs_T, group_index, policy_version)
 
 
-def trajectory_to_datums(trajectory: Trajectory, advantage: float, group_index: int) -> list[TrainingDatum]:
+def trajectory_to_datums(
+    trajectory: Trajectory, advantage: float, group_index: int, policy_version: int = 0
+) -> list[TrainingDatum]:
     """All datums of one trajectory, every action token carrying ``advantage``."""
-    datums = (sequence_to_datum(s, advantage, group_index) for s in merge_turns(trajectory))
+    datums = (sequence_to_datum(s, advantage, group_index, policy_version) for s in merge_turns(trajectory))
     return [d for d in datums if d is not None]
+
+
+def loss_datum(training: TrainingDatum, loss_fn: PolicyLoss) -> tinker.Datum:
+    """The datum ``loss_fn`` takes: ``cross_entropy`` weights are the advantages, ``gspo`` takes the
+    sequence ratio over the sampled tokens, ``stable_reinforce`` needs provenance; the rest take the
+    policy-gradient inputs as they are."""
+    datum = training.datum
+    inputs = dict(datum.loss_fn_inputs)
+    if loss_fn == PolicyLoss.CROSS_ENTROPY:
+        inputs = {"target_tokens": inputs["target_tokens"], "weights": inputs["advantages"]}
+    elif loss_fn == PolicyLoss.GSPO:
+        inputs["sequence_ratio_mask"] = tinker.TensorData.from_numpy(training.mask_T)
+    elif loss_fn == PolicyLoss.STABLE_REINFORCE and datum.loss_fn_input_spans is None:
+        raise ValueError(
+            "stable_reinforce needs each reply's sequence_id (the sampler's SampledSequence.sequence_id), "
+            "and this batch has a reply without one: use a completer that reports it (SamplingTokenCompleter "
+            "does) or another loss"
+        )
+    return dataclasses.replace(datum, loss_fn_inputs=inputs)

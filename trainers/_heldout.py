@@ -89,11 +89,17 @@ def mean_ci(
 
 
 def eval_rows(
-    groups_P: Sequence[TrajectoryGroup], indices_P: Sequence[int], step: int
+    groups_P: Sequence[TrajectoryGroup],
+    indices_P: Sequence[int],
+    step: int,
+    envs_P: Sequence[str] | None = None,
+    rungs_P: Sequence[int | None] | None = None,
 ) -> list[dict[str, object]]:
-    """One row per held-out episode, indexed by its test problem (and member, if a group has several)."""
+    """One row per held-out episode, indexed by its test problem (and member, if a group has several);
+    with ``envs_P`` (a multi-env run's, or one with held-out rungs) each row names its env, and a row
+    of a per-rung set its ``rung``."""
     rows: list[dict[str, object]] = []
-    for group, problem in zip(groups_P, indices_P, strict=True):
+    for position, (group, problem) in enumerate(zip(groups_P, indices_P, strict=True)):
         size = len(group.trajectories_G)
         for member, (trajectory, total) in enumerate(
             zip(group.trajectories_G, group.get_total_rewards(), strict=True)
@@ -108,6 +114,12 @@ def eval_rows(
                     "stop": stop,
                     "metrics": metrics,
                 }
+                | ({"env": envs_P[position]} if envs_P is not None else {})
+                | (
+                    {"rung": rungs_P[position]}
+                    if rungs_P is not None and rungs_P[position] is not None
+                    else {}
+                )
             )
     return rows
 
@@ -155,10 +167,16 @@ def compare_held_out(
     after_step: int | None = None,
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
+    env: str | None = None,
+    rung: int | None = None,
 ) -> HeldOutComparison:
-    """The first (or ``before_step``) vs the last (or ``after_step``) evaluation of a run."""
+    """The first (or ``before_step``) vs the last (or ``after_step``) evaluation of a run, on its own
+    held-out sets; ``env`` keeps one env's episodes (a multi-env run's: ``reasoning_gym/chain_sum``),
+    ``rung`` the episodes of that rung's set (``eval_rungs``) instead."""
     by_step: dict[int, dict[int, dict[str, object]]] = {}
     for row in read_eval_rows(Path(log_dir)):
+        if (env is not None and row.get("env") != env) or row.get("rung") != rung:
+            continue
         by_step.setdefault(_int(row.get("step")), {})[_int(row.get("index"))] = row
     if len(by_step) < 2 and (before_step is None or after_step is None or before_step == after_step):
         raise ValueError(f"{log_dir} has {len(by_step)} held-out evaluation(s); a comparison needs two")

@@ -16,35 +16,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tinker
 
 from envsuite.core import RLDataset
-from envsuite.executors import WorkerPool, open_pool
-from envsuite.rollouts import RolloutLimits
+from envsuite.executors import ExecutorConfig, WorkerPool, open_pool
+from envsuite.trainers._async import AsyncSteps, async_steps
+from envsuite.trainers._captured import CapturedBatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
-from envsuite.trainers._clients import PolicyClients, TrainOutput, make_service
+from envsuite.trainers._clients import NonFiniteLoss, PolicyClients, TrainOutput, make_service
 from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._curriculum import CurriculumState, group_label
+from envsuite.trainers._datums import TrainingDatum, loss_datum
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
+from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
+from envsuite.trainers._mixture import EvalSet, build_datasets, per_env_summary
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
+from envsuite.trainers._replica_sampling import open_sampling
+from envsuite.trainers._replicas import NoSamplersLeftError
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
-from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, rollout_batch, split_minibatches
+from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, split_minibatches
+from envsuite.trainers._samplers import BusyMeter, SampledGroup, SamplingService, group_seed
+from envsuite.trainers._stream import TrainedStep, train_streaming
 from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
 
 if TYPE_CHECKING:
-    from envsuite.core import TokenCompleter
-    from envsuite.registration import EnvSpec
+    from envsuite.core import EnvGroupBuilder
 
 
 class StopCause(enum.StrEnum):
@@ -56,6 +65,9 @@ class StopCause(enum.StrEnum):
     """Ctrl-C (SIGINT) or :meth:`Trainer.request_stop`: stopped after a step and saved."""
     NON_FINITE = "non_finite"
     """A loss or gradient came out NaN/inf; the last good checkpoint is kept, nothing newer saved."""
+    SAMPLERS_LOST = "samplers_lost"
+    """Every sampler replica died (processes killed, Ray nodes gone): stopped after the last trained
+    step and saved; rerun (with live samplers) to resume."""
 
 
 @dataclass(frozen=True)
@@ -87,10 +99,6 @@ class _StepTimer:
         return {f"time/{k}": v for k, v in self.seconds.items()}
 
 
-class NonFiniteLoss(FloatingPointError):
-    """The trainer saw a NaN/inf loss."""
-
-
 class Trainer:
     """Runs one config to completion (or interruption); build it, then ``await trainer.run()``."""
 
@@ -102,9 +110,16 @@ class Trainer:
         self.checkpoints = CheckpointLog(self.log_dir / "checkpoints.jsonl")
         self._stop_requested = False
         self._clients: PolicyClients | None = None
-        self._sampler: Any = None
         self._pool: WorkerPool | None = None
         self._trackers = Trackers()
+        self._captured: CapturedBatches | None = None
+        """Batches of captured episodes (``config.captured_dir``), trained on instead of rollouts."""
+        self._curriculum: CurriculumState | None = None
+        self._sampling: SamplingService | None = None
+        self._async: AsyncSteps | None = None
+        self._kl: KLPenalty | None = None
+        self._learner_meter = BusyMeter()
+        self._util_since = time.perf_counter()
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
@@ -114,40 +129,64 @@ class Trainer:
 
     async def run(self) -> TrainResult:
         config = self.config
-        env_spec = preflight(config)
+        envs = preflight(config)
+        if config.captured_dir is not None:
+            self._captured = CapturedBatches.load(config)
         check_and_record_config(config, self.log_dir)
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
         truncate_after(self.metrics.path, start)
         truncate_eval_rows(self.log_dir, start)
+        if config.curriculum is not None:
+            self._curriculum = CurriculumState(config.curriculum, [e.spec for e in envs])
+            self._curriculum.restore(self.log_dir, start)
         with run_log(self.log_dir / "train.log"):
             where = f"resuming at step {start}" if resume else "starting"
             announce(
-                self.show_progress, f"GRPO on {config.env_id} with {config.model}: {where}; loading the model"
+                self.show_progress,
+                f"GRPO on {self._source()} with {config.model}: {where}; loading the model",
             )
-            train_data, test_data = await _datasets(config, env_spec)
-            self._clients = await PolicyClients.create(
-                make_service(config), config, resume.state_path if resume else None
-            )
+            train_data, test_data = await build_datasets(config, envs) if envs else (None, None)
+            service = make_service(config)
+            self._clients = await PolicyClients.create(service, config, resume.state_path if resume else None)
             self._trackers = open_trackers(config, self.log_dir)
+            # With sampler replicas the env work goes with them: no executor workers here.
+            executor = config.executor_config() if config.samplers == 0 else ExecutorConfig()
             try:
-                async with open_pool(config.executor_config()) as pool:
-                    self._pool = pool
-                    await self._refresh_sampler()
-                    result = await self._steps(start, resume, train_data, test_data)
+                self._kl = await KLPenalty.create(config, service)
+                async with (
+                    open_pool(executor) as pool,
+                    open_sampling(config, self._clients, pool) as sampling,
+                ):
+                    self._pool, self._sampling = pool, sampling
+                    await self._refresh_sampler(start)
+                    self._util_since = time.perf_counter()
+                    sampling.meter.take()  # utilisation counts from the first step on
+                    self._learner_meter.take()
+                    async with async_steps(
+                        config, sampling, train_data, self, self.log_dir, start
+                    ) as stepper:
+                        self._async = stepper
+                        result = await self._steps(start, resume, train_data, test_data)
             finally:
-                self._pool = None
+                self._pool = self._sampling = self._async = None
+                if self._kl is not None:
+                    self._kl.close()
                 self._clients.close()
                 self._trackers.close()
             LOGGER.info(result.message)
             return result
 
     async def _steps(
-        self, start: int, last: CheckpointRecord | None, train_data: RLDataset, test_data: RLDataset | None
+        self,
+        start: int,
+        last: CheckpointRecord | None,
+        train_data: RLDataset | None,
+        test_data: EvalSet | None,
     ) -> TrainResult:
         config = self.config
         done = start
-        with progress(self.show_progress, config.env_id, config.n_steps, start) as advance:
+        with progress(self.show_progress, self._source(), config.n_steps, start) as advance:
             for step in range(start, config.n_steps):
                 if self._stop_requested:
                     break
@@ -155,6 +194,10 @@ class Trainer:
                     row = await self._one_step(step, train_data, test_data)
                 except NonFiniteLoss as exc:
                     return self._finish(StopCause.NON_FINITE, done, last, f"stopped at step {step}: {exc}")
+                except NoSamplersLeftError as exc:
+                    if last is None or last.step < done:
+                        last = await self._save(done)
+                    return self._finish(StopCause.SAMPLERS_LOST, done, last, f"stopped at step {step}: {exc}")
                 self.metrics.append(row)
                 self._trackers.log(row)
                 done = step + 1
@@ -173,7 +216,7 @@ class Trainer:
         rows = read_rows(self.metrics.path)
         plot = None
         if rows:
-            title = f"GRPO on {self.config.env_id} ({self.config.model})"
+            title = f"GRPO on {self._source()} ({self.config.model})"
             plot = plot_reward_curve(rows, self.log_dir / "reward_curve.png", title)
         if last is not None:
             message += f"; last checkpoint at step {last.step}: {last.state_path}"
@@ -181,9 +224,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases
 
-    async def _one_step(self, step: int, train_data: RLDataset, test_data: RLDataset | None) -> Row:
+    async def _one_step(self, step: int, train_data: RLDataset | None, test_data: EvalSet | None) -> Row:
         config = self.config
         timer = _StepTimer()
+        started = time.perf_counter()
         row: Row = {"step": step, "lr": config.learning_rate_at(step)}
         if (
             test_data is not None
@@ -192,59 +236,163 @@ class Trainer:
         ):
             with timer.phase("eval"):
                 row.update(await self._evaluate(test_data, step))
-        with timer.phase("rollout"):
-            # No local name holds the completer: the refresh below must find the old sampler unreferenced.
-            rollouts = await rollout_batch(
-                train_data.get_batch(step), self._policy(step, "sampling"), self._limits(), self._pool
-            )
-        with timer.phase("assemble"):
-            assembled = assemble_batch(rollouts.groups_P, scale_by_std=config.scale_advantages_by_std)
-        row.update(episode_summary(rollouts.groups_P))
-        row.update(_batch_counts(rollouts.failed_errors, assembled, len(rollouts.groups_P)))
-        if rollouts.failed_errors:
-            row["error/first"] = rollouts.failed_errors[0][:300]
-        with timer.phase("train"):
-            row.update(await self._train(step, assembled))
-        if assembled.datums_D:
+        if self._async is not None:
+            trained = await self._async.step(step, timer.seconds)
+            timer.seconds["train"] = time.perf_counter() - started - sum(timer.seconds.values())
+        elif config.stream_minibatches:
+            with timer.phase("stream"):
+                trained = await self._stream_step(step, train_data)
+        else:
+            trained = await self._sync_step(step, train_data, timer)
+        groups_P = trained.usable_P
+        row.update(episode_summary(groups_P))
+        row.update(_batch_counts(trained.errors, trained.assembled, len(groups_P)))
+        if trained.errors:
+            row["error/first"] = trained.errors[0][:300]
+        row.update(trained.row)
+        # A captured run without an env to evaluate on never samples: no new sampler to make.
+        sampling_later = self._captured is None or test_data is not None
+        if (trained.assembled.datums_D or self._async is not None) and sampling_later:
             with timer.phase("save"):
-                await self._refresh_sampler()
+                await self._refresh_sampler(step + 1)
         if step == 0 or step == config.n_steps - 1:
             write_transcripts(
-                rollouts.groups_P,
+                groups_P,
                 self._require_clients().tokenizer(),
                 self.log_dir / "transcripts",
                 step,
                 config.n_transcripts,
             )
-        sampled = sum(
-            len(t.ac.tokens) for g in rollouts.groups_P for tr in g.trajectories_G for t in tr.transitions
-        )
+        sampled = sum(len(t.ac.tokens) for g in groups_P for tr in g.trajectories_G for t in tr.transitions)
         row["tokens/sampled"] = sampled
-        row["tokens_per_s/rollout"] = sampled / max(timer.seconds["rollout"], 1e-9)
+        if "rollout" in timer.seconds:
+            row["tokens_per_s/rollout"] = sampled / max(timer.seconds["rollout"], 1e-9)
+        row.update(self._utilisation())
         row.update(timer.row())
+        return row
+
+    async def _sync_step(self, step: int, train_data: RLDataset | None, timer: _StepTimer) -> TrainedStep:
+        """Sample the whole batch (or take the captured one), then train on it."""
+        config = self.config
+        # Captured episodes come as they were played: no env batch, so no per-env rows or curriculum.
+        batch = None if self._captured is not None or train_data is None else self._batch(train_data, step)
+        with timer.phase("rollout"):
+            if self._captured is not None:
+                rollouts = self._captured.batch(step)
+            else:
+                assert batch is not None
+                seeds_P = [group_seed(config.seed, "sampling", step, i) for i in range(len(batch))]
+                rollouts = await self._require_sampling().rollout_batch(batch, seeds_P)
+        with timer.phase("assemble"):
+            versions_P = [step] * len(rollouts.groups_P)
+            assembled = assemble_batch(
+                rollouts.groups_P, scale_by_std=config.scale_advantages_by_std, versions_P=versions_P
+            )
+        trained = TrainedStep(usable_P=rollouts.groups_P, errors=rollouts.failed_errors, assembled=assembled)
+        if batch is not None:
+            labels_P = [group_label(batch[i]) for i in rollouts.indices_P]
+            trained.row.update(per_env_summary(rollouts.groups_P, labels_P))
+            if self._curriculum is not None:
+                trained.row.update(self._curriculum.observe(batch, rollouts.groups_P, rollouts.indices_P))
+                self._curriculum.save(self.log_dir, step)
+        with timer.phase("train"):
+            trained.row.update(await self._train(step, assembled))
+        return trained
+
+    async def _stream_step(self, step: int, train_data: RLDataset | None) -> TrainedStep:
+        """Sample the batch and train each minibatch as soon as its groups are in (streaming)."""
+        config = self.config
+        assert train_data is not None, "TrainConfig.validate refuses streaming runs on captured episodes"
+        sampling = self._require_sampling()
+        builders_P = train_data.get_batch(step)
+        tasks = [
+            asyncio.ensure_future(sampling.rollout(b, group_seed(config.seed, "sampling", step, i)))
+            for i, b in enumerate(builders_P)
+        ]
+        finished = asyncio.as_completed(tasks)
+
+        async def next_group() -> SampledGroup:
+            group: SampledGroup = await next(finished)
+            return SampledGroup(group.result, step, group.seconds, group.sampler)  # on-policy: this step's
+
+        try:
+            assert config.stream_minibatches is not None
+            return await train_streaming(
+                next_group,
+                self,
+                step,
+                batch_size=len(builders_P),
+                num_substeps=config.num_substeps,
+                minibatches=config.stream_minibatches,
+                scale_by_std=config.scale_advantages_by_std,
+            )
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    # ------------------------------------------------------------------ the learner (streaming, async)
+
+    async def forward_backward(self, datums: list[TrainingDatum]) -> TrainOutput:
+        """One ``forward_backward`` of the configured loss on ``datums`` (each in the form that loss
+        takes); a NaN/inf loss raises :class:`NonFiniteLoss`."""
+        config = self.config
+        clients = self._require_clients()
+        self._learner_meter.enter()
+        try:
+            data = [loss_datum(d, config.loss_fn) for d in datums]
+            if config.loss_fn == PolicyLoss.DRO:
+                data = await _dro_prompt_logprobs(clients, datums, data)
+            out: TrainOutput = await clients.forward_backward(
+                data, config.loss_fn.sdk_name, config.loss_config()
+            )
+        except FloatingPointError as exc:  # the local backend's NonFiniteError
+            raise NonFiniteLoss(str(exc)) from exc
+        finally:
+            self._learner_meter.leave()
+        if not np.isfinite(out.loss_sum):
+            raise NonFiniteLoss(f"{config.loss_fn.value} loss is {out.loss_sum}")
+        return out
+
+    async def optim(self, step: int) -> dict[str, float]:
+        """One optimizer step at ``step``'s learning rate."""
+        self._learner_meter.enter()
+        try:
+            return await self._require_clients().optim_step(_adam(self.config, step))
+        except FloatingPointError as exc:
+            raise NonFiniteLoss(str(exc)) from exc
+        finally:
+            self._learner_meter.leave()
+
+    async def kl_penalty(self, datums: list[TrainingDatum]) -> Row:
+        """The KL penalty on ``datums``' advantages (nothing without one)."""
+        return {} if self._kl is None else await self._kl.apply(datums)
+
+    async def train(self, step: int, assembled: AssembledBatch) -> Row:
+        return await self._train(step, assembled)
+
+    def _utilisation(self) -> Row:
+        """Shares of the wall time since the last step ended (checkpoints included) that the sampler(s)
+        and the learner were busy, and the samplers' own counters."""
+        sampling = self._require_sampling()
+        now = time.perf_counter()
+        seconds, self._util_since = now - self._util_since, now
+        row: Row = {
+            "util/sampler": min(sampling.meter.take() / max(seconds, 1e-9), 1.0),
+            "util/trainer": min(self._learner_meter.take() / max(seconds, 1e-9), 1.0),
+        }
+        row.update(sampling.metrics())
         return row
 
     async def _train(self, step: int, assembled: AssembledBatch) -> Row:
         config = self.config
-        clients = self._require_clients()
         minibatches = split_minibatches(assembled.datums_D, assembled.n_groups_used, config.num_substeps)
-        loss_config = {"clip_low_threshold": 1 - config.ppo_clip, "clip_high_threshold": 1 + config.ppo_clip}
-        row: Row = {}
+        row: Row = await self.kl_penalty(assembled.datums_D)
         kl_rows: list[Row] = []
         losses: list[float] = []
         trained_tokens = 0
         for minibatch in minibatches:
-            try:
-                out: TrainOutput = await clients.forward_backward(
-                    [d.datum for d in minibatch],
-                    config.loss_fn.value,
-                    loss_config if config.loss_fn == PolicyLoss.PPO else None,
-                )
-                if not np.isfinite(out.loss_sum):
-                    raise NonFiniteLoss(f"{config.loss_fn.value} loss is {out.loss_sum}")
-                optim = await clients.optim_step(_adam(config, step))
-            except FloatingPointError as exc:  # the local backend's NonFiniteError
-                raise NonFiniteLoss(str(exc)) from exc
+            out = await self.forward_backward(minibatch)
+            optim = await self.optim(step)
             kl_rows.append(kl_metrics(minibatch, out.logprobs_D))
             losses.append(out.loss_sum)
             trained_tokens += sum(d.n_action_tokens for d in minibatch)
@@ -258,10 +406,26 @@ class Trainer:
         row["optim_steps"] = len(minibatches)
         return row
 
-    async def _evaluate(self, test_data: RLDataset, step: int) -> Row:
-        policy = self._policy(step, "eval-sampling")
-        rollouts = await rollout_batch(test_data.get_batch(0), policy, self._limits(), self._pool)
-        append_eval_rows(self.log_dir, eval_rows(rollouts.groups_P, rollouts.indices_P, step))
+    def _batch(self, train_data: RLDataset, step: int) -> list[EnvGroupBuilder]:
+        """Batch ``step`` of the train data, each curriculum env at its current rung."""
+        batch = list(train_data.get_batch(step))
+        return self._curriculum.apply(batch) if self._curriculum is not None else batch
+
+    async def _evaluate(self, test_data: EvalSet, step: int) -> Row:
+        sampling = self._require_sampling()
+        await sampling.settle()  # the step's own weights, also when replicas load them in the background
+        builders_P = test_data.get_batch()
+        seeds_P = [group_seed(self.config.seed, "eval-sampling", step, i) for i in range(len(builders_P))]
+        rollouts = await sampling.rollout_batch(builders_P, seeds_P)
+        labels_P = [test_data.labels_P[i] for i in rollouts.indices_P]
+        own_P = [test_data.rungs_P[i] is None for i in rollouts.indices_P]
+        if test_data.labelled:
+            envs_P = [test_data.env_of(i) for i in rollouts.indices_P]
+            rungs_P = [test_data.rungs_P[i] for i in rollouts.indices_P]
+            rows = eval_rows(rollouts.groups_P, rollouts.indices_P, step, envs_P, rungs_P)
+        else:
+            rows = eval_rows(rollouts.groups_P, rollouts.indices_P, step)
+        append_eval_rows(self.log_dir, rows)
         write_transcripts(
             rollouts.groups_P,
             self._require_clients().tokenizer(),
@@ -271,32 +435,24 @@ class Trainer:
             prefix="test_",
             indices_P=rollouts.indices_P,
         )
-        row = episode_summary(rollouts.groups_P, prefix="test/")
+        # The run's own held-out sets make its test/ numbers; per-rung sets only their by_env/ ones.
+        row = episode_summary(
+            [g for g, own in zip(rollouts.groups_P, own_P, strict=True) if own], prefix="test/"
+        )
+        row.update(per_env_summary(rollouts.groups_P, labels_P, prefix="test/"))
         row["test/failed_groups"] = len(rollouts.failed_errors)
         if rollouts.failed_errors:
             row["test/error/first"] = rollouts.failed_errors[0][:300]
         return row
 
-    async def _refresh_sampler(self) -> None:
-        """A sampling client on the current weights (after a step that trained, and at the start).
+    async def _refresh_sampler(self, version: int) -> None:
+        """New weights to the sampler(s), as policy ``version`` (after a step that trained, and at the start).
 
-        The old client is let go before the new one is built: each holds a copy of the model."""
-        self._sampler = None
-        self._sampler = await self._require_clients().refresh_sampler()
-
-    def _policy(self, step: int, stream: str) -> TokenCompleter:
-        """A completer on the current weights whose samples depend only on (run seed, ``stream``, step)."""
-        from envsuite import episode_seed
-        from envsuite.completers import SamplingTokenCompleter
-
-        if self._sampler is None:
-            raise RuntimeError("the trainer has no sampler yet")
-        return SamplingTokenCompleter(
-            self._sampler,
-            max_tokens=self.config.max_tokens,
-            temperature=self.config.temperature,
-            seed=episode_seed(self.config.seed, stream, step),
-        )
+        The trainer's own sampler lets the old client go before building the new one in synchronous
+        training: each holds a copy of the model."""
+        await self._require_sampling().publish(version)
+        if self._async is not None:
+            await self._async.notify_version()
 
     async def _save(self, done: int) -> CheckpointRecord:
         saved = await self._require_clients().save(f"step{done:06d}")
@@ -306,13 +462,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
 
-    def _limits(self) -> RolloutLimits:
-        return RolloutLimits(max_turns=self.config.max_turns, timeout_s=self.config.rollout_timeout_s)
+    def _source(self) -> str:
+        """What the run trains on, for messages: the env, or the captured episodes."""
+        if self.config.captured_dir is not None:
+            return f"captured {self.config.captured_dir}"
+        return self.config.env_id
+
+    def _require_sampling(self) -> SamplingService:
+        if self._sampling is None:
+            raise RuntimeError("the trainer has no sampler yet")
+        return self._sampling
 
     def _require_clients(self) -> PolicyClients:
         if self._clients is None:
             raise RuntimeError("the trainer's clients are not built yet")
         return self._clients
+
+
+async def _dro_prompt_logprobs(
+    clients: PolicyClients, minibatch: list[TrainingDatum], data: list[tinker.Datum]
+) -> list[tinker.Datum]:
+    """``dro``'s penalty ``(logp - logprobs)^2`` covers every position, and the sampler gave no logprob
+    for observation tokens: there they get the learner's own (one forward pass), so the penalty pulls
+    only sampled tokens towards the sampler, not the prompt towards probability 1."""
+    current_D = await clients.forward(data)
+    out = []
+    for training, datum, current_T in zip(minibatch, data, current_D, strict=True):
+        sampled_T = training.mask_T != 0
+        logprobs_T = np.where(sampled_T, training.sampler_logprobs_T, current_T).astype(np.float32)
+        inputs = {**datum.loss_fn_inputs, "logprobs": tinker.TensorData.from_numpy(logprobs_T)}
+        out.append(dataclasses.replace(datum, loss_fn_inputs=inputs))
+    return out
 
 
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:
@@ -334,24 +514,6 @@ def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int)
         "groups/finished": n_finished,
         "datums": len(assembled.datums_D),
     }
-
-
-async def _datasets(config: TrainConfig, env_spec: EnvSpec) -> tuple[RLDataset, RLDataset | None]:
-    from envsuite import make_dataset_builder
-
-    builder = make_dataset_builder(
-        env_spec,
-        batch_size=config.batch_size,
-        group_size=config.group_size,
-        seed=config.seed,
-        n_batches=config.n_steps,
-        n_test_groups=config.n_test_groups,
-        model=config.model,
-        renderer=config.renderer_name,
-        max_context_tokens=config.max_context_tokens,
-        **config.env_kwargs,
-    )
-    return await builder()
 
 
 def run_training(config: TrainConfig, *, show_progress: bool = True) -> TrainResult:

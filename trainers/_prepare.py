@@ -10,7 +10,7 @@ from envsuite.trainers._config import ConfigError, TrainConfig
 from envsuite.trainers._trackers import check_trackers
 
 if TYPE_CHECKING:
-    from envsuite.registration import EnvSpec
+    from envsuite.trainers._mixture import RunEnv
 
 RESUME_MAY_CHANGE = frozenset(
     {
@@ -24,6 +24,8 @@ RESUME_MAY_CHANGE = frozenset(
         "executor",
         "workers",
         "ray_address",
+        # nor does how many sampler replicas play the groups (identical samples at staleness 0)
+        "samplers",
         # nor do where its metrics are also logged
         "wandb_project",
         "wandb_name",
@@ -33,17 +35,19 @@ RESUME_MAY_CHANGE = frozenset(
 """Fields a resumed run may change; any other difference means a different experiment."""
 
 
-def preflight(config: TrainConfig) -> EnvSpec:
-    """Validate settings, the env id and kwargs, and (local backend) the model name; raise ConfigError.
-    Returns the env's spec: the run's one lookup of its id (datasets and builders carry it from here).
+def preflight(config: TrainConfig) -> list[RunEnv]:
+    """Validate settings, the envs and their kwargs, and (local backend) the model name; raise
+    ConfigError. Returns the run's envs: the run's one lookup of its ids (datasets and builders carry
+    their specs from here); none for a run on captured episodes alone (no ``env_id``).
 
-    Cheap checks go first: the env (and its test split, when the run evaluates) is built before the
+    Cheap checks go first: each env (and its test split, when the run evaluates) is built before the
     embedded model is materialized (about 20 s the first time), so a bad dataset fails in seconds.
     """
     config.validate()
     check_trackers(config)
     from envsuite.backends import Backend
-    from envsuite.registration import RegistryError, spec
+    from envsuite.trainers._curriculum import CurriculumState
+    from envsuite.trainers._mixture import check_eval_rungs, resolve_run_envs
 
     try:
         Backend(config.backend)
@@ -51,19 +55,36 @@ def preflight(config: TrainConfig) -> EnvSpec:
         raise ConfigError(
             f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
         ) from None
-    try:
-        env_spec = spec(config.env_id)
-    except (RegistryError, ValueError) as exc:
-        raise ConfigError(f"env_id: {exc}") from None
+    envs = resolve_run_envs(config) if config.env_id else []
+    check_eval_rungs(config, envs)
+    if config.curriculum is not None:
+        try:
+            CurriculumState(config.curriculum, [e.spec for e in envs])
+        except UsageError as exc:
+            raise ConfigError(str(exc)) from None
     local = config.backend == "local"
     from envsuite.models import KNOWN_MODELS
 
     if local and config.model not in KNOWN_MODELS:
         _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
-    _check_env_builds(config, env_spec)
+    for env in envs:
+        _check_env_builds(config, env)
     if local and config.model in KNOWN_MODELS:
         _check_model(config.model)
-    return env_spec
+    if local and config.kl_reference_checkpoint is not None:
+        _check_kl_reference(config.kl_reference_checkpoint)
+    return envs
+
+
+def _check_kl_reference(path: str) -> None:
+    from envsuite.engine.weights import CheckpointError, read_meta
+
+    try:
+        read_meta(path)
+    except CheckpointError as exc:
+        raise ConfigError(
+            f"kl_reference_checkpoint: {exc} (pass a sampler_path from checkpoints.jsonl)"
+        ) from None
 
 
 def _check_model(name: str) -> None:
@@ -75,25 +96,25 @@ def _check_model(name: str) -> None:
         raise ConfigError(f"model: {exc}") from None
 
 
-def _check_env_builds(config: TrainConfig, env_spec: EnvSpec) -> None:
+def _check_env_builds(config: TrainConfig, env: RunEnv) -> None:
     from envsuite import make_env
 
     splits = ["train", "test"] if config.eval_every and config.n_test_groups else ["train"]
     for split in splits:
         try:
             make_env(
-                env_spec,
+                env.spec,
                 seed=config.seed,
                 split=split,  # type: ignore[arg-type]
                 model=config.model,
                 renderer=config.renderer_name,
                 max_context_tokens=config.max_context_tokens,
-                **config.env_kwargs,
+                **env.kwargs,
             )
         except UsageError as exc:  # a setting the env refuses; any other error is a fault of the env
             hint = " (or pass --eval-every 0 to train without evaluations)" if split == "test" else ""
             raise ConfigError(
-                f"env {config.env_id!r} with env_kwargs {config.env_kwargs} cannot build its {split} "
+                f"env {env.spec.id!r} with env_kwargs {env.kwargs} cannot build its {split} "
                 f"split: {exc}{hint}"
             ) from exc
 

@@ -55,7 +55,7 @@ class Preset:
     values: dict[str, Any]
     info: PresetInfo
 
-    def config(self, log_dir: str | None = None, **overrides: Any) -> TrainConfig:
+    def config(self, log_dir: str | None = None, **overrides: object) -> TrainConfig:
         """The ``TrainConfig`` of this preset, with ``overrides`` applied."""
         values = {**self.values, **overrides}
         values["log_dir"] = log_dir or values.get("log_dir") or f"runs/{self.name}"

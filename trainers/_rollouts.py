@@ -10,13 +10,14 @@ episode (``ROLLOUT_TIMEOUT``) is an ordinary outcome and stays in its group.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envsuite.core import EnvGroupBuilder, StopReason, TokenCompleter, TrajectoryGroup
 from envsuite.executors import WorkerPool, rollout_groups
-from envsuite.rollouts import RolloutLimits
+from envsuite.rollouts import GroupRolloutResult, RolloutLimits
 from envsuite.trainers._advantages import compute_advantages
 from envsuite.trainers._datums import TrainingDatum, trajectory_to_datums
 
@@ -36,32 +37,49 @@ class BatchRollouts:
 
 async def rollout_batch(
     builders_P: Sequence[EnvGroupBuilder],
-    policy: TokenCompleter,
+    policy: TokenCompleter | Sequence[TokenCompleter],
     limits: RolloutLimits,
     pool: WorkerPool | None = None,
 ) -> BatchRollouts:
-    """Play every group of the batch concurrently (in ``pool``'s workers when it is remote)."""
+    """Play every group of the batch concurrently (in ``pool``'s workers when it is remote).
+
+    ``policy`` is one completer for every group, or one per group (each seeded for its group, so a
+    group samples the same replies whichever sampler plays it and whatever else runs beside it)."""
     started = time.perf_counter()
-    results = await rollout_groups(pool, builders_P, policy, limits)
+    if isinstance(policy, TokenCompleter):
+        results = await rollout_groups(pool, builders_P, policy, limits)
+    else:
+        per_group = [rollout_groups(pool, [b], p, limits) for b, p in zip(builders_P, policy, strict=True)]
+        results = [r for rs in await asyncio.gather(*per_group) for r in rs]
+    return batch_from_results(results, time.perf_counter() - started)
+
+
+def group_error(result: GroupRolloutResult) -> str | None:
+    """Why a finished group cannot be trained on (its builder or an env raised), or None."""
+    if result.group is None:
+        return result.error
+    env_errors = [
+        # A game that raised is ended by its coordinator, which says why in the ending log.
+        str(t.transitions[-1].logs.get("error") or t.transitions[-1].logs.get("ending") or "env raised")
+        for t in result.group.trajectories_G
+        if t.stop_reason == StopReason.ENV_ERROR
+    ]
+    return f"env error: {env_errors[0]}" if env_errors else None
+
+
+def batch_from_results(results: Sequence[GroupRolloutResult], seconds: float) -> BatchRollouts:
+    """The usable groups of a batch in order, and one message per failed group."""
     groups_P: list[TrajectoryGroup] = []
     indices_P: list[int] = []
     errors: list[str] = []
     for index, result in enumerate(results):
-        if result.group is None:
-            errors.append(f"group {index}: {result.error}")
-            continue
-        env_errors = [
-            # A game that raised is ended by its coordinator, which says why in the ending log.
-            str(t.transitions[-1].logs.get("error") or t.transitions[-1].logs.get("ending") or "env raised")
-            for t in result.group.trajectories_G
-            if t.stop_reason == StopReason.ENV_ERROR
-        ]
-        if env_errors:
-            errors.append(f"group {index}: env error: {env_errors[0]}")
+        error = group_error(result)
+        if error is not None or result.group is None:
+            errors.append(f"group {index}: {error}")
             continue
         groups_P.append(result.group)
         indices_P.append(index)
-    return BatchRollouts(groups_P, errors, time.perf_counter() - started, indices_P)
+    return BatchRollouts(groups_P, errors, seconds, indices_P)
 
 
 @dataclass(frozen=True)
@@ -75,18 +93,23 @@ class AssembledBatch:
     advantages: list[float] = field(default_factory=list)
 
 
-def assemble_batch(groups_P: list[TrajectoryGroup], *, scale_by_std: bool) -> AssembledBatch:
-    """Advantages per group, then datums per trajectory; constant-reward groups are left out."""
+def assemble_batch(
+    groups_P: list[TrajectoryGroup], *, scale_by_std: bool, versions_P: Sequence[int] | None = None
+) -> AssembledBatch:
+    """Advantages per group, then datums per trajectory; constant-reward groups are left out.
+
+    ``versions_P``: the policy version each group was sampled with (carried by its datums; default 0)."""
     datums_D: list[TrainingDatum] = []
     advantages: list[float] = []
     used = constant = 0
-    for group in groups_P:
+    for index, group in enumerate(groups_P):
         result = compute_advantages(group.get_total_rewards(), scale_by_std=scale_by_std)
         if result.constant:
             constant += 1
             continue
+        version = versions_P[index] if versions_P is not None else 0
         for trajectory, advantage in zip(group.trajectories_G, result.advantages_G, strict=True):
-            datums_D.extend(trajectory_to_datums(trajectory, advantage, used))
+            datums_D.extend(trajectory_to_datums(trajectory, advantage, used, version))
         advantages.extend(result.advantages_G)
         used += 1
     return AssembledBatch(datums_D, used, constant, advantages)

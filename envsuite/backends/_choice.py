@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
     import tinker
 
-    from envsuite.backends.local import LocalSamplingClient, LocalServiceClient
+    from envsuite.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+
+# The two backends' clients are call-compatible, not related by class: code that takes either names the
+# union (strings, so neither torch nor the tinker SDK loads with this module).
+ServiceClient: TypeAlias = "LocalServiceClient | tinker.ServiceClient"
+"""A service client of either backend (what :func:`make_service_client` returns)."""
+TrainingClient: TypeAlias = "LocalTrainingClient | tinker.TrainingClient"
+"""A training client of either backend."""
+SamplingClient: TypeAlias = "LocalSamplingClient | tinker.SamplingClient"
+"""A sampling client of either backend."""
 
 
 class Backend(StrEnum):
@@ -30,9 +39,7 @@ def _backend(name: Backend | str) -> Backend:
         raise UsageError(f"unknown backend {name!r}; choose one of {known}") from None
 
 
-def make_service_client(
-    backend: Backend | str = Backend.LOCAL, **kwargs: Any
-) -> LocalServiceClient | tinker.ServiceClient:
+def make_service_client(backend: Backend | str = Backend.LOCAL, **kwargs: Any) -> ServiceClient:
     """A service client for ``backend``; ``kwargs`` go to its constructor.
 
     ``local`` takes ``log_dir`` (where checkpoints go); ``tinker`` takes the SDK's arguments and is
@@ -60,7 +67,7 @@ def local_sampling_client(name: str) -> LocalSamplingClient:
 
 def sampling_client_for(
     name: str, backend: Backend | str = Backend.LOCAL, base_url: str | None = None
-) -> Any:
+) -> SamplingClient:
     """A sampling client for ``name``: in this process (``local``), or through the Tinker API (``tinker``).
 
     ``name`` is a model name, an HF model dir, a checkpoint dir (local), or a ``tinker://`` path.
@@ -70,7 +77,7 @@ def sampling_client_for(
         if base_url is not None:
             raise UsageError("base_url is for backend 'tinker' (the Tinker API over HTTP), not 'local'")
         return local_sampling_client(name)
-    service: Any = make_service_client(backend, **({"base_url": base_url} if base_url else {}))
+    service = make_service_client(backend, **({"base_url": base_url} if base_url else {}))
     if name.startswith("tinker://"):
         return service.create_sampling_client(model_path=name).result()
     return service.create_sampling_client(base_model=name).result()

@@ -27,6 +27,13 @@ RUNNER_HELP = (
 # (flag, BenchConfig field, type, help); the defaults are BenchConfig's.
 _OPTIONS: list[tuple[str, str, Any, str | None]] = [
     ("--episodes", "episodes", int, None),
+    (
+        "--samples",
+        "samples",
+        int,
+        "plays of each episode, each with its own sampling seed; above 1 the tables report pass@k "
+        "(k = 1, powers of 2, K) with CIs",
+    ),
     ("--seed", "seed", int, None),
     ("--max-tokens", "max_tokens", int, None),
     ("--temperature", "temperature", float, None),
@@ -56,7 +63,9 @@ def add_parser(sub: Subparsers) -> None:
         "--envs",
         nargs="*",
         default=list(defaults["env_ids"]),
-        help="env ids, or 'all' (default: all available)",
+        metavar="ENV",
+        help="ids, family:NAME, tag:NAME, globs (textarena/*), all; !PATTERN leaves out "
+        "(default: every available env; `envsuite list --families` names them)",
     )
     for flag, name, kind, text in _OPTIONS:
         # The metavar the flag alone would give (the dest is the config's field name).
@@ -96,8 +105,10 @@ def _base_url(backend: str, base_url: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run the bench, then print where its logs are and the leaderboard of its envs."""
     from rich.console import Console
+    from rich.markup import escape
 
     from envsuite import catalog_reward_ranges
+    from envsuite.display import printable
     from envsuite.evals import BenchConfig, run_bench
     from envsuite.executors import ExecutorConfig
     from envsuite.leaderboard import ResultStore, build_leaderboard, render_terminal
@@ -119,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
         f"logs: {report.log_dir}  ({len(report.log_paths)} task(s), "
         f"{report.episodes_added} new episode(s) stored; view with `inspect view --log-dir {report.log_dir}`)"
     )
+    for env_id, why in report.failed_envs.items():
+        console.print(f"[red]not finished[/]: {escape(printable(env_id))}: {escape(printable(why))}")
+    if report.failed_envs:
+        console.print(f"{len(report.failed_envs)} env(s) did not finish; rerun the same command to play them")
     store = ResultStore(config.db)
     try:
         env_ids = config.resolved_env_ids()

@@ -14,18 +14,28 @@ from envsuite.registration import registry
 def add_parser(sub: Subparsers) -> None:
     """Add ``envsuite check`` to the command's sub-parsers."""
     p = sub.add_parser("check", help="run the conformance checker on envs")
-    p.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    p.add_argument(
+        "env_ids",
+        nargs="*",
+        metavar="ENV_ID",
+        help="ids, family:NAME, tag:NAME or globs (as `envsuite list`)",
+    )
     p.add_argument("--all", action="store_true", help="check every available env")
     p.add_argument("--strict", action="store_true", help="treat warnings as failures")
+    p.add_argument("--quick", action="store_true", help="fewer episodes per check (one seed; 3 for variety)")
     p.add_argument("--model", default="tiny-random", help="model whose tokenizer renders prompts")
 
 
 def run(args: argparse.Namespace) -> int:
     """Check each env; exit 1 when any fails."""
+    from envsuite import is_env_pattern, select_envs
     from envsuite.testing import check_env
 
     console = Console()
-    env_ids = list(args.env_ids)
+    # Plain ids go to the checker as given (it reports an unknown one); patterns expand here.
+    env_ids: list[str] = []
+    for text in args.env_ids:
+        env_ids += [s.id for s in select_envs([text])] if is_env_pattern(text) else [text]
     if args.all:
         env_ids += [s.id for s in registry.all_specs() if not s.unavailable and not s.deprecated]
     if not env_ids:
@@ -33,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     failed = 0
     for env_id in env_ids:
-        report = check_env(env_id, model=args.model, strict=args.strict)
+        report = check_env(env_id, model=args.model, strict=args.strict, quick=args.quick)
         console.print(printable(report.render()), markup=False, highlight=False)
         failed += not report.passed
     if len(env_ids) > 1:

@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "new": "envsuite.cli._new_cmd",
     "serve-env": "envsuite.cli._serve_env_cmd",
     "serve": "envsuite.cli._serve_cmd",
+    "serve-sandbox": "envsuite.cli._serve_sandbox_cmd",
 }
 """Command name -> the module holding its ``add_parser`` and ``run``, in the order help lists them."""
 

@@ -15,9 +15,12 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envsuite.cli._args import Subparsers
+
+if TYPE_CHECKING:
+    from envsuite.trainers import Estimate, HeldOutComparison, Preset, TrainConfig
 
 RESULT_PRESETS = (
     "tictactoe-vs-random",
@@ -25,6 +28,13 @@ RESULT_PRESETS = (
     "twenty-questions-easy",
     "tictactoe-selfplay",
     "math-easy",
+    "code-easy",
+    "tools-calculator-easy",
+    "tools-search-easy",
+    "tools-kv-store-easy",
+    "chain-sum-curriculum",
+    "chain-sum-fixed",
+    "mix-three-families",
 )
 """One preset per env family of docs/results.md, in its order."""
 
@@ -66,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progress: bool) -> dict[str, Any]:
+def run_one(
+    preset: Preset, out_dir: Path, overrides: dict[str, str], *, show_progress: bool
+) -> dict[str, Any]:
     """Train one preset (or resume it), then measure and write its summary."""
     from envsuite.trainers import CheckpointLog, compare_held_out, run_training
 
@@ -99,6 +111,9 @@ def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progr
     for quantity in dict.fromkeys([preset.info.quantity, "reward"]):
         comparison = compare_held_out(log_dir, quantity)
         summary.setdefault("held_out", {})[quantity] = _comparison_dict(comparison)
+    by_env = _held_out_by_env(log_dir, preset.info.quantity)
+    if by_env:
+        summary["held_out_by_env"] = by_env
     if preset.info.match_games and result.last_checkpoint is not None:
         summary["match"] = previous.get("match") or _match(
             config, result.last_checkpoint.sampler_path, preset
@@ -108,7 +123,7 @@ def run_one(preset: Any, out_dir: Path, overrides: dict[str, Any], *, show_progr
     return summary
 
 
-def _match(config: Any, checkpoint: str, preset: Any) -> dict[str, Any]:
+def _match(config: TrainConfig, checkpoint: str, preset: Preset) -> dict[str, Any]:
     from envsuite.cli._match_cmd import match_summary
 
     started = time.perf_counter()
@@ -130,8 +145,44 @@ def _match(config: Any, checkpoint: str, preset: Any) -> dict[str, Any]:
     return summary
 
 
-def _comparison_dict(comparison: Any) -> dict[str, Any]:
-    def estimate(e: Any) -> dict[str, float]:
+class ComparisonJson(TypedDict):
+    """A :class:`~envsuite.trainers.HeldOutComparison` as ``summary.json`` holds it."""
+
+    before_step: int
+    after_step: int
+    before: dict[str, float]
+    after: dict[str, float]
+    change: dict[str, float]
+
+
+SUCCESS_METRICS = ("correct", "success", "win")
+"""The first of these an env's held-out episodes report is its success, in per-env summaries."""
+
+
+def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, ComparisonJson]]:
+    """A multi-env run's (or one with per-rung held-out sets) before -> after for each env and rung."""
+    from envsuite.trainers import compare_held_out, read_eval_rows
+
+    sets: dict[tuple[str, int | None], set[str]] = {}
+    for row in read_eval_rows(log_dir):
+        if "env" in row:
+            rung = row.get("rung")
+            metrics = row.get("metrics")
+            names = set(metrics) if isinstance(metrics, dict) else set()
+            sets.setdefault((str(row["env"]), rung if isinstance(rung, int) else None), set()).update(names)
+    out: dict[str, dict[str, ComparisonJson]] = {}
+    for (env, rung), names in sorted(sets.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
+        label = env + (f"@rung{rung}" if rung is not None else "")
+        success = next((m for m in SUCCESS_METRICS if m in names), None)
+        wanted = [q for q in (quantity, "reward", success) if q is not None and (q == "reward" or q in names)]
+        for name in dict.fromkeys(wanted):
+            comparison = compare_held_out(log_dir, name, env=env, rung=rung)
+            out.setdefault(label, {})[name] = _comparison_dict(comparison)
+    return out
+
+
+def _comparison_dict(comparison: HeldOutComparison) -> ComparisonJson:
+    def estimate(e: Estimate) -> dict[str, float]:
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n}
 
     return {
@@ -143,7 +194,7 @@ def _comparison_dict(comparison: Any) -> dict[str, Any]:
     }
 
 
-def _command(name: str, env_id: str, log_dir: Path, overrides: dict[str, Any]) -> str:
+def _command(name: str, env_id: str, log_dir: Path, overrides: dict[str, str]) -> str:
     extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in overrides.items())
     return f"envsuite train {env_id} --preset {name} --log-dir {log_dir}{extra}"
 
@@ -166,6 +217,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
             f"{c['before_step']} -> {a['mean']:.2f} [{a['low']:.2f}, {a['high']:.2f}] at step {c['after_step']}; "
             f"paired change {d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] (95% bootstrap CIs)"
         )
+    for label, quantities in summary.get("held_out_by_env", {}).items():
+        parts = [
+            f"{name} {c['before']['mean']:.2f} -> {c['after']['mean']:.2f} "
+            f"(change {c['change']['mean']:+.2f} [{c['change']['low']:+.2f}, {c['change']['high']:+.2f}])"
+            for name, c in quantities.items()
+        ]
+        n = next(iter(quantities.values()))["before"]["n"]
+        lines.append(f"  - {label} (n={n}): " + "; ".join(parts))
     match = summary.get("match")
     if match:
         low, high = match["ci95"]

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from envsuite.cli._args import Subparsers
+from envsuite.errors import UsageError
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -28,9 +29,23 @@ def add_parser(sub: Subparsers) -> None:
         "--state-dir", default=str(defaults.state_dir), help="runs and checkpoints (kept across restarts)"
     )
     p.add_argument(
+        "--allow-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory (besides --state-dir) whose checkpoints and models clients may name by path; "
+        "repeat for more. Any other path is answered as not found",
+    )
+    p.add_argument(
         "--api-key",
         default=None,
         help=f"key every request must carry (X-API-Key; the SDK's api_key); default: ${API_KEY_VAR}",
+    )
+    p.add_argument(
+        "--capture-keys",
+        default=None,
+        metavar="FILE",
+        help="a file of 'NAME KEY' lines: requests carrying KEY are accepted and captured into set NAME",
     )
     p.add_argument(
         "--max-body-mb", type=float, default=defaults.max_body_bytes / 2**20, help="request body limit"
@@ -45,15 +60,20 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted; a ServeConfigError (a UsageError) is one line, exit 2."""
-    from envsuite.serve import ServeConfig, api_key_from_env, serve
+    from envsuite.serve import ServeConfig, api_key_from_env, read_capture_keys, serve
 
     config = ServeConfig(
         host=args.host,
         port=args.port,
         device=args.device,
         state_dir=Path(args.state_dir),
+        allowed_dirs=tuple(Path(d) for d in args.allow_dir),
         max_body_bytes=int(args.max_body_mb * 2**20),
         session_timeout_s=args.session_timeout,
     )
-    serve(config, api_key=args.api_key or api_key_from_env())
+    try:
+        capture_keys = read_capture_keys(args.capture_keys) if args.capture_keys else None
+    except OSError as exc:
+        raise UsageError(f"--capture-keys: {exc}") from exc
+    serve(config, api_key=args.api_key or api_key_from_env(), capture_keys=capture_keys)
     return 0

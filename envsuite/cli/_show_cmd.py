@@ -1,4 +1,5 @@
-"""``envsuite show ID``: one env's spec, its keyword arguments with defaults, and a sample prompt."""
+"""``envsuite show ID``: one env's spec, its keyword arguments with defaults, its difficulty rungs, and
+a sample prompt."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.table import Table
 from envsuite.cli._args import Subparsers
 from envsuite.cli._list_cmd import status
 from envsuite.display import printable
-from envsuite.registration import EnvSpec, spec
+from envsuite.registration import RUNG_KWARG, EnvSpec, env_family, spec
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -27,12 +28,31 @@ def _kwargs_table(env_spec: EnvSpec) -> Table:
     table.add_column("name")
     table.add_column("default")
     params = list(inspect.signature(env_spec.load()).parameters.values())[1:]
+    named = set()
     for param in params:
         if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
             continue
+        named.add(param.name)
         default = env_spec.kwargs.get(param.name, param.default)
         shown = "(required)" if default is inspect.Parameter.empty else printable(repr(default))
         table.add_row(escape(param.name), escape(shown))
+    # An env taking **kwargs (reasoning-gym's difficulty parameters) lists them as its spec's defaults.
+    for name, default in env_spec.kwargs.items():
+        if name not in named:
+            table.add_row(escape(name), escape(printable(repr(default))))
+    if env_spec.rungs:
+        table.add_row(RUNG_KWARG, f"None (0..{len(env_spec.rungs) - 1}: the rungs below)")
+    return table
+
+
+def _rungs_table(env_spec: EnvSpec) -> Table:
+    table = Table(title=f"difficulty rungs ({RUNG_KWARG}=N sets these keyword arguments)")
+    table.add_column(RUNG_KWARG)
+    table.add_column("what it asks")
+    table.add_column("keyword arguments")
+    for index, rung in enumerate(env_spec.rungs):
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in rung.kwargs.items())
+        table.add_row(str(index), escape(printable(rung.label)), escape(printable(kwargs)))
     return table
 
 
@@ -53,9 +73,13 @@ def run(args: argparse.Namespace) -> int:
     entry = escape(printable(str(env_spec.entry_point)))
     console.print(f"entry point: {entry}   reward range: {env_spec.reward_range}")
     console.print(f"max turns: {env_spec.max_turns or 1}   status: {status(env_spec)}")
+    tags = ", ".join(sorted(env_spec.all_tags))
+    console.print(escape(printable(f"family: {env_family(env_spec)}   tags: {tags}")))
     if env_spec.unavailable:
         return 0
     console.print(_kwargs_table(env_spec))
+    if env_spec.rungs:
+        console.print(_rungs_table(env_spec))
     env = make_env(env_spec.id, seed=args.seed)
     start = asyncio.run(env.initial_observation())
     overflow = as_overflow(start)

@@ -1,22 +1,27 @@
 """``envsuite train ENV_ID``: GRPO on a catalog env (the CLI face of ``envsuite.trainers.run_training``).
 
-``--preset NAME`` (``envsuite train --list-presets``) or ``--config FILE`` starts from a written-down
-config; flags given on the command line override it. Rerunning the same command into the same
-``--log-dir`` resumes from the last checkpoint.
+Several ids (or ``family:NAME``, ``tag:NAME``, globs) train one policy on a weighted mix of envs
+(``--env-weight ID=W``, ``--env-arg ID:KEY=VALUE``); ``--curriculum`` moves each env's difficulty rung
+from its running success. ``--preset NAME`` (``envsuite train --list-presets``) or ``--config FILE``
+starts from a written-down config; flags given on the command line override it. Rerunning the same
+command into the same ``--log-dir`` resumes from the last checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envsuite.cli._args import Subparsers, parse_env_args
+from envsuite.cli._args import Subparsers, field_defaults, parse_env_args
+from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
     from envsuite.trainers import TrainConfig
 
 # (flag, TrainConfig field, type, help); defaults come from TrainConfig so they live in one place.
-_OPTIONS: list[tuple[str, str, Any, str]] = [
+_OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--model", "model", str, "base model: envsuite name, local HF dir or (tinker) hosted model"),
     ("--backend", "backend", str, "local (PyTorch here) or tinker (the Tinker API through the real SDK)"),
     (
@@ -33,8 +38,9 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--lr-schedule", "lr_schedule", str, "constant | linear | cosine"),
     ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
     ("--lora-rank", "lora_rank", int, "LoRA rank; 0 trains every weight (full fine-tune, local only)"),
-    ("--loss", "loss_fn", str, "importance_sampling | ppo"),
-    ("--ppo-clip", "ppo_clip", float, "ppo clip epsilon"),
+    ("--loss", "loss_fn", str, "the loss sent to forward_backward (docs/backend.md)"),
+    ("--ppo-clip", "ppo_clip", float, "clip epsilon of ppo, cispo and gspo"),
+    ("--dro-beta", "dro_beta", float, "dro's quadratic penalty weight"),
     ("--num-substeps", "num_substeps", int, "optimizer steps per batch (must divide --batch-size)"),
     ("--max-tokens", "max_tokens", int, "sampling budget per turn"),
     ("--temperature", "temperature", float, "sampling temperature (> 0)"),
@@ -48,7 +54,7 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ("--seed", "seed", int, "data order and LoRA init seed"),
     ("--weight-decay", "weight_decay", float, "AdamW weight decay"),
     ("--grad-clip", "grad_clip_norm", float, "gradient norm clip (0: off)"),
-    ("--executor", "executor", str, "where env work runs: inprocess | process | ray (sampling stays here)"),
+    ("--executor", "executor", str, "where env work and --samplers replicas run: inprocess | process | ray"),
     ("--workers", "workers", int, "worker processes (process) or worker tasks (ray)"),
     ("--ray-address", "ray_address", str, "a running Ray cluster (default: start a local Ray)"),
     (
@@ -59,6 +65,23 @@ _OPTIONS: list[tuple[str, str, Any, str]] = [
     ),
     ("--wandb-name", "wandb_name", str, "tracker run name (W&B and Trackio; default: the log dir's name)"),
     ("--trackio-project", "trackio_project", str, "also log metrics to this Trackio project (local SQLite)"),
+    (
+        "--captured",
+        "captured_dir",
+        str,
+        "train on the scored episodes `envsuite serve` captured (a capture set dir) instead of rollouts",
+    ),
+    (
+        "--async-max-steps-off-policy",
+        "async_max_steps_off_policy",
+        int,
+        "async off-policy: sample while training, drop groups more than K steps stale",
+    ),
+    ("--stream-minibatches", "stream_minibatches", int, "train each of M minibatches per substep once full"),
+    ("--kl-penalty", "kl_penalty_coef", float, "KL penalty coefficient against the reference (0: off)"),
+    ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
+    ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
+    ("--samplers", "samplers", int, "sampler replicas of the executor's kind, env work with them (0: here)"),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.
@@ -78,29 +101,93 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
 ]
 
 
+# (flag, Curriculum field, type, help): any of them turns the curriculum on; defaults from Curriculum.
+_CURRICULUM: list[tuple[str, str, Callable[[str], object], str]] = [
+    ("--curriculum-promote", "promote_at", float, "running success that moves an env one rung up"),
+    ("--curriculum-demote", "demote_below", float, "running success under which it moves one rung down"),
+    ("--curriculum-window", "window", int, "groups in the running success (a move needs this many)"),
+    ("--curriculum-start", "start_rung", int, "the rung every env starts at"),
+    ("--curriculum-max", "max_rung", int, "the highest rung an env may reach (default: its last)"),
+]
+
+
+def _add_mix_and_curriculum(p: argparse.ArgumentParser) -> None:
+    from envsuite.trainers import Curriculum
+
+    p.add_argument(
+        "--env-weight",
+        action="append",
+        default=[],
+        metavar="ID=W",
+        help="several envs: an env's share of each batch's groups (default 1 each)",
+    )
+    p.add_argument(
+        "--curriculum",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="move each env with difficulty rungs up and down them from its groups' running success",
+    )
+    defaults = field_defaults(Curriculum)
+    for flag, name, kind, text in _CURRICULUM:
+        p.add_argument(
+            flag,
+            dest=f"curriculum_{name}",
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=f"{text} (default {defaults[name]})",
+        )
+    p.add_argument(
+        "--eval-rungs",
+        type=int,
+        nargs="+",
+        default=argparse.SUPPRESS,
+        metavar="RUNG",
+        help="also evaluate held-out on these difficulty rungs of each env that has them",
+    )
+
+
 def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
-    from envsuite.trainers import TrainConfig
+    from envsuite.trainers import PolicyLoss, TrainConfig
 
     defaults = TrainConfig(env_id="x", log_dir="x")
+    choices: dict[str, list[str]] = {"loss_fn": [loss.value for loss in PolicyLoss]}
     p = sub.add_parser(
         "train",
         help="GRPO-train a model on a catalog env (resumes when rerun into the same --log-dir)",
         description=__doc__,
     )
-    p.add_argument("env_id", metavar="ENV_ID", nargs="?", help="catalog id (optional with --preset/--config)")
+    p.add_argument(
+        "env_ids",
+        metavar="ENV_ID",
+        nargs="*",
+        help="catalog id, or several (ids, family:NAME, tag:NAME, globs) for a multi-env run "
+        "(optional with --preset/--config/--captured)",
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", default=None, help="start from a shipped preset (see --list-presets)")
     source.add_argument("--config", default=None, help="start from a config file (.toml or .json)")
     p.add_argument("--list-presets", action="store_true", help="list the shipped presets and exit")
     p.add_argument("--log-dir", default=None, help="output directory (default: runs/<preset or ENV_ID>)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env keyword argument (several envs: ID:KEY=VALUE); rung=N picks a difficulty rung",
+    )
+    _add_mix_and_curriculum(p)
     # No argparse defaults: a flag counts only when given, so it can override a preset's value.
     for flag, name, kind, text in _OPTIONS:
         default = getattr(defaults, name)
         shown = getattr(default, "value", default)
         p.add_argument(
-            flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"{text} (default {shown})"
+            flag,
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            choices=choices.get(name),
+            help=f"{text} (default {shown})",
         )
     for flag, name, value, text in _SWITCHES:
         p.add_argument(
@@ -115,24 +202,90 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
     named = [name for _, name, _, _ in _OPTIONS] + [name for _, name, _, _ in _SWITCHES]
     given = {name: getattr(args, name) for name in named if hasattr(args, name)}
-    env_kwargs = parse_env_args(args.env_arg)
+    env_kwargs = _env_kwargs(args.env_arg)
+    given |= _mix_and_curriculum(args)
+    env_id = ",".join(args.env_ids) or None
     preset = None
     if args.preset is not None:
         preset = load_preset(args.preset)
     elif args.config is not None:
         preset = load_config_file(args.config)
     if preset is None:
-        if args.env_id is None:
-            raise ConfigError("name an ENV_ID, or start from --preset NAME or --config FILE")
-        log_dir = args.log_dir or f"runs/{args.env_id.replace('/', '_')}"
+        captured = given.get("captured_dir")
+        if env_id is None and captured is None:
+            raise ConfigError(
+                "name an ENV_ID, or start from --preset NAME or --config FILE, or --captured DIR"
+            )
+        name = _slug(env_id) if env_id else f"captured-{Path(str(captured)).name}"
+        log_dir = args.log_dir or f"runs/{name}"
+        env_id = env_id or ""
         return TrainConfig.from_dict(
-            {"env_id": args.env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
+            {"env_id": env_id, "log_dir": log_dir, "env_kwargs": env_kwargs, **given}
         )
-    if args.env_id is not None:
-        _check_same_env(args.env_id, str(preset.values.get("env_id", "")), preset.name)
+    if env_id is not None:
+        _check_same_env(env_id, str(preset.values.get("env_id", "")), preset.name)
     if env_kwargs:
-        given["env_kwargs"] = {**preset.values.get("env_kwargs", {}), **env_kwargs}
+        given["env_kwargs"] = _merged(preset.values.get("env_kwargs", {}), env_kwargs)
+    ours, theirs = given.get("curriculum"), preset.values.get("curriculum")
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        given["curriculum"] = {**theirs, **ours}
     return preset.config(args.log_dir, **given)
+
+
+def _slug(env_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)[:80]
+
+
+def _env_kwargs(pairs: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` pairs, and ``ID:KEY=VALUE`` pairs as a table per env (a multi-env run's)."""
+    plain = [p for p in pairs if ":" not in p.partition("=")[0]]
+    kwargs: dict[str, object] = parse_env_args(plain)
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        if ":" in key:
+            env, _, name = key.partition(":")
+            table = kwargs.setdefault(env, {})
+            if not isinstance(table, dict):
+                raise UsageError(f"--env-arg gives {env} a value and per-env keys ({pair!r}): choose one")
+            table.update(parse_env_args([f"{name}={pair.partition('=')[2]}"]))
+    return kwargs
+
+
+def _merged(base: dict[str, object], extra: dict[str, object]) -> dict[str, object]:
+    """``extra`` over ``base``, per-env tables merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        old = out.get(key)
+        out[key] = {**old, **value} if isinstance(value, dict) and isinstance(old, dict) else value
+    return out
+
+
+def _mix_and_curriculum(args: argparse.Namespace) -> dict[str, object]:
+    """The config fields the mix and curriculum flags set (only those given)."""
+    from envsuite.trainers import ConfigError
+
+    given: dict[str, object] = {}
+    if args.env_weight:
+        weights: dict[str, float] = {}
+        for pair in args.env_weight:
+            name, sep, raw = pair.partition("=")
+            try:
+                weights[name] = float(raw)
+            except ValueError:
+                sep = ""
+            if not sep or not name:
+                raise ConfigError(f"--env-weight expects ID=WEIGHT, got {pair!r}")
+        given["env_weights"] = weights
+    curriculum = {
+        name: getattr(args, f"curriculum_{name}")
+        for _, name, _, _ in _CURRICULUM
+        if hasattr(args, f"curriculum_{name}")
+    }
+    if curriculum or getattr(args, "curriculum", False):
+        given["curriculum"] = curriculum
+    if hasattr(args, "eval_rungs"):
+        given["eval_rungs"] = list(args.eval_rungs)
+    return given
 
 
 def _check_same_env(asked: str, preset_env: str, preset_name: str) -> None:
@@ -141,7 +294,7 @@ def _check_same_env(asked: str, preset_env: str, preset_name: str) -> None:
     from envsuite.trainers import ConfigError
 
     try:
-        same = spec(asked).id == spec(preset_env).id
+        same = asked == preset_env or spec(asked).id == spec(preset_env).id
     except (RegistryError, ValueError) as exc:
         raise ConfigError(f"env_id: {exc}") from None
     if not same:
@@ -160,7 +313,8 @@ def _print_presets() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 130 interrupted (saved)."""
+    """Exit codes: 0 finished, 1 stopped on a NaN loss, 2 bad settings, 3 every sampler replica died (saved),
+    130 interrupted (saved)."""
     from envsuite.trainers import StopCause, run_training
 
     if args.list_presets:
@@ -172,4 +326,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"metrics: {result.log_dir / 'metrics.jsonl'}")
     if result.plot_path is not None:
         print(f"reward curve: {result.plot_path}")
-    return {StopCause.COMPLETED: 0, StopCause.NON_FINITE: 1, StopCause.INTERRUPTED: 130}[result.cause]
+    codes = {
+        StopCause.COMPLETED: 0,
+        StopCause.NON_FINITE: 1,
+        StopCause.SAMPLERS_LOST: 3,
+        StopCause.INTERRUPTED: 130,
+    }
+    return codes[result.cause]

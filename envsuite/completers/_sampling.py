@@ -91,7 +91,9 @@ class SamplingTokenCompleter(TokenCompleter):
     """A :class:`~envsuite.core.TokenCompleter` that samples one reply per call from a sampling client.
 
     The reply's tokens include the stop token when sampling stopped cleanly; its logprobs are the
-    sampler's (see the sampling backend's docs for what they are at temperatures other than 1).
+    sampler's (see the sampling backend's docs for what they are at temperatures other than 1); its
+    ``sequence_id`` and ``prompt_cache_hit_tokens`` are the sampler's, as tinker-cookbook 0.6.1's
+    ``TinkerTokenCompleter`` reports them.
     """
 
     def __init__(
@@ -116,6 +118,8 @@ class SamplingTokenCompleter(TokenCompleter):
             tokens=list(sequence.tokens),
             maybe_logprobs=sequence.logprobs,
             stop_reason="length" if sequence.stop_reason == "length" else "stop",
+            sequence_id=getattr(sequence, "sequence_id", None),
+            prompt_cache_hit_tokens=int(getattr(response, "prompt_cache_hit_tokens", 0) or 0),
         )
 
 

@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any
 
-AsyncFn = Callable[..., Awaitable[Any]]
+AsyncFn = Callable[..., Awaitable[object]]
+"""A driver-side function workers may call; what it returns travels back pickled (callers check it)."""
 
 
 class ChannelClosedError(ConnectionError):
@@ -47,7 +47,7 @@ class Callback:
     authkey: bytes
     endpoint: int
 
-    async def __call__(self, *args: Any) -> Any:
+    async def __call__(self, *args: object) -> object:
         future = _client_for(self.address, self.authkey).call(self.endpoint, args)
         return await asyncio.wrap_future(future)
 
@@ -144,11 +144,11 @@ def _shutdown(conn: Connection) -> None:
         conn.close()
 
 
-async def _call(fn: AsyncFn, args: tuple[Any, ...]) -> Any:
+async def _call(fn: AsyncFn, args: tuple[object, ...]) -> object:
     return await fn(*args)
 
 
-def _reply_from(conn: Connection, lock: threading.Lock, request_id: int, done: Future[Any]) -> None:
+def _reply_from(conn: Connection, lock: threading.Lock, request_id: int, done: Future[object]) -> None:
     if done.cancelled():
         _reply(conn, lock, request_id, False, "cancelled in the driver")
     elif done.exception() is not None:
@@ -157,7 +157,7 @@ def _reply_from(conn: Connection, lock: threading.Lock, request_id: int, done: F
         _reply(conn, lock, request_id, True, done.result())
 
 
-def _reply(conn: Connection, lock: threading.Lock, request_id: int, ok: bool, value: Any) -> None:
+def _reply(conn: Connection, lock: threading.Lock, request_id: int, ok: bool, value: object) -> None:
     with lock, contextlib.suppress(OSError, ValueError):
         try:
             conn.send((request_id, ok, value))
@@ -175,14 +175,14 @@ def _reply(conn: Connection, lock: threading.Lock, request_id: int, ok: bool, va
 class _ChannelClient:
     def __init__(self, address: tuple[str, int], authkey: bytes) -> None:
         self._conn = Client(address, authkey=authkey)
-        self._pending: dict[int, Future[Any]] = {}
+        self._pending: dict[int, Future[object]] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._read, name="envsuite-callback-client", daemon=True).start()
 
-    def call(self, endpoint: int, args: tuple[Any, ...]) -> Future[Any]:
-        future: Future[Any] = Future()
+    def call(self, endpoint: int, args: tuple[object, ...]) -> Future[object]:
+        future: Future[object] = Future()
         with self._lock:
             if self.closed:
                 future.set_exception(ChannelClosedError("the driver's callback server is closed"))

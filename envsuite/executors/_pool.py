@@ -71,10 +71,11 @@ class WorkerPool:
         self._server: CallbackServer | None = None
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._results: dict[int, asyncio.Future[Any]] = {}
+        """Each queued job's result, as its worker sent it back (unpickled: ``run``'s ``T`` by contract)."""
         self._assigned: dict[int, set[int]] = {}
-        self._pulls: dict[int, set[asyncio.Task[Any]]] = {}
+        self._pulls: dict[int, set[asyncio.Task[object]]] = {}
         self._host_ids = itertools.count()
-        self._host_futures: list[ConcurrentFuture[Any]] = []
+        self._host_futures: list[ConcurrentFuture[int]] = []
         self._restarts = 0
         self._ids = itertools.count()
         self._closing = False
@@ -88,17 +89,17 @@ class WorkerPool:
 
     # -- the caller's side ---------------------------------------------------------------------
 
-    def expose(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def expose(self, fn: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[object]]:
         """A handle to a driver-side async function that jobs can await (the function itself in process)."""
         if self._server is None:
             return fn
         return self._server.expose(fn)
 
-    def release(self, handle: Callable[..., Awaitable[Any]]) -> None:
+    def release(self, handle: Callable[..., Awaitable[object]]) -> None:
         if self._server is not None and isinstance(handle, Callback):
             self._server.release(handle)
 
-    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def run(self, fn: Callable[..., Awaitable[T]], *args: object) -> T:
         """``await fn(*args)``, in a worker when the pool is remote."""
         if not self.remote:
             return await fn(*args)
@@ -146,7 +147,7 @@ class WorkerPool:
         self._assigned.setdefault(host_id, set()).add(job.job_id)
         return job
 
-    async def _job_done(self, host_id: int, job_id: int, ok: bool, value: Any) -> None:
+    async def _job_done(self, host_id: int, job_id: int, ok: bool, value: object) -> None:
         self._assigned.get(host_id, set()).discard(job_id)
         result = self._results.get(job_id)
         if result is None or result.done():
@@ -170,7 +171,7 @@ class WorkerPool:
             lambda done: self._loop.call_soon_threadsafe(self._host_ended, host_id, done)
         )
 
-    def _host_ended(self, host_id: int, done: ConcurrentFuture[Any]) -> None:
+    def _host_ended(self, host_id: int, done: ConcurrentFuture[int]) -> None:
         if self._closing:
             return
         error = done.exception() if not done.cancelled() else None
@@ -238,9 +239,11 @@ async def _host_main(spec: HostSpec) -> int:
     while True:
         await slots.acquire()
         try:
-            job: _Job = await spec.pull(spec.host_id)
+            job = await spec.pull(spec.host_id)
         except ChannelClosedError:
             break
+        if not isinstance(job, _Job):
+            raise TypeError(f"the driver sent {type(job).__name__}, not a job")
         count += 1
         task = asyncio.create_task(_run_job(spec, job))
         running.add(task)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from envsuite.core import EnvGroupBuilder, Observation, StopCondition, TokenCompleter, TokensWithLogprobs
 from envsuite.executors._pool import JobError, WorkerLostError, WorkerPool
@@ -23,7 +22,7 @@ from envsuite.rollouts import GroupRolloutResult, RolloutLimits, do_group_rollou
 class RemoteTokenCompleter(TokenCompleter):
     """A worker's view of the driver's policy: each call goes back through the channel."""
 
-    call: Callable[..., Awaitable[Any]]
+    call: Callable[..., Awaitable[object]]
 
     async def __call__(
         self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
@@ -35,7 +34,7 @@ class RemoteTokenCompleter(TokenCompleter):
 
 
 async def group_rollout_job(
-    builder: EnvGroupBuilder, policy: Callable[..., Awaitable[Any]], limits: RolloutLimits | None
+    builder: EnvGroupBuilder, policy: Callable[..., Awaitable[object]], limits: RolloutLimits | None
 ) -> GroupRolloutResult:
     """One group, run inside a worker (a module-level function, so jobs pickle it by name)."""
     return await do_group_rollout(builder, RemoteTokenCompleter(policy), limits)
@@ -66,7 +65,7 @@ async def rollout_groups(
 async def _remote_group(
     pool: WorkerPool,
     builder: EnvGroupBuilder,
-    handle: Callable[..., Awaitable[Any]],
+    handle: Callable[..., Awaitable[object]],
     limits: RolloutLimits | None,
 ) -> GroupRolloutResult:
     try:

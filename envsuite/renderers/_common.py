@@ -1,21 +1,27 @@
 """Machinery shared by the built-in renderers: piecewise encoding and the generic renderer.
 
 A concrete format only says how one message and one turn header look, as :class:`Segment` s of
-tokens; :class:`SegmentRenderer` derives prompts, supervised weights, stop sequences, parsing and
-the multi-turn extension from that.
+tokens, and how tool calls are written in an assistant turn; :class:`SegmentRenderer` derives prompts,
+supervised weights, stop sequences, parsing and the multi-turn extension from that.
+
+Tool definitions travel in the conversation: a system message at index 0 may carry ``tools`` (what
+:meth:`SegmentRenderer.create_conversation_prefix_with_tools` returns, and what ``tools=`` attaches), and
+each format renders them where its family expects them.
 """
 
 from __future__ import annotations
 
 import re
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 import tinker
 
-from envsuite.chat import STANDARD_ROLES, Message, Role, StopCondition
+from envsuite.chat import STANDARD_ROLES, Message, Role, StopCondition, ToolSpec, as_tool_call
 from envsuite.renderers._reply import encodable_text
+from envsuite.renderers._tool_text import ToolSplit, check_tool_specs, with_tools
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
@@ -45,6 +51,12 @@ class Segment:
     """True for what an assistant produces: its content and its end-of-turn marker."""
 
 
+class Marker(str):
+    """A format marker (``<tool_call>``) among text parts: its special token where the tokenizer has one."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class DecodedText:
     text: str
@@ -67,6 +79,7 @@ class TokenCodec:
         self._markers: dict[str, list[int]] = {}
         # A tokenizer call costs ~0.15 ms of Python overhead; format pieces repeat in every message.
         self._literals: dict[str, list[int]] = {}
+        self._special_ids: dict[str, int | None] = {}
 
     def text(self, text: str) -> list[int]:
         if not text:
@@ -83,6 +96,22 @@ class TokenCodec:
             self._literals[text] = self.text(text)
         return list(self._literals[text])
 
+    def parts(self, *parts: str) -> list[int]:
+        """Text and :class:`Marker` parts as one chat template writes them: each marker that is a special
+        token of this tokenizer becomes its id, and every run of text between such markers (other
+        markers included, as text) is one encode call. So the pieces split exactly where the tokenizer
+        splits a template's whole string, with or without the family's special tool tokens."""
+        tokens: list[int] = []
+        run: list[str] = []
+        for part in parts:
+            special = self.special_id(part) if isinstance(part, Marker) else None
+            if special is None:
+                run.append(str(part))
+                continue
+            tokens += [*self.text("".join(run)), special]
+            run = []
+        return tokens + self.text("".join(run))
+
     def marker(self, marker: str) -> list[int]:
         if marker not in self._markers:
             special = self.special_id(marker)
@@ -91,10 +120,11 @@ class TokenCodec:
 
     def special_id(self, marker: str) -> int | None:
         """The id of ``marker`` when the tokenizer has it as one token, else None."""
-        ids = self.tokenizer.encode(marker, add_special_tokens=False)
-        if len(ids) == 1 and self.tokenizer.decode(ids, skip_special_tokens=False) == marker:
-            return ids[0]
-        return None
+        if marker not in self._special_ids:
+            ids = self.tokenizer.encode(marker, add_special_tokens=False)
+            single = len(ids) == 1 and self.tokenizer.decode(ids, skip_special_tokens=False) == marker
+            self._special_ids[marker] = ids[0] if single else None
+        return self._special_ids[marker]
 
     def decode(self, tokens: list[int]) -> DecodedText:
         try:
@@ -140,6 +170,20 @@ def check_messages(messages: list[Message]) -> None:
         thinking = message.get("thinking")
         if thinking is not None and not isinstance(thinking, str):
             raise TypeError(f"message {i} ({role}) has non-str thinking: {type(thinking).__name__}")
+        _check_tool_fields(message, i, role)
+
+
+def _check_tool_fields(message: Message, i: int, role: str) -> None:
+    if message.get("tools") and (i != 0 or role != "system"):
+        raise ValueError(f"message {i} ({role}) carries tools; only a first system message may")
+    if message.get("tools"):
+        check_tool_specs(message.get("tools"))
+    calls = message.get("tool_calls")
+    if calls:
+        if role != "assistant":
+            raise ValueError(f"message {i} ({role}) has tool_calls; only assistant messages may")
+        for call in calls:
+            as_tool_call(call)  # raises TypeError naming what is missing
 
 
 def last_index_of(messages: list[Message], role: Role) -> int | None:
@@ -158,7 +202,9 @@ class SegmentRenderer(Renderer):
     """A renderer defined by its segments; subclasses describe the format, this class does the rest.
 
     Subclasses set ``end_of_turn`` (the marker that closes an assistant turn and is its stop sequence)
-    and implement :meth:`_render_message` and :meth:`_turn_header`.
+    and implement :meth:`_render_message` and :meth:`_turn_header`; tool formats implement
+    :meth:`_split_tool_calls` and render ``tool_calls``, ``tool`` messages and a system message's
+    ``tools`` in :meth:`_render_message`.
     """
 
     end_of_turn: str
@@ -185,10 +231,24 @@ class SegmentRenderer(Renderer):
     def _end_of_turn_tokens(self) -> list[int]:
         return self.codec.marker(self.end_of_turn)
 
+    def _split_tool_calls(self, text: str) -> ToolSplit:
+        """The reply's text with its tool calls taken out (the format's call syntax); never raises."""
+        return ToolSplit(text)
+
     def _message_from_text(self, text: str) -> Message:
-        return {"role": "assistant", "content": text}
+        return self._split_tool_calls(text).message({"role": "assistant", "content": text})
 
     # ---- the contract ----------------------------------------------------------------------------
+
+    def create_conversation_prefix_with_tools(
+        self, tools: Sequence[ToolSpec], system_prompt: str = ""
+    ) -> list[Message]:
+        """tinker-cookbook's way in: a system message carrying ``tools``, to put before the conversation.
+
+        Rendering ``prefix + messages`` gives the same tokens as ``messages`` rendered with ``tools=``
+        and a system message ``system_prompt``.
+        """
+        return [{"role": "system", "content": system_prompt, "tools": check_tool_specs(tools)}]
 
     def render_segments(self, messages: list[Message]) -> list[Segment]:
         check_messages(messages)
@@ -200,7 +260,10 @@ class SegmentRenderer(Renderer):
             segments.extend(rendered)
         return segments
 
-    def build_generation_prompt(self, messages: list[Message], role: Role = "assistant") -> tinker.ModelInput:
+    def build_generation_prompt(
+        self, messages: list[Message], role: Role = "assistant", *, tools: Sequence[ToolSpec] | None = None
+    ) -> tinker.ModelInput:
+        messages = with_tools(messages, tools)
         segments = self.render_segments(messages)
         preceded = any(seg.tokens for seg in segments)
         tokens = [t for seg in segments for t in seg.tokens]
@@ -210,8 +273,11 @@ class SegmentRenderer(Renderer):
         self,
         messages: list[Message],
         train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> SupervisedExample:
         train_on_what = TrainOnWhat(train_on_what)
+        messages = with_tools(messages, tools)
         segments = self.render_segments(messages)
         last_assistant = last_index_of(messages, "assistant")
         if last_assistant is None:
@@ -248,8 +314,14 @@ class SegmentRenderer(Renderer):
         return ParsedResponse(self._message_from_text(text), outcome, valid_utf8=valid_utf8)
 
     def build_next_prompt(
-        self, prev_prompt: tinker.ModelInput, reply_tokens: list[int], conversation: list[Message]
+        self,
+        prev_prompt: tinker.ModelInput,
+        reply_tokens: list[int],
+        conversation: list[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> tinker.ModelInput:
+        conversation = with_tools(conversation, tools)
         last_assistant = last_index_of(conversation, "assistant")
         closed = self._close_reply(list(reply_tokens))
         if not self.has_extension_property or last_assistant is None or closed is None:

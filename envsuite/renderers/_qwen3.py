@@ -9,13 +9,16 @@ empty) renders as ``<think>\\n{thinking}\\n</think>\\n\\n{content}``; no key ren
 With ``strip_thinking_from_history=True`` (Qwen3's own behaviour) reasoning is dropped from assistant
 turns that precede the last user message, so a later prompt no longer contains the reasoning the
 model sampled earlier: the extension property does not hold, and multi-turn prompts are re-rendered.
+
+Tools: Qwen3's own format (``chatml``'s Hermes/Qwen format: a ``# Tools`` system block, ``<tool_call>``
+JSON objects, ``<tool_response>`` results in a ``user`` turn), checked against Qwen3's chat template.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envsuite.chat import Message
+from envsuite.chat import Message, tool_calls_of
 from envsuite.renderers._chatml import ChatMLRenderer
 from envsuite.renderers._common import last_index_of
 from envsuite.renderers.base import Tokenizer
@@ -66,6 +69,7 @@ class Qwen3Renderer(ChatMLRenderer):
         message = messages[index]
         if message["role"] != "assistant":
             return self.codec.text(message["content"])
+        calls = tool_calls_of(message)
         if "thinking" in message:
             reply = SplitReply(message["content"], message["thinking"])
         else:
@@ -73,17 +77,18 @@ class Qwen3Renderer(ChatMLRenderer):
         last_user = last_index_of(messages, "user")
         in_history = last_user is not None and index < last_user
         if reply.thinking is None or (self.strip_thinking_from_history and in_history):
-            return self.codec.text(reply.content)
+            return self._content_with_calls(reply.content, calls)
         return (
             self.codec.marker(THINK_OPEN)
             + self.codec.text(f"\n{reply.thinking}\n")
             + self.codec.marker(THINK_CLOSE)
             + self.codec.literal("\n\n")
-            + self.codec.text(reply.content)
+            + self._content_with_calls(reply.content, calls)
         )
 
     def _message_from_text(self, text: str) -> Message:
         reply = split_thinking(text, allow_unclosed=True)
-        if reply.thinking is None:
-            return {"role": "assistant", "content": reply.content}
-        return {"role": "assistant", "content": reply.content, "thinking": reply.thinking}
+        base: Message = {"role": "assistant", "content": reply.content}
+        if reply.thinking is not None:
+            base["thinking"] = reply.thinking
+        return self._split_tool_calls(reply.content).message(base)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envsuite.chat import StopCondition
+from envsuite.chat import Message, StopCondition
 from envsuite.renderers.base import Renderer
 
 
@@ -36,3 +36,18 @@ def reply_to_tokens(renderer: Renderer, text: str, stop: StopCondition | None = 
     elif stop:
         tokens.extend(renderer.tokenizer.encode(encodable_text(str(stop[0])), add_special_tokens=False))
     return tokens
+
+
+def reply_message_tokens(renderer: Renderer, message: Message) -> list[int]:
+    """Tokens of an assistant ``message`` as a cleanly stopping sampler would produce them: its content
+    and tool calls written in the renderer's format, then the end of turn.
+
+    For drivers whose policy answers with a message rather than tokens (an Inspect model's tool calls,
+    a scripted policy); the env then parses back what the message says.
+    """
+    if message.get("role") != "assistant":
+        raise ValueError(f"reply_message_tokens takes an assistant message, got role {message.get('role')!r}")
+    example = renderer.build_supervised_example([{"role": "user", "content": "."}, message])
+    tokens = example.model_input.to_ints()
+    trained = [i for i, weight in enumerate(example.weights_T) if weight]
+    return tokens[trained[0] :] if trained else []

@@ -17,17 +17,32 @@ Invariants every renderer keeps:
 * ``parse_response`` never raises: garbage tokens and invalid UTF-8 come back as a
   :class:`ParsedResponse` with ``outcome`` telling what happened. It unpacks as tinker-cookbook's
   ``(message, termination)`` pair, so a cookbook env built with an envsuite renderer works unchanged.
+
+Tool calling (every built-in renderer; docs/tools.md):
+
+* Tool definitions are part of the conversation: a system message at index 0 carrying ``tools``
+  (``create_conversation_prefix_with_tools`` builds one; ``tools=`` on the build methods attaches them).
+  Each family renders them where it was trained to see them (a system block, the first user message).
+* ``parse_response`` returns an assistant message whose ``tool_calls`` holds each call the reply made, in
+  the family's syntax, as :class:`~envsuite.chat.ToolCall` (OpenAI's shape: ``id``, ``function.name``,
+  ``function.arguments`` as JSON text), and whose ``unparsed_tool_calls`` holds calls it could not read
+  (bad JSON, no name) with the reason; ``content`` is the text outside the calls. Call ids are derived
+  from the reply's text, so the same reply gets the same ids on every machine.
+* A parsed reply renders back to exactly the sampled tokens when the model wrote its calls the way the
+  renderer writes them (canonical JSON), so a supervised example of a tool conversation equals the
+  prompt + sampled tokens; envs build later prompts from the sampled tokens themselves
+  (``build_next_prompt``), so multi-turn datums stay exact whatever the model wrote.
 """
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, overload
 
-from envsuite.chat import Message, Role, StopCondition
+from envsuite.chat import Message, Role, StopCondition, ToolSpec
 
 if TYPE_CHECKING:
     import tinker
@@ -152,16 +167,30 @@ class Renderer(ABC):
         return len(self.tokenizer)
 
     @abstractmethod
-    def build_generation_prompt(self, messages: list[Message], role: Role = "assistant") -> tinker.ModelInput:
-        """Tokens of ``messages`` followed by the header that opens a ``role`` turn."""
+    def build_generation_prompt(
+        self, messages: list[Message], role: Role = "assistant", *, tools: Sequence[ToolSpec] | None = None
+    ) -> tinker.ModelInput:
+        """Tokens of ``messages`` followed by the header that opens a ``role`` turn.
+
+        ``tools``: definitions the model may call, rendered in the family's format (the same as a first
+        system message carrying them).
+        """
 
     @abstractmethod
     def build_supervised_example(
         self,
         messages: list[Message],
         train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> SupervisedExample:
         """Tokens of the whole conversation, weighting assistant tokens as ``train_on_what`` says."""
+
+    @abstractmethod
+    def create_conversation_prefix_with_tools(
+        self, tools: Sequence[ToolSpec], system_prompt: str = ""
+    ) -> list[Message]:
+        """Messages to put before a conversation so the model sees ``tools`` (tinker-cookbook's method)."""
 
     @abstractmethod
     def get_stop_sequences(self) -> StopCondition:
@@ -172,7 +201,12 @@ class Renderer(ABC):
         """Decode sampled tokens into an assistant message; never raises."""
 
     def build_next_prompt(
-        self, prev_prompt: tinker.ModelInput, reply_tokens: list[int], conversation: list[Message]
+        self,
+        prev_prompt: tinker.ModelInput,
+        reply_tokens: list[int],
+        conversation: list[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> tinker.ModelInput:
         """The prompt for the next assistant turn of a multi-turn episode.
 
@@ -182,5 +216,6 @@ class Renderer(ABC):
         return ``prev_prompt + reply_tokens`` (plus the end-of-turn tokens when the reply was truncated)
         + the new messages + the assistant header, so the next prompt extends the previous one token for
         token and a whole episode trains as one datum. The default re-renders the conversation.
+        ``tools`` as in :meth:`build_generation_prompt` (pass the same as for the first prompt).
         """
-        return self.build_generation_prompt(conversation)
+        return self.build_generation_prompt(conversation, tools=tools)

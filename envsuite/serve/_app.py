@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import pydantic
@@ -22,8 +22,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from envsuite.backends.local import UnknownRunError
-from envsuite.serve._config import ServeConfig
+from envsuite.capture import CAPTURE_NAME_PATTERN, check_id
+from envsuite.serve._capture_http import SCOPE_KEY
+from envsuite.serve._config import ServeConfig, ServeConfigError
 from envsuite.serve._http import Unsupported, error
+from envsuite.serve._oai_wire import OpenAIError
+from envsuite.serve._routes_capture import router as capture_router
+from envsuite.serve._routes_openai import router as openai_router
 from envsuite.serve._routes_rest import router as rest_router
 from envsuite.serve._routes_sampling import router as sampling_router
 from envsuite.serve._routes_service import router as service_router
@@ -87,24 +92,37 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
-class _KeyCheck:
-    """Refuses every request without the server's key (401); a no-op when no key is set."""
+def sent_key(headers: dict[bytes, bytes]) -> bytes:
+    """The key a request carries: ``X-API-Key`` (the tinker SDK) or ``Authorization: Bearer`` (OpenAI's)."""
+    if b"x-api-key" in headers:
+        return headers[b"x-api-key"]
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
 
-    def __init__(self, app: ASGIApp, key_digest: bytes | None) -> None:
-        self.app, self.digest = app, key_digest
+
+class _KeyCheck:
+    """Refuses every request without the server's key (401; a no-op when no key is set) or one of its
+    capture keys, whose requests it marks for capture into that key's set."""
+
+    def __init__(self, app: ASGIApp, key_digest: bytes | None, capture_digests: dict[bytes, str]) -> None:
+        self.app, self.digest, self.capture_digests = app, key_digest, capture_digests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.digest is not None:
-            sent = dict(scope.get("headers") or []).get(b"x-api-key", b"")
-            if not hmac.compare_digest(hashlib.sha256(sent).digest(), self.digest):
-                await _send_json(
-                    send, 401, {"error": "missing or wrong API key (X-API-Key)", "category": "user"}
-                )
-                return
+        if scope["type"] != "http" or (self.digest is None and not self.capture_digests):
+            await self.app(scope, receive, send)
+            return
+        sent = hashlib.sha256(sent_key(dict(scope.get("headers") or []))).digest()
+        capture = next((n for d, n in self.capture_digests.items() if hmac.compare_digest(sent, d)), None)
+        if capture is not None:
+            scope[SCOPE_KEY] = capture
+        elif self.digest is not None and not hmac.compare_digest(sent, self.digest):
+            message = "missing or wrong API key (X-API-Key, or Authorization: Bearer)"
+            await _send_json(send, 401, {"error": message, "category": "user"})
+            return
         await self.app(scope, receive, send)
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _send_json(send: Send, status: int, body: Mapping[str, object]) -> None:
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -133,16 +151,34 @@ def _install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, bad_request)
     for missing in (NotFound, UnknownRunError):
         app.add_exception_handler(missing, not_found)
+
+    async def openai_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, OpenAIError)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    app.add_exception_handler(OpenAIError, openai_error)
     app.add_exception_handler(Exception, crashed)
 
 
-def create_app(config: ServeConfig, api_key: str | None = None) -> Any:
+def create_app(
+    config: ServeConfig, api_key: str | None = None, capture_keys: Mapping[str, str] | None = None
+) -> _BodyLimit:
     """The server as an ASGI app (run it with uvicorn; :func:`envsuite.serve.serve` does).
 
-    ``api_key``: the key every request must carry in ``X-API-Key`` (required by :meth:`ServeConfig.check`
-    for a non-loopback ``host``). Only its SHA-256 digest is kept.
+    ``api_key``: the key every request must carry in ``X-API-Key`` or ``Authorization: Bearer``
+    (required by :meth:`ServeConfig.check` for a non-loopback ``host``). ``capture_keys``: capture set
+    name -> a further key; every request carrying one is accepted and captured into that set (hand it
+    to an agent that cannot set headers). Only the keys' SHA-256 digests are kept.
     """
     config.check(api_key)
+    capture_digests = {}
+    for name, key in (capture_keys or {}).items():
+        check_id(name, "capture set name", CAPTURE_NAME_PATTERN)
+        if not key or key == api_key:
+            raise ServeConfigError(
+                f"capture set {name!r} needs a key of its own (not empty, not the API key)"
+            )
+        capture_digests[hashlib.sha256(key.encode()).digest()] = name
     state = ServerState(config)
 
     @contextlib.asynccontextmanager
@@ -156,11 +192,18 @@ def create_app(config: ServeConfig, api_key: str | None = None) -> Any:
 
     app = FastAPI(title="envsuite serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.serve = state
-    for router in (service_router, training_router, sampling_router, rest_router):
+    for router in (
+        service_router,
+        training_router,
+        sampling_router,
+        rest_router,
+        openai_router,
+        capture_router,
+    ):
         app.include_router(router)
     _install_error_handlers(app)
     digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
-    outer = _BodyLimit(_KeyCheck(app, digest), config.max_body_bytes)
+    outer = _BodyLimit(_KeyCheck(app, digest, capture_digests), config.max_body_bytes)
     outer.serve_state = state
     return outer
 

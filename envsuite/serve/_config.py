@@ -36,6 +36,9 @@ class ServeConfig:
     """Where models run (``cuda`` needs a visible GPU)."""
     state_dir: Path = Path("serve-state")
     """Training runs and checkpoints (``tinker://`` paths resolve here); survives restarts."""
+    allowed_dirs: tuple[Path, ...] = ()
+    """Directories besides ``state_dir`` whose checkpoints and model directories clients may name by
+    path; any other path is answered as not found (``envsuite.serve._paths``)."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Larger request bodies are refused with 413."""
     poll_wait_s: float = 20.0
@@ -76,3 +79,19 @@ class ServeConfig:
 def api_key_from_env() -> str | None:
     """The key from :data:`API_KEY_VAR`, if set."""
     return os.environ.get(API_KEY_VAR) or None
+
+
+def read_capture_keys(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Capture keys from a file of ``NAME KEY`` lines (blank lines and ``#`` comments skipped): each
+    request carrying a KEY is accepted and captured into set NAME. A file, not flags: flags show in
+    process listings."""
+    keys: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or parts[0] in keys:
+            raise ServeConfigError(f"{path}:{number}: expected 'NAME KEY' with a name used once")
+        keys[parts[0]] = parts[1]
+    return keys

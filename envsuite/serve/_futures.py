@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from tinker import types
@@ -27,6 +27,8 @@ from tinker import types
 from envsuite.backends.local import CheckpointError, LossInputError, NonFiniteError, UnknownRunError
 from envsuite.serve._wire import PROTO_CONTENT_TYPE, encode_forward_backward_output, encode_sample_response
 
+T = TypeVar("T")
+U = TypeVar("U")
 _KEEP_RETRIEVED_S = 300.0
 """A result stays retrievable this long after it was first handed out (the SDK may ask again)."""
 _KEEP_UNCLAIMED_S = 3600.0
@@ -39,6 +41,26 @@ _USER_ERRORS = (
     LossInputError,
     CheckpointError,
 )
+
+
+def then(future: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
+    """A future of ``fn(result)``: the server's view of a local result (ids and paths rewritten, records
+    kept); it completes only after ``fn`` has run, so a client never sees a result before that."""
+    out: concurrent.futures.Future[U] = concurrent.futures.Future()
+
+    def done(source: concurrent.futures.Future[T]) -> None:
+        if source.cancelled():
+            out.cancel()
+        elif (exc := source.exception()) is not None:
+            out.set_exception(exc)
+        else:
+            try:
+                out.set_result(fn(source.result()))
+            except Exception as exc:
+                out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
 
 
 @dataclass
@@ -93,13 +115,19 @@ class FutureRegistry:
         first one's id and is not started again. ``begin`` runs under the registry's lock, so it must
         only enqueue work.
         """
+        return self.start_with_id(lambda _request_id: begin(), key)
+
+    def start_with_id(
+        self, begin: Callable[[str], concurrent.futures.Future[Any]], key: Hashable | None = None
+    ) -> str:
+        """:meth:`start` for an operation that needs its own request id (``begin(request_id)``)."""
         with self._lock:
             self._purge()
             if key is not None and (known := self._by_key.get(key)) in self._entries:
                 return str(known)
             request_id = f"{self._prefix}-{next(self._ids)}"
             try:
-                future = begin()
+                future = begin(request_id)
             except Exception as exc:  # a call refused up front fails in its future, as the SDK's do
                 future = concurrent.futures.Future()
                 future.set_exception(exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/api/v1")
 _HOSTED_ONLY = "not available on the local server: {} belong to the hosted service's accounts"
 
 
-def _dump(model: Any) -> dict[str, Any]:
+def _dump(model: pydantic.BaseModel) -> dict[str, Any]:
     dumped: dict[str, Any] = model.model_dump(mode="json")
     return dumped
 
@@ -66,7 +67,9 @@ async def weights_info(request: Request) -> dict[str, Any]:
     payload = await request.json()
     if not isinstance(payload, dict) or not isinstance(payload.get("tinker_path"), str):
         raise Unsupported("weights_info needs {'tinker_path': str}")
-    return _dump(state_of(request).rest.get_weights_info_by_tinker_path(payload["tinker_path"]).result())
+    state = state_of(request)
+    path = state.scope.checkpoint(payload["tinker_path"])
+    return _dump(state.rest.get_weights_info_by_tinker_path(path).result())
 
 
 @router.get("/checkpoints")
@@ -77,7 +80,9 @@ async def list_user_checkpoints(request: Request, limit: int = 100, offset: int 
 @router.post("/copy_weights")
 async def copy_weights(request: Request) -> dict[str, Any]:
     body = await parse(request, types.CopyWeightsRequest)
-    path = state_of(request).rest.copy_weights(body.source_path, ttl_seconds=body.ttl_seconds).result()
+    state = state_of(request)
+    source = state.scope.checkpoint(body.source_path)
+    path = state.rest.copy_weights(source, ttl_seconds=body.ttl_seconds).result()
     return types.CopyWeightsResponse(tinker_path=path).model_dump()
 
 

@@ -2,7 +2,10 @@
 
 Every sample request of every session goes to a local sampling client, whose engine batches all
 requests in flight on the same weights; the result comes back through ``retrieve_future`` as the
-SDK's protobuf ``SampleResponse``.
+SDK's protobuf ``SampleResponse``. Sequence ids are fixed when the request arrives (``<request id>:<i>``,
+in the answer's ``sample_sequence_ids``, which the SDK stamps on the sequences); with
+``record_stability_info`` the sequences are recorded under them, in the sampling session's session,
+before the result can be retrieved.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from tinker import types
 
-from envsuite.serve._http import parse, state_of
+from envsuite.serve._futures import then
+from envsuite.serve._http import Unsupported, parse, state_of
 
 router = APIRouter(prefix="/api/v1")
 
@@ -25,7 +29,7 @@ async def create_sampling_session(request: Request) -> dict[str, Any]:
     state = state_of(request)
     state.session(body.session_id)
     sampler_id = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
-    client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+    client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
     state.add_sampler(body.session_id, sampler_id, client)
     return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump()
 
@@ -44,17 +48,19 @@ async def asample(request: Request) -> dict[str, Any]:
     raw = await request.body()
     body = types.SampleRequest.model_validate_json(raw)
     state = state_of(request)
+    session_id = None
     if body.sampling_session_id is not None:
-        client = state.sampler(body.sampling_session_id).client
+        sampler = state.sampler(body.sampling_session_id)
+        client, session_id = sampler.client, sampler.session_id
     else:
-        client = await asyncio.to_thread(state.shared_sampler, body.base_model, body.model_path)
+        client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
+    if body.record_stability_info and session_id is None:
+        raise Unsupported("record_stability_info needs a sampling session (records belong to a session)")
     # A retried request (same session, seq id and body) gets the first one's id.
     key = ("sample", body.sampling_session_id, body.seq_id, hashlib.sha256(raw).hexdigest())
 
-    def begin() -> Any:
-        if body.record_stability_info:
-            raise NotImplementedError("record_stability_info: not available on the local server")
-        return client.sample(
+    def begin(request_id: str) -> Any:
+        sampled = client.sample(
             body.prompt,
             body.num_samples,
             body.sampling_params,
@@ -65,9 +71,24 @@ async def asample(request: Request) -> dict[str, Any]:
             prompt_alt_tokens_k=body.prompt_alt_tokens_k,
             prompt_logprobs_last_n=body.prompt_logprobs_last_n,
         ).future()
+        if not body.record_stability_info:
+            return sampled
+        assert session_id is not None
+        records, prompt_length = state.sequences.scope(session_id), body.prompt.length
+        ids = sequence_ids(request_id, body.num_samples)
 
-    request_id = state.futures.start(begin, key=key if body.seq_id is not None else None)
-    sequence_ids = [f"{request_id}:{i}" for i in range(body.num_samples)]
-    return types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sequence_ids).model_dump(
-        exclude_none=True
-    )
+        def record(response: types.SampleResponse) -> types.SampleResponse:
+            records.record_response(prompt_length, response, ids)
+            return response
+
+        return then(sampled, record)
+
+    request_id = state.futures.start_with_id(begin, key=key if body.seq_id is not None else None)
+    return types.UntypedAPIFuture(
+        request_id=request_id, sample_sequence_ids=sequence_ids(request_id, body.num_samples)
+    ).model_dump(exclude_none=True)
+
+
+def sequence_ids(request_id: str, num_samples: int) -> list[str]:
+    """The ids of a sampling request's sequences (unique: request ids carry a per-process random prefix)."""
+    return [f"{request_id}:{i}" for i in range(num_samples)]

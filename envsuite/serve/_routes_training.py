@@ -8,9 +8,8 @@ one at a time, in seq order). A request repeated with the same seq id gets the f
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import zstandard
 from fastapi import APIRouter, Request
@@ -18,32 +17,12 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from envsuite.backends.local import LocalTrainingClient, tinker_path_of
+from envsuite.serve._futures import then
 from envsuite.serve._http import Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
 from envsuite.serve._wire import decode_forward_backward
 
 router = APIRouter(prefix="/api/v1")
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-def then(future: concurrent.futures.Future[T], fn: Callable[[T], U]) -> concurrent.futures.Future[U]:
-    """A future of ``fn(result)``: the server's view of a local result (ids and paths rewritten)."""
-    out: concurrent.futures.Future[U] = concurrent.futures.Future()
-
-    def done(source: concurrent.futures.Future[T]) -> None:
-        if source.cancelled():
-            out.cancel()
-        elif (exc := source.exception()) is not None:
-            out.set_exception(exc)
-        else:
-            try:
-                out.set_result(fn(source.result()))
-            except Exception as exc:
-                out.set_exception(exc)
-
-    future.add_done_callback(done)
-    return out
 
 
 def _accepted(request_id: str, model_id: str | None = None) -> dict[str, Any]:
@@ -68,15 +47,17 @@ async def create_model(request: Request) -> dict[str, Any]:
     state.session(body.session_id)
     model_id = f"{body.session_id}:train:{body.model_seq_id}"
 
+    base_model = state.scope.model(body.base_model)
+
     def build() -> types.CreateModelResponse:
         lora = body.lora_config
         if lora is None:
             future = state.service.create_training_client(
-                body.base_model, user_metadata=_metadata(body.user_metadata)
+                base_model, user_metadata=_metadata(body.user_metadata)
             )
         else:
             future = state.service.create_lora_training_client(
-                body.base_model,
+                base_model,
                 rank=lora.rank,
                 seed=lora.seed,
                 train_mlp=lora.train_mlp,
@@ -102,9 +83,10 @@ async def load_weights(request: Request) -> dict[str, Any]:
         raise Unsupported("load_weights needs a model_id, or a session_id and model_seq_id")
     model = state.model(body.model_id)
     load = model.client.load_state_with_optimizer if body.optimizer else model.client.load_state
+    path = state.scope.checkpoint(body.path)
 
     def begin() -> concurrent.futures.Future[types.LoadWeightsResponse]:
-        loaded = load(body.path).future()
+        loaded = load(path).future()
         return then(loaded, lambda _: types.LoadWeightsResponse(path=body.path, model_id=body.model_id))
 
     request_id = state.futures.start(begin, key=(body.model_id, body.seq_id))
@@ -116,15 +98,18 @@ def _create_from_checkpoint(state: ServerState, body: types.LoadWeightsRequest) 
     assert session_id is not None and model_seq_id is not None
     state.session(session_id)
     model_id = f"{session_id}:train:{model_seq_id}"
+    path = state.scope.checkpoint(body.path)
+    # base_model is only compared with the checkpoint's own record (the weights load from that record).
+    base_model = body.base_model
 
     def build() -> types.LoadWeightsResponse:
         if body.optimizer:
             future = state.service.create_training_client_from_state_with_optimizer(
-                body.path, body.base_model, _metadata(body.user_metadata)
+                path, base_model, _metadata(body.user_metadata)
             )
         else:
             future = state.service.create_training_client_from_state(
-                body.path, body.base_model, _metadata(body.user_metadata), optimizer=body.optimizer_config
+                path, base_model, _metadata(body.user_metadata), optimizer=body.optimizer_config
             )
         state.add_model(session_id, model_id, future.result())
         return types.LoadWeightsResponse(path=body.path, model_id=model_id)

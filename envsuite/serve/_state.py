@@ -4,7 +4,10 @@ Ids follow the hosted service's scheme, which the SDK relies on: a session ``ses
 training models ``<session>:train:<n>`` (the SDK derives this id itself when it creates a model from
 a checkpoint), its sampling sessions ``<session>:sample:<n>``. Runs and checkpoints live on disk under
 ``<state_dir>/runs`` (the local backend's layout), so ``tinker://`` paths outlive the process; sessions,
-models and samplers are in memory and end with it (a client resumes from its checkpoints).
+models and samplers are in memory and end with it (a client resumes from its checkpoints). The sampling
+records ``stable_reinforce`` trains on (``record_stability_info``) are kept per session in
+``<state_dir>/sequences.sqlite``, so a restarted server still has them; each expires a day after its
+last use.
 
 Sampling clients are models in memory, so they are bounded: a training model keeps its last few
 weight snapshots, and samplers for base models or checkpoints are shared by everyone asking for the
@@ -27,16 +30,20 @@ from envsuite.backends.local import (
     LocalSamplingClient,
     LocalServiceClient,
     LocalTrainingClient,
+    SequenceStore,
 )
+from envsuite.capture import CaptureSets
 from envsuite.serve._config import ServeConfig
+from envsuite.serve._errors import NotFound
 from envsuite.serve._futures import FutureRegistry
+from envsuite.serve._paths import PathScope
 
+__all__ = ["Model", "NotFound", "Sampler", "ServerState", "Session"]
+
+SEQUENCES_FILE = "sequences.sqlite"
+"""The sampling records of every session, under the state dir."""
 _SHARED_SAMPLERS = 8
 """Samplers for base models and checkpoints kept at once (each holds a model in memory)."""
-
-
-class NotFound(LookupError):
-    """An id (session, model, sampler) the server does not know: a 404 for the client."""
 
 
 @dataclass
@@ -61,6 +68,7 @@ class Model:
 @dataclass
 class Sampler:
     sampler_id: str
+    session_id: str
     client: LocalSamplingClient
     base_model: str
     model_path: str | None
@@ -75,9 +83,16 @@ class ServerState:
         self.config = config
         self.runs_dir = Path(config.state_dir) / "runs"
         self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.scope = PathScope.create(Path(config.state_dir), tuple(config.allowed_dirs))
+        """What client-named checkpoint paths and model directories may be (inside the state dir or
+        the operator's --allow-dir directories)."""
         self.service = LocalServiceClient(log_dir=self.runs_dir, device=config.device)
         self.rest = LocalRestClient(log_dir=self.runs_dir, tinker_paths=True)
+        self.sequences = SequenceStore(Path(config.state_dir) / SEQUENCES_FILE)
+        """Every session's sampling records (``record_stability_info``), on disk."""
         self.futures = FutureRegistry()
+        self.captures = CaptureSets(Path(config.state_dir) / "captures")
+        """Capture sets of the OpenAI routes (``<state-dir>/captures/<name>``)."""
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, Model] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -125,11 +140,13 @@ class ServerState:
             idle = [s.session_id for s in self.sessions.values() if not s.finished and s.last_seen < cutoff]
         for session_id in idle:
             self.finish_session(session_id)
+        self.sequences.purge()
         return idle
 
     # -- models --------------------------------------------------------------------------------
 
     def add_model(self, session_id: str, model_id: str, client: LocalTrainingClient) -> None:
+        client.bind_sequence_records(self.sequences.scope(session_id))
         with self.lock:
             self.session(session_id).models.add(model_id)
             self.models[model_id] = Model(model_id, session_id, client)
@@ -156,7 +173,7 @@ class ServerState:
             model = self.models[model_id]
             session = self.sessions[model.session_id]
             self.samplers[sampler_id] = Sampler(
-                sampler_id, client, client.get_base_model(), client.model_path, True
+                sampler_id, model.session_id, client, client.get_base_model(), client.model_path, True
             )
             session.samplers.add(sampler_id)
             model.snapshots.append(sampler_id)
@@ -190,11 +207,19 @@ class ServerState:
             old.close()
         return client
 
+    def scoped_sampler(self, base_model: str | None, model_path: str | None) -> LocalSamplingClient:
+        """:meth:`shared_sampler` for the names a client sent, after :attr:`scope` has checked them."""
+        if model_path is not None:
+            return self.shared_sampler(None, self.scope.checkpoint(model_path))
+        if base_model is None:
+            raise ValueError("name a model_path or a base_model")
+        return self.shared_sampler(self.scope.model(base_model), None)
+
     def add_sampler(self, session_id: str, sampler_id: str, client: LocalSamplingClient) -> None:
         with self.lock:
             self.session(session_id).samplers.add(sampler_id)
             self.samplers[sampler_id] = Sampler(
-                sampler_id, client, client.get_base_model(), client.model_path, False
+                sampler_id, session_id, client, client.get_base_model(), client.model_path, False
             )
 
     def sampler(self, sampler_id: str) -> Sampler:
@@ -219,3 +244,4 @@ class ServerState:
             self._shared.clear()
         for client in shared:
             client.close()
+        self.sequences.close()

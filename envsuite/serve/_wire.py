@@ -75,6 +75,37 @@ def _chunk(msg: pb.Chunk, where: str) -> types.ModelInputChunk:
     return types.EncodedTextChunk(tokens=[int(t) for t in tokens])
 
 
+def _span(msg: pb.ProvenanceSpan, where: str) -> types.PromptProvenanceSpan | types.SampledProvenanceSpan:
+    kind = msg.WhichOneof("span")
+    try:
+        if kind == "sampled_tokens":
+            arm = msg.sampled_tokens
+            return types.SampledProvenanceSpan(
+                sequence_id=arm.sequence_id, offset=arm.offset, length=arm.length
+            )
+        if kind == "prompt_tokens":
+            arm_prompt = msg.prompt_tokens
+            return types.PromptProvenanceSpan(
+                sequence_id=arm_prompt.sequence_id, offset=arm_prompt.offset, length=arm_prompt.length
+            )
+    except ValueError as exc:
+        raise WireError(f"{where}: {exc}") from exc
+    raise WireError(
+        f"{where}: a provenance span must be prompt_tokens or sampled_tokens, got {kind or 'neither'}"
+    )
+
+
+def _spans(datum: pb.Datum, i: int) -> tuple[types.ProvenanceSpans | None, types.ProvenanceSpans | None]:
+    """A datum's provenance (``Datum.with_provenance``): both span lists, or neither."""
+    inputs = [_span(s, f"datum {i} model_input_spans[{j}]") for j, s in enumerate(datum.model_input_spans)]
+    targets = [
+        _span(s, f"datum {i} loss_fn_input_spans[{j}]") for j, s in enumerate(datum.loss_fn_input_spans)
+    ]
+    if not inputs and not targets:
+        return None, None
+    return inputs, targets
+
+
 def _loss_config(msg: pb.ForwardBackwardRequest) -> dict[str, float | str] | None:
     if msg.loss_fn_config_v2:
         config: dict[str, float | str] = {}
@@ -100,7 +131,15 @@ def decode_forward_backward(body: bytes) -> tuple[types.ForwardBackwardRequest, 
             name: _tensor(t, f"datum {i} loss_fn_inputs[{name!r}]")
             for name, t in datum.loss_fn_inputs.items()
         }
-        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+        model_input_spans, loss_fn_input_spans = _spans(datum, i)
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput(chunks=chunks),
+                loss_fn_inputs=inputs,
+                model_input_spans=model_input_spans,
+                loss_fn_input_spans=loss_fn_input_spans,
+            )
+        )
     request = types.ForwardBackwardRequest(
         forward_backward_input=types.ForwardBackwardInput(
             data=data,
@@ -118,13 +157,24 @@ def decode_forward_backward(body: bytes) -> tuple[types.ForwardBackwardRequest, 
 
 def encode_sample_response(response: types.SampleResponse) -> bytes:
     """``SampleResponse`` as the protobuf the SDK's ``deserialize_sample_response`` reads."""
-    msg = pb.SampleResponse()
+    msg = pb.SampleResponse(prompt_cache_hit_tokens=response.prompt_cache_hit_tokens)
     for seq in response.sequences:
         out = msg.sequences.add()
         out.stop_reason = _STOP_REASON[seq.stop_reason]
         out.tokens = np.asarray(seq.tokens, dtype=np.int32).tobytes()
         if seq.logprobs is not None:
             out.logprobs = np.asarray(seq.logprobs, dtype=np.float32).tobytes()
+        if seq.topk_logprobs_np is not None:
+            topk = seq.topk_logprobs_np
+            length, k = topk.token_ids.shape
+            out.topk_sampled_logprobs.CopyFrom(
+                pb.TopkLogprobs(
+                    token_ids=np.ascontiguousarray(topk.token_ids, dtype=np.int32).tobytes(),
+                    logprobs=np.ascontiguousarray(topk.logprobs, dtype=np.float32).tobytes(),
+                    k=k,
+                    length=length,
+                )
+            )
     if response.prompt_logprobs is not None:
         values = [np.nan if x is None else x for x in response.prompt_logprobs]
         msg.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()

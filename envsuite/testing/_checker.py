@@ -35,7 +35,11 @@ from envsuite.testing._episodes import (
     text_actions,
     unreported_stop_reason,
 )
+from envsuite.testing._tool_checks import declared_tools, play_tool_case, tool_cases
 
+VARIETY_SEEDS = 8
+"""Seeds the variety check plays (``quick``: :data:`QUICK_VARIETY_SEEDS`)."""
+QUICK_VARIETY_SEEDS = 3
 ENV_ERROR_WARN_RATE = 0.25
 """Share of the checker's episodes ending in ``env_error`` from which it warns (all of them fail)."""
 _STEP_FIELDS = ("reward", "episode_done", "next_observation", "next_stop_condition", "metrics", "logs")
@@ -98,6 +102,7 @@ class _Setup:
     env_kwargs: dict[str, object]
     seeds: tuple[int, ...]
     max_steps: int
+    variety_seeds: int = VARIETY_SEEDS
 
     # The make_* calls below name every option of their own, so that only env kwargs travel in **.
 
@@ -196,12 +201,13 @@ async def _check_seed_variety(s: _Setup, name: str) -> CheckResult:
     # Hidden state (a secret word) may leave the prompt unchanged, so compare whole played episodes,
     # whose final logs reveal it.
     actions = text_actions(s.renderer.build(), PLAUSIBLE_REPLIES)
-    episodes = {(await play_episode(s.env(seed), actions, s.max_steps)).signature() for seed in range(8)}
+    n = s.variety_seeds
+    episodes = {(await play_episode(s.env(seed), actions, s.max_steps)).signature() for seed in range(n)}
     if len(episodes) < 2:
         return CheckResult(
-            name, CheckOutcome.WARNED, "8 seeds played one episode", "let the seed pick the episode"
+            name, CheckOutcome.WARNED, f"{n} seeds played one episode", "let the seed pick the episode"
         )
-    return _passed(name, f"{len(episodes)} distinct episodes from 8 seeds")
+    return _passed(name, f"{len(episodes)} distinct episodes from {n} seeds")
 
 
 async def _play_group(s: _Setup) -> tuple[EnvGroupBuilder, list[EpisodeRecord]] | CheckResult:
@@ -332,6 +338,23 @@ async def _check_env_errors(s: _Setup, name: str) -> CheckResult:
     return _passed(name, detail)
 
 
+async def _check_tool_calls(s: _Setup, name: str) -> CheckResult:
+    """Well-formed and broken calls to the env's declared tools (``envsuite.testing._tool_checks``)."""
+    probe = s.env(s.seeds[0])
+    if as_overflow(await probe.initial_observation()) is not None:
+        return CheckResult(name, CheckOutcome.SKIPPED, "the default prompt overflows")
+    specs = declared_tools(probe)
+    if not specs:
+        return CheckResult(name, CheckOutcome.SKIPPED, "the env declares no tools")
+    renderer = s.renderer.build()
+    cases = tool_cases(specs)
+    problems = [p for case in cases if (p := await play_tool_case(lambda: s.env(s.seeds[0]), renderer, case))]
+    if problems:
+        fix = "answer every call with a tool message (envsuite.tools.run_tool_call never raises)"
+        return _failed(name, "; ".join(problems[:3]), fix)
+    return _passed(name, f"{len(specs)} tool(s); {len(cases)} calls, broken ones answered with errors")
+
+
 async def _check_overflow(s: _Setup, name: str) -> CheckResult:
     env = s.env(s.seeds[0], max_context_tokens=4)
     start = await env.initial_observation()
@@ -351,6 +374,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("garbage actions", _check_garbage),
     ("final transition has a stop reason", _check_plausible_episode),
     ("episodes end without env errors", _check_env_errors),
+    ("tool calls are answered", _check_tool_calls),
     ("prompt overflow sentinel", _check_overflow),
 )
 """Every check, by the name it reports under."""
@@ -368,6 +392,7 @@ async def check_env_async(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
+    quick: bool = False,
     **env_kwargs: object,
 ) -> ConformanceReport:
     """Async form of :func:`check_env`."""
@@ -388,8 +413,9 @@ async def check_env_async(
         env_spec=env_spec,
         renderer=RendererConfig(model_name=model),
         env_kwargs=dict(env_kwargs),
-        seeds=seeds,
+        seeds=seeds[:1] if quick else seeds,
         max_steps=2 * (env_spec.max_turns or 1) + 5,
+        variety_seeds=QUICK_VARIETY_SEEDS if quick else VARIETY_SEEDS,
     )
     for name, check in CHECKS:
         try:
@@ -407,6 +433,7 @@ def check_env(
     model: str = "tiny-random",
     seeds: tuple[int, ...] = (0, 1),
     strict: bool = False,
+    quick: bool = False,
     **env_kwargs: object,
 ) -> ConformanceReport:
     """Run every conformance check on catalog env ``env_id`` and return the report.
@@ -417,7 +444,13 @@ def check_env(
     out-of-vocab ids, text with lone surrogates) end in a defined outcome within the turn budget, never
     an exception; the final transition carries exactly one stop reason; returns stay inside the spec's
     ``reward_range``; episodes do not end in ``env_error`` (all of them: a failure; a quarter or more: a
-    warning); an over-long prompt gives the overflow sentinel. ``model`` picks the tokenizer (the tiny test model
-    shares SmolLM2's).
+    warning); calls to the tools an env declares, well-formed and broken (unreadable, unknown tool, wrong
+    argument type, unexpected argument), are answered by tool messages and extend the observation (skipped
+    for envs without tools); an over-long prompt gives the overflow sentinel. ``model`` picks the
+    tokenizer (the tiny test model shares SmolLM2's). ``quick`` runs every check on fewer episodes (the first of
+    ``seeds``, and 3 seeds instead of 8 for variety): for catalogs of many envs of one class, where episodes
+    are costly to make.
     """
-    return asyncio.run(check_env_async(env_id, model=model, seeds=seeds, strict=strict, **env_kwargs))
+    return asyncio.run(
+        check_env_async(env_id, model=model, seeds=seeds, strict=strict, quick=quick, **env_kwargs)
+    )

@@ -6,7 +6,7 @@ import asyncio
 import os
 
 from envsuite import EnvContext
-from envsuite.core import Action, ActionExtra, StepResult
+from envsuite.core import Action, ActionExtra, StepResult, StopReason
 from tests.support.toy_envs import EchoNumberEnv
 
 
@@ -49,3 +49,19 @@ class BuggyEnv(EchoNumberEnv):
 
     def __init__(self, ctx: EnvContext) -> None:
         raise IndexError("pop from an empty deque")
+
+
+class CoinEnv(EchoNumberEnv):
+    """Succeeds when the sampled reply's token ids sum to an odd number: a coin each play of an episode
+    flips anew (its sampling seed differs), so a problem's plays have varied, known successes."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        result = await super().step(action, extra=extra)
+        heads = float(sum(action) % 2 == 1)
+        return StepResult.final(
+            reward=heads,
+            stop_reason=StopReason.COMPLETED,
+            next_observation=result.next_observation,
+            next_stop_condition=result.next_stop_condition,
+            metrics={"correct": heads},
+        )

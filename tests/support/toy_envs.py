@@ -106,3 +106,17 @@ class OldCookbookParseEnv(EchoNumberEnv):
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         _message, _ok, _extra_field = self.ctx.renderer.parse_response(action)  # type: ignore[misc]
         raise AssertionError("unreachable: a ParsedResponse unpacks into two values")
+
+
+class UnrecordableEnv(EchoNumberEnv):
+    """Plays like EchoNumberEnv, but once over its conversation holds bytes, which no journal or log can
+    store: a plugin env returning odd data must not end a whole-catalog bench."""
+
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
+        self.over = True
+        return await super().step(action, extra=extra)
+
+    def conversation(self) -> list[Message]:
+        if not getattr(self, "over", False):
+            return super().conversation()
+        return [*self.messages, {"role": "user", "content": b"\x00raw"}]  # type: ignore[typeddict-item]

@@ -18,7 +18,7 @@ rollout driver. What is left here is only what the catalog itself needs:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -59,12 +59,12 @@ class CookbookGroupBuilderLike(Protocol):
     def logging_tags(self) -> list[str]: ...
 
 
-def load_builder_factory(factory: str) -> Any:
+def load_builder_factory(factory: str) -> Callable[..., object]:
     """Import ``"package.module:function"`` (a cookbook group-builder factory)."""
     module_name, _, attr = factory.partition(":")
     if not attr:
         raise ValueError(f"builder_factory {factory!r} must look like 'package.module:function'")
-    found: Any = importlib.import_module(module_name)
+    found: object = importlib.import_module(module_name)
     for part in attr.split("."):
         found = getattr(found, part)
     if not callable(found):
@@ -73,7 +73,7 @@ def load_builder_factory(factory: str) -> Any:
 
 
 def build_cookbook_group(
-    ctx: EnvContext, group_size: int, builder_factory: str, factory_kwargs: Mapping[str, Any]
+    ctx: EnvContext, group_size: int, builder_factory: str, factory_kwargs: Mapping[str, object]
 ) -> CookbookGroupBuilderLike:
     """Call the registered factory: ``factory(ctx, group_size, **kwargs) -> their EnvGroupBuilder``."""
     builder = load_builder_factory(builder_factory)(ctx, group_size, **factory_kwargs)
@@ -89,7 +89,7 @@ class CookbookCatalogEnv(Env):
     included (a cookbook ``StepResult``).
     """
 
-    def __init__(self, ctx: EnvContext, *, builder_factory: str, **factory_kwargs: Any) -> None:
+    def __init__(self, ctx: EnvContext, *, builder_factory: str, **factory_kwargs: object) -> None:
         self.ctx = ctx
         self._factory = builder_factory
         self._factory_kwargs = factory_kwargs
@@ -126,7 +126,12 @@ class CookbookCatalogEnv(Env):
 
     def conversation(self) -> list[Any]:
         inner_conversation = getattr(self.inner, "conversation", None)
-        return list(inner_conversation()) if callable(inner_conversation) else []
+        if callable(inner_conversation):
+            return list(inner_conversation())
+        # Their message-level envs (EnvFromMessageEnv: AgentToolMessageEnv, ...) keep the conversation
+        # in the message env's history, tool definitions and results included.
+        history = getattr(getattr(self.inner, "message_env", None), "history", None)
+        return list(history) if isinstance(history, list) else []
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ def register_cookbook_env(
     env_id: str,
     builder_factory: str,
     *,
-    factory_kwargs: Mapping[str, Any] | None = None,
+    factory_kwargs: Mapping[str, object] | None = None,
     **spec_fields: Any,
 ) -> EnvSpec:
     """Add a tinker-cookbook env to the catalog under ``env_id``.

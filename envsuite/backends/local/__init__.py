@@ -11,16 +11,28 @@ from envsuite.backends.local._install import install, installed, is_installed, u
 from envsuite.backends.local._rest import LocalRestClient
 from envsuite.backends.local._runs import UnknownRunError, resolve_checkpoint_path, tinker_path_of
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
+from envsuite.backends.local._sequences import (
+    RECORD_TTL_S,
+    ProvenanceError,
+    SequenceRecord,
+    SequenceScope,
+    SequenceStore,
+    provenance_inputs,
+)
 from envsuite.backends.local._service import LocalServiceClient
 from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, NonFiniteError
 from envsuite.backends.local._unsupported import NOT_LOCAL, not_local
-from envsuite.engine.sampling import EngineClosedError, EngineConfig, PromptTooLongError
+from envsuite.engine.sampling import EngineClosedError, EngineConfig, PromptTooLongError, SampledToken
 from envsuite.engine.training import (
     LossFn,
     LossInputError,
+    cispo,
     cross_entropy,
+    dro,
+    gspo,
     importance_sampling,
     ppo,
+    stable_reinforce,
 )
 from envsuite.engine.weights import (
     CheckpointError,
@@ -53,6 +65,7 @@ __all__ = [
     "EngineClosedError",
     "EngineConfig",
     "PromptTooLongError",
+    "SampledToken",
     # training and checkpoints
     "CheckpointError",
     "CheckpointKind",
@@ -65,7 +78,18 @@ __all__ = [
     # losses
     "LossFn",
     "LossInputError",
+    "cispo",
     "cross_entropy",
+    "dro",
+    "gspo",
     "importance_sampling",
     "ppo",
+    "stable_reinforce",
+    # stable_reinforce's sampling records, per session
+    "RECORD_TTL_S",
+    "ProvenanceError",
+    "SequenceRecord",
+    "SequenceScope",
+    "SequenceStore",
+    "provenance_inputs",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tinker
 from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
+from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from envsuite.backends.local._futures import LocalFuture, failed_future
+from envsuite.backends.local._sequences import SequenceScope
 from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import limit_heap_fragmentation
 from envsuite.engine.kernels import ReorderReport
@@ -35,6 +38,7 @@ from envsuite.engine.sampling import (
     EngineResult,
     KVStats,
     PrefixCacheStats,
+    SampledToken,
     SamplingEngine,
     StopMatcher,
 )
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _UNSUPPORTED = "the local sampling backend does not support {} (only the hosted Tinker service does)"
+MAX_TOPK_SAMPLE_LOGPROBS = 20
+"""The most ``topk_sample_logprobs`` a request may ask for (as OpenAI's ``top_logprobs``)."""
 _SNAPSHOT = "snapshot:"
 _PATH = "path:"
 _BASE = "base:"
@@ -61,6 +67,10 @@ class LocalSamplingClient:
     replaces its linear layers by faster ones, ``EngineConfig.reorder_weights``): pass a copy if the
     same weights are being trained, or name the tensors still shared with a live model in
     ``shared_weights`` (ids), which are then left as they are.
+
+    Every sampled sequence gets a ``sequence_id`` unique to this client; with ``records`` (a session's
+    :class:`SequenceScope`, what ``record_stability_info=True`` gives) each is also recorded there before
+    its response is handed out, for ``stable_reinforce`` training.
     """
 
     _ids = itertools.count()
@@ -75,6 +85,7 @@ class LocalSamplingClient:
         config: EngineConfig | None = None,
         base_weights: bool = False,
         shared_weights: Collection[int] = (),
+        records: SequenceScope | None = None,
     ) -> None:
         limit_heap_fragmentation()  # prefill and KV-cache tensors fragment glibc's heap otherwise
         self._tokenizer = tokenizer
@@ -86,7 +97,11 @@ class LocalSamplingClient:
         # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
         self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights)
         self._client_id = next(self._ids)
+        # Random, so ids stay distinct across clients and processes (records outlive a process).
+        self._sequence_prefix = f"seq-{uuid.uuid4().hex[:12]}"
         self._sequence_ids = itertools.count()
+        self.records = records
+        """Where sampled sequences are recorded (``record_stability_info``); None records nothing."""
         self._eos_ids = _eos_token_ids(model, tokenizer)
         if model_path is not None:
             self._handle = _PATH + str(model_path)
@@ -122,6 +137,11 @@ class LocalSamplingClient:
     def max_context(self) -> int:
         """Prompt plus sampled tokens at most."""
         return self._engine.max_context
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The token ids ``SamplingParams(stop=None)`` stops at (the model's end of sequence)."""
+        return self._eos_ids
 
     def get_tokenizer(self) -> PreTrainedTokenizerBase:
         return self._tokenizer
@@ -217,11 +237,18 @@ class LocalSamplingClient:
         target_prompt_logprobs: tinker.TensorData | None = None,
         prompt_alt_tokens_k: int = 0,
         prompt_logprobs_last_n: int | None = None,
+        *,
+        on_token: Callable[[SampledToken], None] | None = None,
     ) -> LocalFuture[tinker.SampleResponse]:
-        """Sample ``num_samples`` continuations of ``prompt`` (one shared prefill)."""
+        """Sample ``num_samples`` continuations of ``prompt`` (one shared prefill).
+
+        ``topk_sample_logprobs`` (at most :data:`MAX_TOPK_SAMPLE_LOGPROBS`) fills each sequence's
+        ``topk_logprobs``: the most likely tokens at each sampled position under the distribution sampled
+        from (docs/backend_sampling.md). ``on_token`` (envsuite's extension, for streaming) is called on
+        the engine's thread with each token as it is sampled; it must return quickly.
+        """
         unsupported = {
             "topk_prompt_logprobs": topk_prompt_logprobs != 0,
-            "topk_sample_logprobs": topk_sample_logprobs != 0,
             "target_prompt_logprobs": target_prompt_logprobs is not None,
             "prompt_alt_tokens_k": prompt_alt_tokens_k != 0,
         }
@@ -229,15 +256,22 @@ class LocalSamplingClient:
             if used:
                 return failed_future(NotImplementedError(_UNSUPPORTED.format(option)))
         try:
-            request = self._build_request(prompt, num_samples, sampling_params, include_prompt_logprobs)
+            request = self._build_request(
+                prompt, num_samples, sampling_params, include_prompt_logprobs, topk_sample_logprobs
+            )
             _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs, len(request.prompt_T))
         except (ValueError, TypeError) as exc:
             return failed_future(exc)
 
-        def convert(result: EngineResult) -> tinker.SampleResponse:
-            return self._to_response(result, prompt_logprobs_last_n)
+        prompt_length = len(request.prompt_T)
 
-        return LocalFuture(self._engine.submit(request, convert))
+        def convert(result: EngineResult) -> tinker.SampleResponse:
+            response = self._to_response(result, prompt_logprobs_last_n)
+            if self.records is not None:
+                self.records.record_response(prompt_length, response)
+            return response
+
+        return LocalFuture(self._engine.submit(request, convert, on_token))
 
     async def sample_async(
         self,
@@ -294,9 +328,14 @@ class LocalSamplingClient:
         num_samples: int,
         params: tinker.SamplingParams,
         include_prompt_logprobs: bool,
+        topk_sample_logprobs: int = 0,
     ) -> EngineRequest:
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        if not 0 <= topk_sample_logprobs <= MAX_TOPK_SAMPLE_LOGPROBS:
+            raise ValueError(
+                f"topk_sample_logprobs must be in [0, {MAX_TOPK_SAMPLE_LOGPROBS}], got {topk_sample_logprobs}"
+            )
         max_tokens = (
             self._engine.config.default_max_tokens if params.max_tokens is None else params.max_tokens
         )
@@ -316,6 +355,7 @@ class LocalSamplingClient:
             seed=params.seed,
             stop=self._stop_matcher(params.stop),
             prompt_logprobs=include_prompt_logprobs,
+            top_logprobs=topk_sample_logprobs,
         )
 
     def _stop_matcher(self, stop: str | Sequence[str] | Sequence[int] | None) -> StopMatcher:
@@ -336,9 +376,10 @@ class LocalSamplingClient:
         sequences = [
             tinker.SampledSequence(
                 stop_reason=seq.finish.value,
-                sequence_id=f"local-{self._client_id}-{next(self._sequence_ids)}",
+                sequence_id=f"{self._sequence_prefix}-{next(self._sequence_ids)}",
                 tokens_np=np.asarray(seq.tokens, dtype=np.int32),
                 logprobs_np=np.asarray(seq.logprobs, dtype=np.float32),
+                topk_logprobs_np=None if seq.top_logprobs is None else _topk_matrices(seq.top_logprobs),
             )
             for seq in result.sequences
         ]
@@ -346,7 +387,22 @@ class LocalSamplingClient:
         if result.prompt_logprobs is not None:
             kept = _keep_last_n(result.prompt_logprobs, last_n)
             prompt_logprobs_np = np.asarray([np.nan if x is None else x for x in kept], dtype=np.float32)
-        return tinker.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_logprobs_np)
+        return tinker.SampleResponse(
+            sequences=sequences,
+            prompt_logprobs_np=prompt_logprobs_np,
+            prompt_cache_hit_tokens=result.prompt_cache_hit_tokens,
+        )
+
+
+def _topk_matrices(top_T: list[list[tuple[int, float]]]) -> TopkLogprobs:
+    """Per-position top-k lists as the SDK's dense matrices (short rows padded with its sentinel)."""
+    k = max((len(row) for row in top_T), default=0)
+    token_ids = np.zeros((len(top_T), k), dtype=np.int32)
+    logprobs = np.full((len(top_T), k), MASK_LOGPROB, dtype=np.float32)
+    for position, row in enumerate(top_T):
+        for rank, (token, logprob) in enumerate(row):
+            token_ids[position, rank], logprobs[position, rank] = token, logprob
+    return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
 
 
 def _token_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar
 
 from tinker import types
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
@@ -27,6 +27,7 @@ from envsuite.backends.local._futures import LocalFuture, completed_future, fail
 from envsuite.backends.local._rest import LocalRestClient
 from envsuite.backends.local._runs import RunRecord, resolve_checkpoint_path
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
+from envsuite.backends.local._sequences import SequenceStore
 from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, TrainingRun
 from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import weights as ckpt
@@ -73,6 +74,10 @@ class LocalServiceClient:
             same values and gradients up to float rounding, forward and backward products about twice
             as fast as ``F.linear`` on the AMD boxes; fp32 CPU layers only). False keeps ``F.linear``.
             Sampling clients choose for themselves (``EngineConfig.onednn_products``).
+
+    The service is one session (``session_id``): sampling clients made with
+    ``record_stability_info=True`` record their sequences in it, and its training clients'
+    ``stable_reinforce`` reads them (in memory; they last as long as this object).
     """
 
     def __init__(
@@ -96,6 +101,8 @@ class LocalServiceClient:
         """Where its models run (``cpu`` by default; ``cuda`` for a GPU)."""
         self.onednn_products = onednn_products
         self.session_id = f"local-session-{uuid.uuid4().hex[:12]}"
+        self.sequences = SequenceStore().scope(self.session_id)
+        """This session's sampling records (``record_stability_info``, ``stable_reinforce``)."""
         self._user_metadata = dict(user_metadata or {})
         self._clients: weakref.WeakSet[LocalTrainingClient | LocalSamplingClient] = weakref.WeakSet()
         self._closed = False
@@ -111,7 +118,7 @@ class LocalServiceClient:
         self.close(status).result()
 
     @property
-    def holder(self) -> Any:
+    def holder(self) -> NoReturn:
         raise not_local("ServiceClient.holder", "there is no InternalClientHolder (no HTTP session) locally")
 
     # ------------------------------------------------------------------------------------------
@@ -244,14 +251,14 @@ class LocalServiceClient:
 
         def build() -> LocalSamplingClient:
             self._check_open()
-            if record_stability_info:
-                raise not_local(
-                    "create_sampling_client", "record_stability_info needs hosted sampler records"
-                )
             if model_path is not None:
                 directory = str(resolve_checkpoint_path(model_path, self.log_dir))
-                return self._track(LocalSamplingClient.load(model_path=directory, device=self.device))
-            return self._track(LocalSamplingClient.load(base_model=base_model, device=self.device))
+                client = LocalSamplingClient.load(model_path=directory, device=self.device)
+            else:
+                client = LocalSamplingClient.load(base_model=base_model, device=self.device)
+            if record_stability_info:
+                client.records = self.sequences
+            return self._track(client)
 
         return LocalSamplingClientFuture(_settle(build))
 
@@ -333,10 +340,12 @@ class LocalServiceClient:
             route_linears_through_onednn(trainable)
         run = self._new_run(base_model, lora, user_metadata)
         return self._track(
-            LocalTrainingClient(trainable, get_tokenizer(run.base_model), run, self._sampler_of)
+            LocalTrainingClient(
+                trainable, get_tokenizer(run.base_model), run, self._sampler_of, self.sequences
+            )
         )
 
-    def _sampler_of(self, loaded: ckpt.SamplingModel) -> LocalSamplingClient:
+    def _sampler_of(self, loaded: ckpt.SamplingModel, record_stability_info: bool) -> LocalSamplingClient:
         return self._track(
             LocalSamplingClient(
                 loaded.model,
@@ -344,6 +353,7 @@ class LocalServiceClient:
                 loaded.base_model,
                 model_path=loaded.model_path,
                 shared_weights=loaded.shared_weights,
+                records=self.sequences if record_stability_info else None,
             )
         )
 

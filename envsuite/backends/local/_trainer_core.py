@@ -19,8 +19,10 @@ import torch
 import torch.utils.checkpoint
 from tinker import types
 
+from envsuite.backends.local._sequences import SequenceScope, provenance_inputs
 from envsuite.engine import weights as ckpt
 from envsuite.engine.training import (
+    LOSS_SPECS,
     LossFn,
     LossInputError,
     TokenBatch,
@@ -106,15 +108,19 @@ class TrainerCore:
         loss_name: str,
         config: Mapping[str, float | str] | None,
         backward: bool,
+        sequences: SequenceScope | None = None,
     ) -> types.ForwardBackwardOutput:
         """One ``forward`` / ``forward_backward`` call, run in passes of at most ``_PASS_TOKENS`` row tokens.
 
-        Everything is validated before the first pass, and a non-finite loss in any pass restores the
-        gradients the call found, so a failed call never leaves part of a gradient behind.
+        Everything is validated before the first pass (``stable_reinforce`` datums against the session's
+        sampling records in ``sequences``), and a non-finite loss in any pass restores the gradients the
+        call found, so a failed call never leaves part of a gradient behind.
         """
         loss_fn = parse_loss_fn(loss_name)
         resolved = resolve_config(loss_fn, config)
         checked = check_data(data, loss_fn, self.vocab_size)
+        if LOSS_SPECS[loss_fn].needs_provenance:
+            checked = checked.with_inputs(provenance_inputs(data, checked.inputs_D, sequences))
         passes = training_passes(checked.tokens_D, _PASS_TOKENS)
         restore = self._grad_restorer() if backward and len(passes) > 1 else None
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
@@ -124,7 +130,7 @@ class TrainerCore:
             recompute = backward and batch.input_ids_RW.numel() > _RECOMPUTE_TOKENS
             with torch.set_grad_enabled(backward), recomputed_layers(self.lm, recompute):
                 logprobs_N = self._target_logprobs(batch)
-                loss_N = elementwise_loss(loss_fn, logprobs_N, batch.loss_inputs_N, resolved)
+                loss_N = elementwise_loss(loss_fn, logprobs_N, batch.loss_inputs_N, resolved, batch.lengths_D)
                 total = loss_N.sum()
                 try:
                     self._check_loss(total, loss_fn.value)

@@ -26,6 +26,7 @@ from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inpu
 from envsuite.backends.local._futures import LocalFuture, submit
 from envsuite.backends.local._runs import resolve_checkpoint_path
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
+from envsuite.backends.local._sequences import SequenceScope
 from envsuite.backends.local._trainer_core import (
     CustomLoss,
     NonFiniteError,
@@ -50,8 +51,9 @@ __all__ = ["LocalTrainingClient", "LocalTrainingClientFuture", "NonFiniteError",
 T = TypeVar("T")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-SamplingClientFactory = Callable[["SamplingModel"], LocalSamplingClient]
-"""Builds a sampling client from a loaded model (the service passes the local sampling client)."""
+SamplingClientFactory = Callable[["SamplingModel", bool], LocalSamplingClient]
+"""Builds a sampling client from a loaded model, recording its samples when the flag says so
+(``record_stability_info``); the service passes its own."""
 
 
 class LocalTrainingClient:
@@ -63,11 +65,13 @@ class LocalTrainingClient:
         tokenizer: PreTrainedTokenizerBase,
         run: TrainingRun,
         make_sampling_client: SamplingClientFactory,
+        sequences: SequenceScope | None = None,
     ) -> None:
         limit_heap_fragmentation()  # training passes fragment glibc's heap otherwise (engine._memory)
         self._core = TrainerCore(model, tokenizer, run)
         self._run = run
         self._make_sampling_client = make_sampling_client
+        self._sequences = sequences
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"envsuite-train-{run.run_id}")
         self._closed = False
         self.model_id: str = run.run_id
@@ -84,7 +88,7 @@ class LocalTrainingClient:
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         """Per-token logprobs and the loss, without gradients."""
-        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, False)
+        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, False, self._sequences)
 
     async def forward_async(
         self,
@@ -100,8 +104,12 @@ class LocalTrainingClient:
         loss_fn: types.LossFnType,
         loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> LocalFuture[types.ForwardBackwardOutput]:
-        """Per-token logprobs and the loss; gradients of the summed loss accumulate for ``optim_step``."""
-        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, True)
+        """Per-token logprobs and the loss; gradients of the summed loss accumulate for ``optim_step``.
+
+        ``loss_fn="stable_reinforce"`` reads each datum's provenance and the sampling records of this
+        client's session (see ``_sequences.py``).
+        """
+        return self._submit(self._core.run_loss, list(data), loss_fn, loss_fn_config, True, self._sequences)
 
     async def forward_backward_async(
         self,
@@ -277,15 +285,16 @@ class LocalTrainingClient:
         """A NEW sampling client with the current weights (saved to disk too when ``name`` is given).
 
         The client holds an in-memory snapshot; for LoRA it shares the frozen base tensors with training.
+        ``record_stability_info=True``: every sequence it samples is recorded for ``stable_reinforce``.
         """
-        _check_sampler_options("save_weights_and_get_sampling_client", record_stability_info, kind)
+        _check_sampler_kind("save_weights_and_get_sampling_client", kind)
         dest = None if name is None else self._checkpoint_dir("sampler_weights", name, False)
 
         def snapshot() -> LocalSamplingClient:
             path = None
             if dest is not None:
                 path = str(self._core.save(dest, ckpt.CheckpointKind.SAMPLER, {}, None))
-            return self._make_sampling_client(self._core.sampling_snapshot(path))
+            return self._make_sampling_client(self._core.sampling_snapshot(path), record_stability_info)
 
         return LocalSamplingClientFuture(self._submit(snapshot))
 
@@ -304,11 +313,12 @@ class LocalTrainingClient:
         self, model_path: str, retry_config: RetryConfig | None = None, record_stability_info: bool = False
     ) -> LocalSamplingClientFuture:
         """A sampling client for a saved checkpoint path (a directory or ``tinker://`` path)."""
-        _check_sampler_options("create_sampling_client", record_stability_info, "snapshot")
         directory = str(resolve_checkpoint_path(model_path, self._run.checkpoint_root))
 
         def load() -> LocalSamplingClient:
-            return self._make_sampling_client(ckpt.load_sampling_model(model_path=directory))
+            return self._make_sampling_client(
+                ckpt.load_sampling_model(model_path=directory), record_stability_info
+            )
 
         return LocalSamplingClientFuture(self._submit(load))
 
@@ -349,6 +359,11 @@ class LocalTrainingClient:
     def get_telemetry(self) -> Telemetry | None:
         """None: the local backend sends no telemetry."""
         return None
+
+    def bind_sequence_records(self, sequences: SequenceScope) -> None:
+        """Read ``stable_reinforce`` records from ``sequences`` (a local extension: ``envsuite serve``, which
+        runs every session's models through one service, binds each model to its own session's records)."""
+        self._sequences = sequences
 
     @property
     def step(self) -> int:
@@ -391,11 +406,7 @@ class LocalTrainingClientFuture(BackcompatClientFuture[LocalTrainingClient]):
     """
 
 
-def _check_sampler_options(method: str, record_stability_info: bool, kind: str) -> None:
-    if record_stability_info:
-        raise not_local(
-            method, "record_stability_info needs the hosted service's session-scoped sampler records"
-        )
+def _check_sampler_kind(method: str, kind: str) -> None:
     if kind != "snapshot":
         raise not_local(
             method,

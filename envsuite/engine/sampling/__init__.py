@@ -20,6 +20,7 @@ from envsuite.engine.sampling._requests import (
     GeneratedSequence,
     KVStats,
     PromptTooLongError,
+    SampledToken,
 )
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
@@ -39,6 +40,7 @@ __all__ = [
     "EngineResult",
     "FinishReason",
     "GeneratedSequence",
+    "SampledToken",
     "StopMatcher",
     # token choice (one token per row, each row its own settings and generator)
     "RowSampling",

@@ -66,6 +66,7 @@ from envsuite.engine.sampling._requests import (
     GeneratedSequence,
     KVStats,
     PromptTooLongError,
+    SampledToken,
 )
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
@@ -135,9 +136,17 @@ class SamplingEngine:
     # ------------------------------------------------------------------ public, any thread
 
     def submit(
-        self, request: EngineRequest, convert: Callable[[EngineResult], R]
+        self,
+        request: EngineRequest,
+        convert: Callable[[EngineResult], R],
+        on_token: Callable[[SampledToken], None] | None = None,
     ) -> concurrent.futures.Future[R]:
-        """Queue ``request``; the future resolves to ``convert(result)`` or raises the request's error."""
+        """Queue ``request``; the future resolves to ``convert(result)`` or raises the request's error.
+
+        ``on_token`` (streaming) is called on the engine thread with each token as it is sampled, before
+        the future resolves; it must return quickly (hand the token to another thread or loop). If it
+        raises, the request fails with that error and the others go on.
+        """
         future: concurrent.futures.Future[R] = concurrent.futures.Future()
         error = self._check(request)
         if error is not None:
@@ -147,7 +156,7 @@ class SamplingEngine:
             if self._closed:
                 future.set_exception(EngineClosedError("the sampling engine is closed"))
                 return future
-            self._queue.put(Job(request, future, convert))
+            self._queue.put(Job(request, future, convert, on_token=on_token))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="envsuite-sampling-engine", daemon=True
@@ -200,6 +209,8 @@ class SamplingEngine:
         outside = tokens_outside_vocabulary(prompt, self.vocab_size)
         if outside is not None:
             return ValueError(f"prompt: {outside}")
+        if not 0 <= request.top_logprobs <= self.vocab_size:
+            return ValueError(f"top_logprobs must be in [0, {self.vocab_size}], got {request.top_logprobs}")
         return None
 
     def _run(self) -> None:
@@ -362,6 +373,7 @@ class SamplingEngine:
         for job in jobs:
             prompt = job.request.prompt_T
             match = matches[prompt]
+            job.cached_prompt_tokens = match.length
             job.open_rows = job.request.num_samples
             for index in range(job.request.num_samples):
                 rows.append(self._make_row(job, index))
@@ -387,6 +399,9 @@ class SamplingEngine:
         for job, slot, count in zip(group, slot_of_job, counts, strict=True):
             if out.prompt_logprobs_B is not None:
                 job.prompt_logprobs = out.prompt_logprobs_B[slot]
+            match = matches.get(job.request.prompt_T)
+            if match is not None and match.length >= self.config.min_prefix_reuse:
+                job.cached_prompt_tokens = match.length  # _prefill started this prompt from its prefix
             job.open_rows = count
             new_rows.extend(self._make_row(job, i) for i in range(count))
             row_slots.extend([slot] * count)
@@ -457,7 +472,9 @@ class SamplingEngine:
         if request.temperature > 0:
             base = request.seed if request.seed is not None else self._seed_rng.getrandbits(63)
             generator = make_generator(row_seed(base, index))
-        sampling = RowSampling(request.temperature, request.top_k, request.top_p, generator)
+        sampling = RowSampling(
+            request.temperature, request.top_k, request.top_p, generator, request.top_logprobs
+        )
         return Row(job, index, sampling)
 
     def _decode_step(self) -> None:
@@ -481,8 +498,13 @@ class SamplingEngine:
         for i, row in enumerate(rows):
             row.tokens.append(choice.tokens_B[i])
             row.logprobs.append(choice.logprobs_B[i])
+            top = choice.top_B[i] if choice.top_B is not None else []
+            if row.sampling.top_logprobs:
+                row.top.append(top)
             batch.pending_B[i] = choice.tokens_B[i]
             try:
+                if row.job.on_token is not None:
+                    row.job.on_token(SampledToken(row.index, choice.tokens_B[i], choice.logprobs_B[i], top))
                 finish = self._finish_reason(row)
             except Exception as exc:
                 row.job.fail(exc)
@@ -492,7 +514,8 @@ class SamplingEngine:
                     keep.append(i)
                 continue
             self._remember(batch, i, row)
-            row.job.sequences[row.index] = GeneratedSequence(row.tokens, row.logprobs, finish)
+            top_logprobs = row.top if row.sampling.top_logprobs else None
+            row.job.sequences[row.index] = GeneratedSequence(row.tokens, row.logprobs, finish, top_logprobs)
             row.job.open_rows -= 1
             if row.job.open_rows == 0 and not row.job.future.done():
                 row.job.finish()

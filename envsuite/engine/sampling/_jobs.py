@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence
+from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence, SampledToken
 from envsuite.engine.sampling._token_choice import RowSampling
 
 R = TypeVar("R")
@@ -26,9 +26,17 @@ class Job(Generic[R]):
     open_rows: int = 0
     sequences: dict[int, GeneratedSequence] = field(default_factory=dict)
     prompt_logprobs: list[float | None] | None = None
+    cached_prompt_tokens: int = 0
+    """How much of the prompt came from the prefix cache."""
+    on_token: Callable[[SampledToken], None] | None = None
+    """Called on the engine thread with every token as it is sampled (streaming); must be quick."""
 
     def finish(self) -> None:
-        result = EngineResult([self.sequences[i] for i in sorted(self.sequences)], self.prompt_logprobs)
+        result = EngineResult(
+            [self.sequences[i] for i in sorted(self.sequences)],
+            self.prompt_logprobs,
+            self.cached_prompt_tokens,
+        )
         try:
             value = self.convert(result)
         except Exception as exc:
@@ -51,6 +59,7 @@ class Row:
     sampling: RowSampling
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,8 @@ class EngineRequest:
     seed: int | None = None
     stop: StopMatcher = field(default_factory=lambda: StopMatcher.build(frozenset(), ()))
     prompt_logprobs: bool = False
+    top_logprobs: int = 0
+    """Also report, per sampled token, this many most likely tokens and their logprobs (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,29 @@ class GeneratedSequence:
     tokens: list[int]
     logprobs: list[float]
     finish: FinishReason
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """Per sampled token, the request's ``top_logprobs`` most likely ``(token, logprob)`` pairs, most
+    likely first (see ``_token_choice`` for the distribution); None when the request asked for none."""
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """One token as the engine samples it, for a request's ``on_token`` callback (streaming)."""
+
+    sample_index: int
+    """Which of the request's ``num_samples`` rows sampled it."""
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+    """The most likely tokens at this position (empty unless the request asked for ``top_logprobs``)."""
 
 
 @dataclass(frozen=True)
 class EngineResult:
     sequences: list[GeneratedSequence]
     prompt_logprobs: list[float | None] | None
+    prompt_cache_hit_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of prefilled (counted once per request)."""
 
 
 @dataclass(frozen=True)

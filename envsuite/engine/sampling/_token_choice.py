@@ -10,7 +10,10 @@ chosen token under the distribution it was sampled from (logits / temperature, t
 truncation, renormalized), as the hosted Tinker sampler reports it. With ``temperature == 1``,
 ``top_k == -1`` and ``top_p == 1`` that is exactly the model's own log-softmax, which is what a
 training forward pass computes. Greedy rows (``temperature == 0``) report the model's own logprob
-(temperature-1 log-softmax), since the greedy distribution is degenerate.
+(temperature-1 log-softmax), since the greedy distribution is degenerate. A row that asks for its
+``top_logprobs`` most likely tokens gets them under that same distribution, most likely first, so the
+chosen token's logprob is the one listed for it; tokens the truncation removed (probability 0) are
+left out, so such a list can be shorter than asked.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class RowSampling:
     top_p: float
     generator: torch.Generator | None
     """None exactly for greedy rows (temperature 0)."""
+    top_logprobs: int = 0
+    """How many of the most likely tokens to report with their logprobs (0: none)."""
 
     @property
     def greedy(self) -> bool:
@@ -43,6 +48,9 @@ class TokenChoice:
 
     tokens_B: list[int]
     logprobs_B: list[float]
+    top_B: list[list[tuple[int, float]]] | None = None
+    """Per row, its ``top_logprobs`` most likely ``(token, logprob)`` pairs (empty for rows that asked
+    for none); None when no row asked."""
 
 
 def row_seed(seed: int, sample_index: int) -> int:
@@ -61,6 +69,7 @@ def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> Toke
     """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings."""
     logits_B_V = logits_B_V.float()
     n_rows = logits_B_V.shape[0]
+    top_B: list[list[tuple[int, float]]] = [[] for _ in rows]
     tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
     logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
     greedy_idx = [i for i, row in enumerate(rows) if row.greedy]
@@ -71,13 +80,41 @@ def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> Toke
         chosen = logits.argmax(dim=-1)
         tokens_B[index] = chosen
         logprobs_B[index] = _gather_logprobs(logits, chosen)
+        _top_of(top_B, greedy_idx, rows, logits, torch.logsumexp(logits, dim=-1))
     if sample_idx:
         index = torch.tensor(sample_idx, device=logits_B_V.device)
         logits = logits_B_V.index_select(0, index) if len(sample_idx) < n_rows else logits_B_V
-        chosen, chosen_logprobs = _sample_rows(logits, [rows[i] for i in sample_idx])
-        tokens_B[index] = chosen
-        logprobs_B[index] = chosen_logprobs
-    return TokenChoice(tokens_B=tokens_B.tolist(), logprobs_B=logprobs_B.tolist())
+        sampled = _sample_rows(logits, [rows[i] for i in sample_idx])
+        tokens_B[index] = sampled.tokens_B
+        logprobs_B[index] = sampled.logprobs_B
+        _top_of(top_B, sample_idx, rows, sampled.scaled_B_V, sampled.log_norm_B)
+    return TokenChoice(
+        tokens_B=tokens_B.tolist(),
+        logprobs_B=logprobs_B.tolist(),
+        top_B=top_B if any(row.top_logprobs > 0 for row in rows) else None,
+    )
+
+
+def _top_of(
+    top_B: list[list[tuple[int, float]]],
+    indices: list[int],
+    rows: Sequence[RowSampling],
+    scaled_R_V: torch.Tensor,
+    log_norm_R: torch.Tensor,
+) -> None:
+    """Fill ``top_B`` for the rows among ``indices`` that ask: the largest entries of each row's
+    log-distribution ``scaled - log_norm`` (``scaled_R_V`` holds the rows of ``indices``, in order)."""
+    for position, row_index in enumerate(indices):
+        k = rows[row_index].top_logprobs
+        if k <= 0:
+            continue
+        best = torch.topk(scaled_R_V[position], min(k, scaled_R_V.shape[1]))
+        norm = float(log_norm_R[position])
+        top_B[row_index] = [
+            (int(token), float(value) - norm)
+            for token, value in zip(best.indices.tolist(), best.values.tolist(), strict=True)
+            if value != float("-inf")
+        ]
 
 
 def _gather_logprobs(logits_B_V: torch.Tensor, tokens_B: torch.Tensor) -> torch.Tensor:
@@ -86,7 +123,18 @@ def _gather_logprobs(logits_B_V: torch.Tensor, tokens_B: torch.Tensor) -> torch.
     return picked - torch.logsumexp(logits_B_V, dim=-1)
 
 
-def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class _SampledRows:
+    """Sampled rows' tokens and logprobs, and the distribution they came from (``scaled - log_norm``)."""
+
+    tokens_B: torch.Tensor
+    logprobs_B: torch.Tensor
+    scaled_B_V: torch.Tensor
+    """Logits after temperature and truncation (removed tokens at -inf)."""
+    log_norm_B: torch.Tensor
+
+
+def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> _SampledRows:
     device = logits_B_V.device
     temperatures = torch.tensor([row.temperature for row in rows], dtype=torch.float32, device=device)
     scaled_B_V = logits_B_V if bool((temperatures == 1.0).all()) else logits_B_V / temperatures[:, None]
@@ -111,7 +159,7 @@ def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple
         chosen_B[row] = live[-1, 0] if len(live) else (weights_B_V[row] > 0).nonzero()[0, 0]
     log_norm_B = max_B.squeeze(1) + total_B.log()
     logprobs_B = scaled_B_V.gather(1, chosen_B[:, None]).squeeze(1) - log_norm_B
-    return chosen_B, logprobs_B
+    return _SampledRows(chosen_B, logprobs_B, scaled_B_V, log_norm_B)
 
 
 _BLOCK_SIZES = (256, 128, 64)

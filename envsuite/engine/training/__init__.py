@@ -10,16 +10,24 @@ from envsuite.engine.training._batch import (
 )
 from envsuite.engine.training._logprobs import LOGIT_ROWS, target_logprobs
 from envsuite.engine.training._losses import (
+    DERIVED_INPUTS,
     LOSS_SPECS,
+    SAMPLER_LOGPROBS,
+    SEQUENCE_INDEX,
     LossFn,
     LossInputError,
     LossSpec,
+    check_ratio_masks,
+    cispo,
     cross_entropy,
+    dro,
     elementwise_loss,
+    gspo,
     importance_sampling,
     parse_loss_fn,
     ppo,
     resolve_config,
+    stable_reinforce,
 )
 
 __all__ = [
@@ -38,10 +46,19 @@ __all__ = [
     "LossFn",
     "LossInputError",
     "LossSpec",
-    "cross_entropy",
+    "check_ratio_masks",
     "elementwise_loss",
-    "importance_sampling",
     "parse_loss_fn",
-    "ppo",
     "resolve_config",
+    "cispo",
+    "cross_entropy",
+    "dro",
+    "gspo",
+    "importance_sampling",
+    "ppo",
+    "stable_reinforce",
+    # inputs the backend derives from sampling records (stable_reinforce)
+    "DERIVED_INPUTS",
+    "SAMPLER_LOGPROBS",
+    "SEQUENCE_INDEX",
 ]

@@ -26,7 +26,7 @@ from tinker import types
 
 from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._token_tree import plan_rows, tree_layout
-from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError
+from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError, check_ratio_masks
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,11 @@ class CheckedData:
     def subset(self, members: Sequence[int]) -> CheckedData:
         return CheckedData([self.tokens_D[i] for i in members], [self.inputs_D[i] for i in members])
 
+    def with_inputs(self, extra_D: Sequence[dict[str, torch.Tensor]]) -> CheckedData:
+        """The same datums with more loss inputs each (the ones a backend derives, e.g. from records)."""
+        merged = [{**inputs, **extra} for inputs, extra in zip(self.inputs_D, extra_D, strict=True)]
+        return CheckedData(self.tokens_D, merged)
+
 
 def check_data(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int) -> CheckedData:
     """Validate every datum against ``loss_fn`` (bad input raises :class:`LossInputError`)."""
@@ -128,6 +133,8 @@ def check_data(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int) ->
     for i, inputs in enumerate(inputs_D):
         if sorted(set(inputs) - {"target_tokens"}) != float_keys:
             raise LossInputError(f"datum {i}: every datum in a batch needs the same loss_fn_inputs keys")
+    if loss_fn is LossFn.GSPO:
+        check_ratio_masks([inputs["sequence_ratio_mask"] for inputs in inputs_D])
     return CheckedData(tokens_D, inputs_D)
 
 

@@ -1,0 +1,69 @@
+"""What an OpenAI request's ``model`` names, and the ``/models`` listing.
+
+A model is, in lookup order: a ``tinker://`` checkpoint path (a sampler saved a moment ago by a run
+that is still training works at once: it is read from disk when first asked for); a live sampling
+session id (``<session>:sample:<n>``, e.g. the in-memory weights of
+``save_weights_and_get_sampling_client``); a checkpoint or model directory inside the server's allowed
+directories; or a base model name. Every name but a live session goes through the server's
+:class:`~envsuite.serve._paths.PathScope`, so a path elsewhere on the disk is a 404 like any unknown
+name. Checkpoints and base models share the server's samplers (``ServerState.shared_sampler``), so
+OpenAI and Tinker requests on the same weights batch together in one engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from envsuite.backends.local import CheckpointError, LocalSamplingClient
+from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
+from envsuite.serve._errors import NotFound
+from envsuite.serve._oai_wire import ModelCard, ModelList, OpenAIError
+from envsuite.serve._state import ServerState
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The sampling client behind a request's ``model``."""
+
+    name: str
+    """As the client wrote it (echoed in replies)."""
+    client: LocalSamplingClient
+    base_model: str
+    """Whose tokenizer and chat format apply."""
+
+
+def _load(state: ServerState, name: str) -> LocalSamplingClient:
+    if name.startswith("tinker://"):
+        return state.shared_sampler(None, state.scope.checkpoint(name))
+    with state.lock:
+        live = state.samplers.get(name)
+    if live is not None:
+        return live.client
+    resolved = state.scope.model(name)
+    if is_checkpoint_dir(resolved):
+        return state.shared_sampler(None, resolved)
+    return state.shared_sampler(resolved, None)
+
+
+async def serve_model(state: ServerState, name: str) -> ServedModel:
+    """The served model a request names; a 404 (``model_not_found``) for any name the server lacks."""
+    try:
+        client = await asyncio.to_thread(_load, state, name)
+    except NotFound as exc:
+        raise OpenAIError(404, str(exc), param="model", code="model_not_found") from exc
+    except (CheckpointError, ValueError) as exc:
+        raise OpenAIError(400, f"model {name!r} cannot be loaded: {exc}", param="model") from exc
+    return ServedModel(name, client, client.get_base_model())
+
+
+def list_models(state: ServerState) -> ModelList:
+    """The known base models and every sampler checkpoint under the state dir (by ``tinker://`` path)."""
+    now = int(time.time())
+    cards = [ModelCard(id=name, created=now) for name in sorted(KNOWN_MODELS)]
+    listing = state.rest.list_user_checkpoints(limit=1000).result()
+    for checkpoint in listing.checkpoints:
+        if checkpoint.checkpoint_type == "sampler":
+            cards.append(ModelCard(id=checkpoint.tinker_path, created=int(checkpoint.time.timestamp())))
+    return ModelList(data=cards)
