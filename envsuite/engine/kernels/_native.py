@@ -2,7 +2,7 @@
 
 The source ships with the package; :func:`native_kernels` compiles it once with the host's C++ compiler
 (``$CXX``, else ``g++``/``c++``/``clang++``), ``-O3 -march=native`` against the installed torch, into
-``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the source, the
+``$ENVSUITE_NATIVE_CACHE/<key>/``, else ``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the source, the
 torch version, the compiler and the CPU (model and instruction-set flags: a library built for one CPU
 may not run on another that shares the home directory). Later processes load it in a few milliseconds.
 The first build takes 20-60 s on two cores; concurrent processes wait for one build (a file lock), and a
@@ -13,7 +13,7 @@ Where anything is missing (no compiler, not Linux, a build error, a torch withou
 :func:`native_kernels` says why and the engine keeps torch's own kernels: nothing else changes.
 
 The library registers ``torch.ops.envsuite``: ``rows_linear`` and ``panel_linear`` (matrix products,
-see the C++ file), ``pack_panels``, and ``decode_layers`` (a whole decode step's layers in one call).
+see the C++ file) and ``pack_panels`` (the panel layout).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("_native.cpp")
+CACHE_ENV = "ENVSUITE_NATIVE_CACHE"
 LIBRARY_NAME = "envsuite_kernels.so"
 BUILD_TIMEOUT_S = 600.0
 """A build that takes longer is abandoned (and remembered as failed)."""
@@ -185,7 +186,8 @@ def _load_once() -> NativeKernels:
     compiler = _compiler()
     if compiler is None:
         return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)")
-    directory = cache_dir() / "native" / _build_key(compiler)
+    root = Path(os.environ[CACHE_ENV]).expanduser() if os.environ.get(CACHE_ENV) else cache_dir() / "native"
+    directory = root / _build_key(compiler)
     library, failed = directory / LIBRARY_NAME, directory / "build-failed.txt"
     with _locked(directory / ".lock"):
         if failed.is_file():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 
@@ -45,7 +46,7 @@ class ProductSite:
     block: torch.nn.Module
     """The module holding the layers (as attributes ``names``)."""
     names: tuple[str, ...]
-    linears: tuple[torch.nn.Module, ...]
+    linears: tuple[torch.nn.Linear, ...]
     plain_only: bool
     """The weights must stay where they are (shared with another model, tied to the embedding)."""
 
@@ -59,7 +60,7 @@ class ProductSite:
         return weights[0] if len(weights) == 1 else torch.cat(weights)
 
 
-def _is_linear(module: object) -> bool:
+def _is_linear(module: object) -> TypeGuard[torch.nn.Linear]:
     return isinstance(module, torch.nn.Linear) and onednn_fits(module.weight)
 
 
@@ -79,7 +80,7 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
             linears = tuple(getattr(block, name, None) for name in names)
             if not all(_is_linear(linear) for linear in linears):
                 continue
-            members: tuple[torch.nn.Module, ...] = linears  # type: ignore[assignment]
+            members: tuple[torch.nn.Linear, ...] = linears  # type: ignore[assignment]
             if any(id(m.weight) in fixed for m in members) or len({m.in_features for m in members}) != 1:
                 pinned.update(id(m) for m in members)
                 continue
@@ -191,19 +192,28 @@ class KernelPlan:
         return "\n".join(lines)
 
     def _describe(self, shape: Shape, plain_only: bool, choice: Choice) -> list[str]:
-        kind = " (weight kept plain: shared or tied)" if plain_only else ""
+        kind = " (weight kept plain: shared or tied; plain-weight paths only)" if plain_only else ""
         head = f"product {shape[0]} -> {shape[1]}{kind}: {choice.layout.value} layout"
         timing = self.timings.get(shape)
         if not choice.measured or timing is None:
             return [head + " (not measured)"]
-        head += (
-            "; at every row count the fastest path measured"
-            if choice.worst_ratio <= 1.0
-            else f"; at worst {choice.worst_ratio:.2f}x the fastest path (its layout is another one)"
-        )
-        lines = [head, "    rows  " + "  ".join(f"{p.value:>16s}" for p in timing.ms) + "  -> chosen"]
+        if choice.worst_ratio <= 1.0:
+            head += "; the fastest path measured at every row count"
+        else:
+            worst = max(
+                range(len(ROW_BUCKETS)),
+                key=lambda b: choice.ms[b] / max(timing.ms[choice.best[b]][b], 1e-9),
+            )
+            head += (
+                f"; at worst {choice.worst_ratio:.2f}x the fastest path ({ROW_BUCKETS[worst]} rows: "
+                f"{choice.best[worst].value}, another layout), the least loss of any one layout"
+            )
+        lines = [
+            head,
+            "    rows  " + "  ".join(f"{p.value:>16s}" for p in timing.ms) + "  -> chosen (us per product)",
+        ]
         for index, rows in enumerate(ROW_BUCKETS):
-            cells = "  ".join(f"{timing.ms[p][index]:13.3f} ms" for p in timing.ms)
+            cells = "  ".join(f"{1000 * timing.ms[p][index]:16.1f}" for p in timing.ms)
             lines.append(f"    {rows:4d}  {cells}  -> {choice.paths[index].value}")
         return lines
 

@@ -69,11 +69,6 @@ class ProductPath(enum.StrEnum):
         return _LAYOUT_OF[self]
 
     @property
-    def code(self) -> int:
-        """The path's number in the native decode step (``_native.cpp``'s ``Path``)."""
-        return list(ProductPath).index(self)
-
-    @property
     def native(self) -> bool:
         """Whether the path is one of envsuite's native kernels (``_native``)."""
         return self in (ProductPath.ROWS, ProductPath.PANELS)
