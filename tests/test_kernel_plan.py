@@ -45,6 +45,7 @@ from envsuite.engine.kernels import (
     ProductPath,
     ShapeTiming,
     cache_directory,
+    calibration_file,
     choose,
     kernel_plan,
     native_kernels,
@@ -300,15 +301,33 @@ def test_a_failed_native_build_falls_back_to_torchs_kernels(tmp_path: Path) -> N
         np.testing.assert_allclose(logprobs, ref_logprobs, atol=1e-5, rtol=0)
 
 
-def test_doctor_prints_the_choice_per_shape_and_why(capsys: pytest.CaptureFixture[str]) -> None:
-    cache = os.environ["ENVSUITE_KERNEL_CACHE"]
-    assert cli_main(["doctor", "--model", TINY, "--kernel-cache", cache]) == 0
-    out = capsys.readouterr().out
+def test_doctor_prints_the_choice_per_shape_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``envsuite doctor`` reports the engine's choice from the cached timings (here timings that make
+    ``F.linear`` the fastest everywhere: nothing measured, every row count on it); ``--recalibrate``
+    measures again, and prints per shape and row count the path the engine then runs."""
     model = load_sampling_model(base_model=TINY).model
-    plan = kernel_plan(model, cache=cache)
-    assert plan.calibration is not None and plan.calibration.measured_shapes == 0  # the doctor's timings
     sites = product_sites(model)
-    assert f"CPU: {MachineKey.here().cpu}" in out and str(plan.calibration.cache_file) in out
+    slow = [1.0] * len(ROW_BUCKETS)
+    timings = {
+        p.value: [0.5] * len(ROW_BUCKETS) if p is ProductPath.F_LINEAR else slow for p in _paths_here()
+    }
+    cached = calibration_file(tmp_path)
+    cached.write_text(json.dumps({"shapes": {f"{k}x{n}": timings for k, n in (s.shape for s in sites)}}))
+    doctor = ["doctor", "--model", TINY, "--kernel-cache", str(tmp_path)]
+    assert cli_main(doctor) == 0
+    out = capsys.readouterr().out
+    shapes = {(site.shape, site.plain_only) for site in sites}
+    assert "(0 shapes measured now" in out
+    chosen = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if line[:8].strip().isdigit()]
+    assert chosen == ["f-linear"] * len(ROW_BUCKETS) * len(shapes)
+    assert cli_main([*doctor, "--recalibrate"]) == 0
+    out = capsys.readouterr().out
+    assert f"({len({site.shape for site in sites})} shapes measured now" in out
+    plan = kernel_plan(model, cache=str(tmp_path))
+    assert plan.calibration is not None and plan.calibration.measured_shapes == 0  # the doctor's timings
+    assert f"CPU: {MachineKey.here().cpu}" in out and str(cached) in out
     lines = out.splitlines()
     for site in sites:
         choice = plan.choice(site.shape, site.plain_only)

@@ -5,6 +5,7 @@ flags below) and prints the engine's kernel plan: the CPU and library versions, 
 native kernels built, and per product shape the path chosen at each row count with the measured time
 of every path behind the choice (``envsuite.engine.kernels``). The first run on a machine measures
 (tens of seconds on SmolLM2; the native kernels' first build adds 20-60 s); later runs read the cache.
+Timings measured on a busy machine can choose badly: ``--recalibrate`` forgets them and measures again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def add_parser(sub: Subparsers) -> None:
         help="leave envsuite's native kernels out (torch's kernels only)",
     )
     p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="forget this machine's cached timings and measure again (on an idle machine)",
+    )
+    p.add_argument(
         "--product-path",
         default=None,
         help="run one path everywhere instead of measuring (f-linear, onednn, onednn-reordered, rows, panels)",
@@ -53,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
     from envsuite.engine.sampling import EngineConfig, SamplingEngine
     from envsuite.errors import UsageError
 
+    if args.recalibrate:
+        from envsuite.engine.kernels import cache_directory, calibration_file
+
+        calibration_file(cache_directory(args.kernel_cache)).unlink(missing_ok=True)
     loaded = load_sampling_model(base_model=args.model or DEFAULT_MODEL)
     config = EngineConfig(**_config_fields(args))  # type: ignore[arg-type]
     try:

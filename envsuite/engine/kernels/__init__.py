@@ -16,6 +16,7 @@ from envsuite.engine.kernels._calibration import (
     cache_directory,
     calibrate,
     calibrated_timings,
+    calibration_file,
     choose,
 )
 from envsuite.engine.kernels._native import CpuIdentity, NativeKernels, cpu_identity, native_kernels
@@ -73,6 +74,7 @@ __all__ = [
     "ShapeTiming",
     "cache_directory",
     "calibrate",
+    "calibration_file",
     "calibrated_timings",
     "choose",
     # a frozen model on the chosen layouts (sampling engines)

@@ -252,6 +252,11 @@ def forced_choice(shape: Shape, path: ProductPath) -> Choice:
     return Choice(shape, path.layout, paths, paths, worst_ratio=1.0, measured=False)
 
 
+def calibration_file(directory: Path, key: MachineKey | None = None) -> Path:
+    """The file in ``directory`` holding the timings measured on ``key`` (default: this machine's)."""
+    return directory / f"calibration-{(key or MachineKey.here()).digest}.json"
+
+
 @dataclass
 class CalibrationCache:
     """The timings measured on one :class:`MachineKey`, as stored in its JSON file."""
@@ -261,7 +266,7 @@ class CalibrationCache:
 
     @property
     def path(self) -> Path:
-        return self.directory / f"calibration-{self.key.digest}.json"
+        return calibration_file(self.directory, self.key)
 
     def load(self) -> dict[Shape, ShapeTiming]:
         try:
