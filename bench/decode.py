@@ -22,7 +22,7 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    ``F.linear`` on the model as loaded (``EngineConfig(onednn_products=False)``); oneDNN on reordered
    weights everywhere (``product_path="onednn-reordered"``: main's default before the calibration);
    the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan with
-   envsuite's native kernels too (the default now).
+   envsuite's native kernels too, and the step's norms and attention through them (the default now).
 4. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
    the real weights (the layer products, the LM head, attention, sampling); the remainder is norms,
    rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer products next
@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from envsuite.backends.local import load_sampling_model
 from envsuite.engine.kernels import KernelPlan, Product, kernel_plan, lay_out_frozen_linears
@@ -131,7 +130,7 @@ def build_way(way: str, cache: Path) -> Way:
             cache=str(cache),
         )
         lay_out_frozen_linears(model, plan)
-    decoder = llama_decoder(model)
+    decoder = llama_decoder(model, native=way == "calibrated")  # as the engine builds its decoder
     assert decoder is not None
     return Way(model, decoder, plan, time.perf_counter() - started)
 
@@ -236,14 +235,14 @@ def breakdown(ways: dict[str, Way], batch: int, args: argparse.Namespace) -> Bre
             for name, run in products.items():
                 product_ms[name].append(_median_ms(run, args.steps))
         layer_ms = {name: statistics.median(times) for name, times in product_ms.items()}
-        mask = kv.mask_B_L.bool()[:, None, None, :]
+        mask = decoder.attention_mask(kv.mask_B_L)
         group = decoder.heads // decoder.kv_heads
         query = torch.randn(batch, decoder.kv_heads, group, decoder.head_dim)
         layers = [(layer.keys, layer.values) for layer in kv.cache.layers]
 
         def attention() -> None:
             for keys, values in layers:
-                F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
+                decoder.attend(query, keys, values, mask)
 
         logits = torch.randn(batch, vocab)
         return Breakdown(

@@ -10,6 +10,9 @@
   on the tiny random Llama and on the real SmolLM2-135M (fp32: logprobs within 1e-4);
 * where the native kernels cannot be built (a compiler that fails), the engine says why, leaves their
   paths out and samples the same; a later process does not try the failed build again;
+* the lean step's native RMS norm and one-token attention give torch's values (any mask, the KV
+  cache's strided views, grouped queries), and the engine's step uses them only with the native
+  kernels on;
 * ``envsuite doctor`` prints, per product shape, the path chosen at each row count and the times
   behind it.
 
@@ -336,6 +339,57 @@ def test_doctor_prints_the_choice_per_shape_and_why(
         rows_lines = lines[head + 2 : head + 2 + len(ROW_BUCKETS)]
         assert [line.split()[0] for line in rows_lines] == [str(rows) for rows in ROW_BUCKETS]
         assert [line.rsplit("-> ", 1)[1] for line in rows_lines] == [path.value for path in choice.paths]
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 128])
+def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
+    if not native_kernels().available:
+        pytest.skip(f"native kernels unavailable: {native_kernels().reason}")
+    generator = torch.Generator().manual_seed(head_dim)
+    for rows, kv_heads, group, length in ((1, 3, 3, 1), (3, 2, 5, 37), (9, 1, 8, 130)):
+        # The cache's views: rows x kv heads x length of buffers with room on both sides.
+        keys = torch.randn(rows + 2, kv_heads, length + 20, head_dim, generator=generator)[
+            1:-1, :, 5 : 5 + length
+        ]
+        values = torch.randn(rows + 2, kv_heads, length + 20, head_dim, generator=generator)[
+            1:-1, :, 5 : 5 + length
+        ]
+        query = torch.randn(rows, kv_heads, group, head_dim, generator=generator)
+        mask = torch.ones(rows, length, dtype=torch.bool)
+        for row in range(rows):
+            mask[row, : (row * 7) % length] = False  # left padding, as the engine's rows have it
+        for row_mask in (None, mask):
+            wanted = torch.nn.functional.scaled_dot_product_attention(
+                query,
+                keys,
+                values,
+                attn_mask=None if row_mask is None else row_mask[:, None, None, :],
+                scale=0.1,
+            )
+            got = torch.ops.envsuite.decode_attention(query, keys, values, row_mask, 0.1)
+            torch.testing.assert_close(got, wanted, rtol=1e-5, atol=1e-6)
+    hidden = torch.randn(5, 1, 3 * head_dim + 7, generator=generator) * 4
+    weight = torch.randn(3 * head_dim + 7, generator=generator)
+    torch.testing.assert_close(
+        torch.ops.envsuite.rms_norm(hidden, weight, 1e-5),
+        torch.nn.functional.rms_norm(hidden, (hidden.shape[-1],), weight, 1e-5),
+    )
+    with pytest.raises(RuntimeError, match="head size a multiple of 16"):
+        torch.ops.envsuite.decode_attention(
+            torch.zeros(1, 1, 1, 24), torch.zeros(1, 1, 2, 24), torch.zeros(1, 1, 2, 24), None, 1.0
+        )
+
+
+def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
+    on = _engine(EngineConfig())
+    off = _engine(EngineConfig(native_kernels=False))
+    for engine, expected in ((on, native_kernels().available), (off, False)):
+        decoder = llama_decoder(engine.model, native=engine.config.native_kernels)
+        assert decoder is not None and decoder.native == expected
+        assert engine.kernel_plan is not None
+        native_paths = {ProductPath.ROWS, ProductPath.PANELS} & set(engine.kernel_plan.paths)
+        assert bool(native_paths) == expected
+        engine.close()
 
 
 def test_forced_plans_name_their_path() -> None:

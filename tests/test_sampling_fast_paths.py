@@ -127,10 +127,11 @@ PLAIN_WEIGHTS = EngineConfig(prefix_cache_bytes=0, reorder_weights=False)
 PLAIN = EngineConfig(prefix_cache_bytes=0, onednn_products=False)
 FORWARD = EngineConfig(lean_decode=False, onednn_products=False, prefix_cache_bytes=0)
 """The reference: transformers' own forward on the model as loaded (``F.linear`` products)."""
+TORCH_KERNELS = EngineConfig(prefix_cache_bytes=0, native_kernels=False)
 LEAN_CONFIGS = pytest.mark.parametrize(
     "lean_config",
-    [NO_CACHE, REORDERED, PLAIN_WEIGHTS, PLAIN],
-    ids=["calibrated", "onednn-reordered", "plain-weights", "f-linear"],
+    [NO_CACHE, TORCH_KERNELS, REORDERED, PLAIN_WEIGHTS, PLAIN],
+    ids=["calibrated", "torch-kernels", "onednn-reordered", "plain-weights", "f-linear"],
 )
 
 

@@ -11,6 +11,9 @@
 // The sums run over k in order (one accumulator per output), so values equal another library's up to
 // float rounding.
 //
+// The decode step's other parts (rms_norm, decode_attention: below) replace torch operations whose
+// per-call overhead, at a decode step's sizes, is most of their time.
+//
 // The vector type is GCC's generic vector of 16 floats: one AVX-512 register, two AVX2 ones, four NEON
 // or SSE ones; the compiler emits the host's instructions (-march=native), so the same source serves
 // every CPU it is built on.
@@ -20,7 +23,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 namespace envsuite {
 namespace {
@@ -215,6 +221,155 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
   return with_bias(result.view(shape), bias);
 }
 
+// ------------------------------------------------------------------------------------------ decode step
+
+// transformers' LlamaRMSNorm on fp32 rows: out = w * (x * rsqrt(mean(x^2) + eps)), one pass per row
+// (torch's CPU rms_norm runs six operations, ~20 us each call at a decode step's sizes).
+at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat, "rms_norm: fp32 CPU input");
+  TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous(), "rms_norm: a contiguous fp32 weight");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t D = w.numel();
+  TORCH_CHECK(x.size(-1) == D, "rms_norm: width ", x.size(-1), " != weight ", D);
+  const int64_t rows = D ? x.numel() / D : 0;
+  at::Tensor out = at::empty_like(x);
+  const float* xp = x.const_data_ptr<float>();
+  const float* wp = w.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  at::parallel_for(0, rows, grain(4 * D), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = xp + r * D;
+      float* o = op + r * D;
+      const int64_t dv = D - D % P;
+      vec acc = {};
+      for (int64_t d = 0; d < dv; d += P) {
+        const vec xv = load(xr + d);
+        acc += xv * xv;
+      }
+      float ss = hsum(acc);
+      for (int64_t d = dv; d < D; ++d) ss += xr[d] * xr[d];
+      const float scale = 1.f / std::sqrt(ss / (float)D + (float)eps);
+      for (int64_t d = 0; d < D; ++d) o[d] = wp[d] * (xr[d] * scale);
+    }
+  });
+  return out;
+}
+
+// One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Each key
+// and value row is read once for all G queries (vector registers: G x DV queries or accumulators).
+template <int DV>
+void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
+                 int64_t G, int64_t L, float scale, float* scores, float* out) {
+  constexpr int64_t D = DV * P;
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
+    const int64_t gs = std::min<int64_t>(4, G - g0);
+    vec qv[4][DV];
+    for (int64_t g = 0; g < gs; ++g)
+      for (int j = 0; j < DV; ++j) qv[g][j] = load(q + (g0 + g) * D + j * P);
+    for (int64_t l = 0; l < L; ++l) {
+      if (mask && !mask[l]) continue;
+      vec kv[DV];
+      for (int j = 0; j < DV; ++j) kv[j] = load(k + l * kl + j * P);
+      for (int64_t g = 0; g < gs; ++g) {
+        vec acc = qv[g][0] * kv[0];
+        for (int j = 1; j < DV; ++j) acc += qv[g][j] * kv[j];
+        scores[(g0 + g) * L + l] = hsum(acc) * scale;
+      }
+    }
+  }
+  float inv[64];
+  for (int64_t g = 0; g < G; ++g) {
+    float* s = scores + g * L;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t l = 0; l < L; ++l)
+      if (!mask || mask[l]) top = std::max(top, s[l]);
+    float total = 0.f;
+    for (int64_t l = 0; l < L; ++l) {
+      const float e = (!mask || mask[l]) ? std::exp(s[l] - top) : 0.f;
+      s[l] = e;
+      total += e;
+    }
+    inv[g] = total > 0.f ? 1.f / total : 0.f;
+  }
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
+    const int64_t gs = std::min<int64_t>(4, G - g0);
+    vec acc[4][DV] = {};
+    for (int64_t l = 0; l < L; ++l) {
+      if (mask && !mask[l]) continue;
+      vec vv[DV];
+      for (int j = 0; j < DV; ++j) vv[j] = load(v + l * vl + j * P);
+      for (int64_t g = 0; g < gs; ++g) {
+        const float p = scores[(g0 + g) * L + l];
+        for (int j = 0; j < DV; ++j) acc[g][j] += p * vv[j];
+      }
+    }
+    for (int64_t g = 0; g < gs; ++g)
+      for (int j = 0; j < DV; ++j) store(out + (g0 + g) * D + j * P, acc[g][j] * inv[g0 + g]);
+  }
+}
+
+// One-token attention for every row of a decode step, grouped-query: q (B, H, G, D), the G query heads
+// of each of H key/value heads; k and v (B, H, L, D) with unit stride in D (views of the KV cache's
+// buffers); mask (B, L) bool, true where a row attends (None: every position). Per (row, kv head): the
+// G x L scores, a softmax per query (max subtracted), the weighted sum of values. Rows fully masked
+// give zeros (the engine never has one: a row's own new position is always real). Head sizes of 16 to
+// 128 floats in steps of 16, at most 64 query heads per key/value head.
+bool decode_attention_fits(int64_t D, int64_t G) { return D % P == 0 && D > 0 && D <= 8 * P && G <= 64; }
+
+at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& mask_in, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && k.dim() == 4 && v.dim() == 4, "decode_attention: 4-D q, k, v");
+  TORCH_CHECK(q_in.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "decode_attention: float32 only");
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "decode_attention: keys and values with unit stride in D");
+  const at::Tensor q = q_in.contiguous();
+  const int64_t B = q.size(0), H = q.size(1), G = q.size(2), D = q.size(3), L = k.size(2);
+  TORCH_CHECK(decode_attention_fits(D, G),
+              "decode_attention: head size a multiple of 16 up to 128, at most 64 query heads per group");
+  TORCH_CHECK(k.size(0) == B && k.size(1) == H && k.size(3) == D && v.sizes() == k.sizes(),
+              "decode_attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  at::Tensor mask;
+  const bool* mp = nullptr;
+  if (mask_in.has_value() && mask_in->defined()) {
+    mask = mask_in->to(at::kBool).contiguous();
+    TORCH_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == L, "decode_attention: mask (B, L)");
+    mp = mask.const_data_ptr<bool>();
+  }
+  at::Tensor out = at::empty({B, H, G, D}, q.options());
+  const float* qp = q.const_data_ptr<float>();
+  const float* kp = k.const_data_ptr<float>();
+  const float* vp = v.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  const float fscale = (float)scale;
+  at::parallel_for(0, B * H, grain(4 * G * L * D), [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(G * L);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / H, h = item % H;
+      const float* qh = qp + (b * H + h) * G * D;
+      const float* kh = kp + b * k.stride(0) + h * k.stride(1);
+      const float* vh = vp + b * v.stride(0) + h * v.stride(1);
+      const bool* row_mask = mp ? mp + b * L : nullptr;
+      float* oh = op + (b * H + h) * G * D;
+      switch (D / P) {
+#define ENVSUITE_HEAD_CASE(DV)                                                                      \
+  case DV:                                                                                          \
+    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh); \
+    break;
+        ENVSUITE_HEAD_CASE(1)
+        ENVSUITE_HEAD_CASE(2)
+        ENVSUITE_HEAD_CASE(3)
+        ENVSUITE_HEAD_CASE(4)
+        ENVSUITE_HEAD_CASE(5)
+        ENVSUITE_HEAD_CASE(6)
+        ENVSUITE_HEAD_CASE(7)
+        ENVSUITE_HEAD_CASE(8)
+#undef ENVSUITE_HEAD_CASE
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace envsuite
 
@@ -222,10 +377,14 @@ TORCH_LIBRARY(envsuite, m) {
   m.def("rows_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("pack_panels(Tensor weight) -> Tensor");
   m.def("panel_linear(Tensor x, Tensor panels, int out_features, Tensor? bias) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("rows_linear", &envsuite::rows_linear);
   m.impl("pack_panels", &envsuite::pack_panels);
   m.impl("panel_linear", &envsuite::panel_linear);
+  m.impl("rms_norm", &envsuite::rms_norm);
+  m.impl("decode_attention", &envsuite::decode_attention);
 }

@@ -33,6 +33,7 @@ from envsuite.engine.kernels import (
     OneDnnLinear,
     Product,
     ProductPath,
+    native_kernels,
     onednn_available,
     onednn_fits,
     zero_filled_biases,
@@ -93,12 +94,16 @@ class _LayerWeights:
     down: Product
 
 
-def llama_decoder(model: PreTrainedModel, plain_path: ProductPath | None = None) -> LlamaDecoder | None:
+def llama_decoder(
+    model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
     Layers the engine laid out (``FrozenLinear``, fused parts) run their own products; plain linear
     layers run through ``plain_path`` where given (a plain-weight path), else ``F.linear`` (oneDNN for a
-    ``OneDnnLinear``)."""
+    ``OneDnnLinear``). With ``native`` the step's norms and attention run envsuite's native kernels
+    where they are loaded and fit the model (fp32 on the CPU, heads of 16 to 128 floats in steps of 16),
+    else torch's."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -106,7 +111,23 @@ def llama_decoder(model: PreTrainedModel, plain_path: ProductPath | None = None)
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    return LlamaDecoder(model, plain_path)
+    return LlamaDecoder(model, plain_path, native=native and _native_step_fits(model))
+
+
+def _native_step_fits(model: PreTrainedModel) -> bool:
+    """Whether the native norm and attention kernels can run ``model``'s step (loading them if so)."""
+    config = model.config
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    weight = model.get_input_embeddings().weight
+    fits = (
+        isinstance(weight, torch.Tensor)
+        and onednn_fits(weight)
+        and head_dim % 16 == 0
+        and head_dim <= 128
+        and heads // int(config.num_key_value_heads) <= 64
+    )
+    return fits and native_kernels().available
 
 
 class LlamaDecoder:
@@ -118,10 +139,15 @@ class LlamaDecoder:
     to a fused projection's weight is still seen by both, as they share the memory.
 
     Where the engine laid the model's layers out (``lay_out_frozen_linears``: each product on the
-    layout and kernels measured fastest here), the step runs the same products.
+    layout and kernels measured fastest here), the step runs the same products. With ``native`` (the
+    caller checked that they run here) its RMS norms and its one-token attention run envsuite's native
+    kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
+    operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA.
     """
 
-    def __init__(self, model: PreTrainedModel, plain_path: ProductPath | None = None) -> None:
+    def __init__(
+        self, model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+    ) -> None:
         inner: Any = model.get_decoder()
         config = model.config
         self.embed: torch.nn.Module = inner.embed_tokens
@@ -138,6 +164,7 @@ class LlamaDecoder:
         self.act: torch.nn.Module = first.mlp.act_fn
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
+        self.native = native
         products = _Products(plain_path)
         self.layers = [products.layer(layer) for layer in inner.layers]
         self.lm_head = products.of(model.get_output_embeddings())
@@ -166,9 +193,9 @@ class LlamaDecoder:
         hidden = self.embed(ids[:, None])
         cos, sin = self.rotary(hidden, positions[:, None])
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        # One mask for every layer; with no padding at all SDPA needs none (a one-token query
-        # attends to every cached position).
-        mask = None if bool(mask_B_L.all()) else mask_B_L.bool()[:, None, None, :]
+        # One mask for every layer; with no padding at all none is needed (a one-token query attends
+        # to every cached position).
+        mask = self.attention_mask(mask_B_L)
         fed = self._fed_tails(tails, mask_B_L, batch)
         for weights, layer in zip(self.layers, cache_layers, strict=True):
             hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
@@ -207,7 +234,7 @@ class LlamaDecoder:
         # Each key/value head's query heads become that head's queries (transformers' pack_gqa), so
         # the cache is never repeated per query head.
         grouped = query[:batch].reshape(batch, self.kv_heads, self.group, self.head_dim)
-        attn = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
+        attn = self.attend(grouped, keys, values, mask)
         attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
         if fed:
             attn = torch.cat([attn, *(self._tail_attention(f, query[f.rows], keys, values) for f in fed)])
@@ -246,7 +273,27 @@ class LlamaDecoder:
         attn = attn.reshape(self.kv_heads, count, group, self.head_dim).transpose(0, 1)
         return attn.reshape(count, 1, self.q_size)
 
+    def attention_mask(self, mask_B_L: torch.Tensor) -> torch.Tensor | None:
+        """The step's mask as :meth:`attend` takes it (None where no row has padding)."""
+        if bool(mask_B_L.all()):
+            return None
+        mask = mask_B_L.bool()
+        return mask if self.native else mask[:, None, None, :]
+
+    def attend(
+        self, grouped: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One-token attention: ``grouped`` ``(B, kv_heads, group, head_dim)`` queries over the cache's
+        ``keys``/``values`` ``(B, kv_heads, L, head_dim)``, ``mask`` from :meth:`attention_mask`."""
+        if self.native:
+            out: torch.Tensor = torch.ops.envsuite.decode_attention(grouped, keys, values, mask, self.scaling)
+            return out
+        return F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
+
     def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            normed: torch.Tensor = torch.ops.envsuite.rms_norm(hidden, weight, self.eps)
+            return normed
         # torch's fused kernel: the arithmetic of transformers' LlamaRMSNorm (mean of squares, rsqrt,
         # scale) in one operation instead of six (no difference on the inputs checked; the tests hold
         # the lean step to the forward pass's logprobs).

@@ -55,8 +55,9 @@ class EngineConfig:
     (``F.linear``, oneDNN and envsuite's rows kernel on them)."""
     native_kernels: bool = True
     """Let the products use envsuite's native CPU kernels (``envsuite/engine/kernels/_native.cpp``), built
-    for this CPU with the host's C++ compiler on first use (once per machine, 20-60 s on two cores, then
-    cached); where none can be built, torch's kernels serve alone."""
+    for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached), and
+    the lean step run its RMS norms and one-token attention through them (with ``onednn_products``);
+    where none can be built, torch's kernels serve alone."""
     product_path: str | None = None
     """None: each product shape runs the kernels measured fastest on this machine, per row count (a
     calibration of a few seconds the first time, cached per CPU and library versions: ``kernel_cache``).
