@@ -18,11 +18,13 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    first engine on a machine pays once). ``--report`` prints what it picked per shape and why.
 3. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through the engine's lean
    decode step, four ways alternating, each on its own model copy laid out as the engine does it and
-   its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step:
+   its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Five ways:
    ``F.linear`` on the model as loaded (``EngineConfig(onednn_products=False)``); oneDNN on reordered
    weights everywhere (``product_path="onednn-reordered"``: main's default before the calibration);
-   the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan with
-   envsuite's native kernels too, and the step's norms and attention through them (the default now).
+   the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan among
+   torch's product kernels with the step's norms and attention through envsuite's native ones
+   (``product_paths=("f-linear", "onednn", "onednn-reordered")``); the calibrated plan with envsuite's
+   native kernels for everything (products, norms, attention: the default now).
 4. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
    the real weights (the layer products, the LM head, attention, sampling); the remainder is norms,
    rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer products next
@@ -67,14 +69,16 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from _machine import Machine, cpu_name, load_average, measure_machine  # noqa: E402
 
-WAYS = ("linear", "reordered", "torch_calibrated", "calibrated")
+WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "calibrated")
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
 WAY_LABELS = {
     "linear": "F.linear, model as loaded",
     "reordered": "oneDNN reordered everywhere (main's default)",
     "torch_calibrated": "calibrated, torch's kernels only",
+    "torch_products": "calibrated among torch's products, native norm and attention",
     "calibrated": "calibrated with native kernels (default)",
 }
+TORCH_PRODUCTS = ("f-linear", "onednn", "onednn-reordered")
 
 
 @dataclass(frozen=True)
@@ -121,16 +125,18 @@ def build_way(way: str, cache: Path) -> Way:
     """The model laid out as an engine with that way's configuration does it (``SamplingEngine``)."""
     model = load_sampling_model(base_model=MODEL).model
     started = time.perf_counter()
-    plan = None
+    plan, native = None, False
     if way != "linear":
+        native = way in ("calibrated", "torch_products")
         plan = kernel_plan(
             model,
-            native=way == "calibrated",
+            native=native,
             path="onednn-reordered" if way == "reordered" else None,
+            among=TORCH_PRODUCTS if way == "torch_products" else None,
             cache=str(cache),
         )
         lay_out_frozen_linears(model, plan)
-    decoder = llama_decoder(model, native=way == "calibrated")  # as the engine builds its decoder
+    decoder = llama_decoder(model, native=native)  # as the engine builds its decoder
     assert decoder is not None
     return Way(model, decoder, plan, time.perf_counter() - started)
 

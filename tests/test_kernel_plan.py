@@ -381,14 +381,22 @@ def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
 
 
 def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
-    on = _engine(EngineConfig())
-    off = _engine(EngineConfig(native_kernels=False))
-    for engine, expected in ((on, native_kernels().available), (off, False)):
-        decoder = llama_decoder(engine.model, native=engine.config.native_kernels)
-        assert decoder is not None and decoder.native == expected
+    """``native_kernels`` turns the native products and step kernels on; ``product_paths`` keeps the
+    products among the paths it names while the step's norms and attention stay native."""
+    here = native_kernels().available
+    torch_products = ("f-linear", "onednn", "onednn-reordered")
+    configs = {
+        EngineConfig(): (here, here),
+        EngineConfig(native_kernels=False): (False, False),
+        EngineConfig(product_paths=torch_products): (False, here),
+    }
+    for config, (native_products, native_step) in configs.items():
+        engine = _engine(config)
+        decoder = engine._decoder  # the step the engine runs (no public handle on it)
+        assert decoder is not None and decoder.native == native_step
         assert engine.kernel_plan is not None
         native_paths = {ProductPath.ROWS, ProductPath.PANELS} & set(engine.kernel_plan.paths)
-        assert bool(native_paths) == expected
+        assert bool(native_paths) == native_products
         engine.close()
 
 

@@ -316,18 +316,20 @@ class CalibrationResult:
 
 
 def calibrated_timings(
-    weights_by_shape: Mapping[Shape, Sequence[torch.Tensor]],
+    shapes: Sequence[Shape],
+    weights_of: Callable[[Shape], Sequence[torch.Tensor]],
     paths: Sequence[ProductPath],
     directory: Path,
 ) -> CalibrationResult:
-    """Each shape's timings of ``paths``: from the cache, measuring (and caching) what is missing."""
+    """Each shape's timings of ``paths``: from the cache, measuring (and caching) what is missing on the
+    weights ``weights_of`` gives for the shape (asked only for shapes not in the cache)."""
     cache = CalibrationCache(directory)
     started = time.perf_counter()
     with cache.locked():
         known = cache.load()
         missing = {
-            shape: weights
-            for shape, weights in weights_by_shape.items()
+            shape: weights_of(shape)
+            for shape in dict.fromkeys(shapes)
             if shape not in known or any(path not in known[shape].ms for path in paths)
         }
         if missing:
@@ -336,5 +338,5 @@ def calibrated_timings(
                 merged.update(timing.ms)
                 known[shape] = ShapeTiming(shape[0], shape[1], merged)
             cache.save(known)
-    timings = {shape: known[shape] for shape in weights_by_shape}
+    timings = {shape: known[shape] for shape in shapes}
     return CalibrationResult(timings, len(missing), time.perf_counter() - started, cache.path)

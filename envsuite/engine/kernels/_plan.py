@@ -10,6 +10,7 @@ why (``envsuite doctor``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,19 +97,18 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
     return sites
 
 
-def _weights_by_shape(sites: Sequence[ProductSite]) -> dict[Shape, list[torch.Tensor]]:
-    """Per shape, enough of the model's weights for a timed pass from memory (``_calibration._sample``)."""
+def _weights_of(sites: Sequence[ProductSite], shape: Shape) -> list[torch.Tensor]:
+    """Enough of the model's weights of ``shape`` for a timed pass from memory (``_calibration``)."""
     wanted = max(MIN_SAMPLE_BYTES, 2 * last_level_cache_bytes())
-    by_shape: dict[Shape, list[torch.Tensor]] = {}
-    held: dict[Shape, int] = {}
+    weights: list[torch.Tensor] = []
+    held = 0
     for site in sites:
-        shape = site.shape
-        if held.get(shape, 0) >= wanted:
+        if site.shape != shape or held >= wanted:
             continue
         weight = site.plain_weight().contiguous()
-        by_shape.setdefault(shape, []).append(weight)
-        held[shape] = held.get(shape, 0) + weight.numel() * weight.element_size()
-    return by_shape
+        weights.append(weight)
+        held += weight.numel() * weight.element_size()
+    return weights
 
 
 _PLAIN_STAND_IN = {
@@ -148,7 +148,8 @@ class KernelPlan:
     ) -> KernelPlan:
         """Timings of ``paths`` for every product shape of ``model`` (cached ones read, the rest measured)."""
         sites = product_sites(model, shared)
-        result = calibrated_timings(_weights_by_shape(sites), paths, cache)
+        shapes = [site.shape for site in sites]
+        result = calibrated_timings(shapes, functools.partial(_weights_of, sites), paths, cache)
         return cls(paths=tuple(paths), timings=result.timings, calibration=result, native=native)
 
     def choice(self, shape: Shape, plain_only: bool = False) -> Choice:
@@ -226,10 +227,12 @@ def kernel_plan(
     relayout: bool = True,
     native: bool = True,
     path: str | None = None,
+    among: Sequence[str] | None = None,
     cache: str | None = None,
 ) -> KernelPlan:
     """The plan for a frozen ``model``'s products (``EngineConfig``'s knobs, see there): the paths
-    allowed and usable here, ``path`` forced everywhere if given, else measured (cached in ``cache``)."""
+    allowed and usable here (of ``among``'s names, if given), ``path`` forced everywhere if given,
+    else measured (cached in ``cache``)."""
     status = native_kernels() if native else None
     native_note = status.reason if status is not None else "turned off"
     weights = [site.linears[0].weight for site in product_sites(model, shared)]
@@ -237,6 +240,9 @@ def kernel_plan(
     paths = usable_paths(
         sample, onednn=onednn, relayout=relayout, native=status is not None and status.available
     )
+    if among is not None:
+        wanted = [ProductPath(name) for name in among]
+        paths = tuple(p for p in paths if p in wanted) or (ProductPath.F_LINEAR,)
     if path is not None:
         forced = ProductPath(path)
         if forced not in paths:

@@ -106,6 +106,7 @@ class SamplingEngine:
                 relayout=self.config.reorder_weights,
                 native=self.config.native_kernels,
                 path=self.config.product_path,
+                among=self.config.product_paths,
                 cache=self.config.kernel_cache,
             )
             self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)

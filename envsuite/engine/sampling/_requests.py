@@ -64,6 +64,10 @@ class EngineConfig:
     A path's name (``envsuite.engine.kernels.ProductPath``: ``f-linear``, ``onednn``,
     ``onednn-reordered``, ``rows``, ``panels``) runs that one everywhere (benchmarks, tests); it must be
     usable here and allowed by the flags above."""
+    product_paths: tuple[str, ...] | None = None
+    """The paths the calibration chooses among, by name (None: every usable one; ``F.linear`` where
+    none of them is usable here). ``("f-linear", "onednn", "onednn-reordered")`` keeps the products on
+    torch's kernels while the step's norms and attention still run the native ones."""
     kernel_cache: str | None = None
     """Where calibrations are cached; None: ``$ENVSUITE_KERNEL_CACHE``, else ``~/.cache/envsuite/kernels``."""
     prefix_cache_bytes: int = 1 << 30
