@@ -45,8 +45,10 @@ from envsuite.engine.kernels import (
     KernelPlan,
     Layout,
     MachineKey,
+    PanelEmbedding,
     ProductPath,
     ShapeTiming,
+    WeightUse,
     cache_directory,
     calibration_file,
     choose,
@@ -129,11 +131,9 @@ def test_the_engine_runs_what_the_calibration_chose() -> None:
         else:
             continue
         shape = (product.in_features, product.out_features)
-        tied = product.weight is model.get_input_embeddings().weight
-        expected = choose(
-            plan.timings[shape], [p for p in plan.paths if not tied or p.layout is Layout.PLAIN]
-        )
-        assert plan.choice(shape, plain_only=tied) == expected
+        use = WeightUse.EMBEDDED if module is model.lm_head else WeightUse.OWNED  # the tiny model is tied
+        expected = choose(plan.timings[shape], [p for p in plan.paths if use.allows(p.layout)])
+        assert plan.choice(shape, use) == expected
         assert product.paths == expected.paths and product.layout is expected.layout
         checked += 1
     layers = model.config.num_hidden_layers
@@ -145,6 +145,12 @@ def test_the_engine_runs_what_the_calibration_chose() -> None:
         assert weights.mlp_in == (layer.mlp.gate_proj.fused.product,)
         assert weights.o is layer.self_attn.o_proj.product and weights.down is layer.mlp.down_proj.product
     assert decoder.lm_head is model.lm_head.product
+    # The embedding reads the LM head's weight, in whichever layout it took (plain or panels).
+    embedding = model.get_input_embeddings()
+    if decoder.lm_head.layout is Layout.PANELS:
+        assert isinstance(embedding, PanelEmbedding) and embedding.panels is decoder.lm_head.weight
+    else:
+        assert embedding.weight is decoder.lm_head.weight
     engine.close()
     # A second engine on this machine reads the same timings from the cache: nothing measured again.
     again = _engine(config)
@@ -321,7 +327,7 @@ def test_doctor_prints_the_choice_per_shape_and_why(
     doctor = ["doctor", "--model", TINY, "--kernel-cache", str(tmp_path)]
     assert cli_main(doctor) == 0
     out = capsys.readouterr().out
-    shapes = {(site.shape, site.plain_only) for site in sites}
+    shapes = {(site.shape, site.use) for site in sites}
     assert "(0 shapes measured now" in out
     chosen = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if line[:8].strip().isdigit()]
     assert chosen == ["f-linear"] * len(ROW_BUCKETS) * len(shapes)
@@ -333,7 +339,7 @@ def test_doctor_prints_the_choice_per_shape_and_why(
     assert f"CPU: {MachineKey.here().cpu}" in out and str(cached) in out
     lines = out.splitlines()
     for site in sites:
-        choice = plan.choice(site.shape, site.plain_only)
+        choice = plan.choice(site.shape, site.use)
         k, n = site.shape
         head = next(i for i, line in enumerate(lines) if line.startswith(f"product {k} -> {n}"))
         rows_lines = lines[head + 2 : head + 2 + len(ROW_BUCKETS)]
@@ -403,6 +409,11 @@ def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
 def test_forced_plans_name_their_path() -> None:
     plan = KernelPlan.forced(ProductPath.ONEDNN_REORDERED)
     assert plan.choice((8, 16)).paths == (ProductPath.ONEDNN_REORDERED,) * len(ROW_BUCKETS)
-    # A weight that must stay plain (tied, shared) takes the path's plain counterpart.
-    assert plan.choice((8, 16), plain_only=True).paths == (ProductPath.ONEDNN,) * len(ROW_BUCKETS)
+    # A weight that must stay plain (shared, or tied and the layout not panels) takes the path's plain
+    # counterpart.
+    for use in (WeightUse.SHARED, WeightUse.EMBEDDED):
+        assert plan.choice((8, 16), use).paths == (ProductPath.ONEDNN,) * len(ROW_BUCKETS)
+    panels = KernelPlan.forced(ProductPath.PANELS)
+    assert panels.choice((8, 16), WeightUse.EMBEDDED).paths == (ProductPath.PANELS,) * len(ROW_BUCKETS)
+    assert panels.choice((8, 16), WeightUse.SHARED).paths == (ProductPath.ROWS,) * len(ROW_BUCKETS)
     assert "forced: every product through oneDNN, reordered weight" in plan.report()

@@ -46,9 +46,11 @@ from envsuite.engine.kernels import (
     FusedProjections,
     KernelPlan,
     Layout,
+    PanelEmbedding,
     Product,
     ProductPath,
     ReorderReport,
+    WeightUse,
     lay_out_frozen_linears,
     native_kernels,
     reorder_frozen_linears,
@@ -200,7 +202,8 @@ def test_every_product_path_gives_f_linear_values_for_any_row_count(path: Produc
     """The decoder's products through each path, on the layouts that replaced the model's weights
     (query/key/value and gate/up fused), give ``F.linear``'s values on the weights as loaded for every
     batch the engine decodes (and prefill-sized inputs), with a bias too. The tied LM head keeps its
-    plain weight (through the path's plain counterpart)."""
+    plain weight (through the path's plain counterpart) unless the path's layout is the panels, which
+    the embedding then reads its rows from."""
     if path not in _paths_here():
         pytest.skip(f"{path.value} is not usable here (native kernels: {native_kernels().reason})")
     model = load_sampling_model(base_model=MODEL).model
@@ -217,8 +220,9 @@ def test_every_product_path_gives_f_linear_values_for_any_row_count(path: Produc
     products = (*layer.qkv, layer.o, *layer.mlp_in, layer.down, decoder.lm_head, biased)
     for product, name in zip(products, expected, strict=True):
         tied = product is decoder.lm_head
-        assert product.layout is (Layout.PLAIN if tied else path.layout)
-        assert set(product.paths) == {path} or (tied and path.layout is not Layout.PLAIN)
+        tied_layout = path.layout if WeightUse.EMBEDDED.allows(path.layout) else Layout.PLAIN
+        assert product.layout is (tied_layout if tied else path.layout)
+        assert set(product.paths) == {path} or (tied and tied_layout is not path.layout)
         weight = plain[name]
         for rows in (1, 2, 3, 7, 8, 9, 16, 17, 32, 33, 64, 65, 300):
             x = torch.randn(rows, 1, weight.shape[1], generator=generator)
@@ -257,12 +261,19 @@ def _plain_layer_weights(model: Any) -> dict[str, torch.Tensor]:
     return {name: w.detach().clone() for name, w in weights.items()}
 
 
-@pytest.mark.parametrize("config", [REORDERED, PLAIN_WEIGHTS], ids=["onednn-reordered", "plain-weights"])
+PANELS = EngineConfig(prefix_cache_bytes=0, product_path=ProductPath.PANELS.value)
+
+
+@pytest.mark.parametrize(
+    "config", [REORDERED, PLAIN_WEIGHTS, PANELS], ids=["onednn-reordered", "plain-weights", "panels"]
+)
 async def test_laid_out_model_forward_gives_the_forward_of_the_model_as_loaded(config: EngineConfig) -> None:
     """With no lean step, the engine's prefill and decode run the re-laid-out model's own forward (its
     query/key/value projections one fused product, gate and up another): same tokens and logprobs as
-    the model as loaded. Only the tied LM head keeps a plain weight (the embedding's own), and no
-    re-laid-out layer keeps a parameter."""
+    the model as loaded. The tied LM head keeps the embedding's plain weight, or on panels the
+    embedding reads its rows from them (one copy either way); no re-laid-out layer keeps a parameter."""
+    if config is PANELS and ProductPath.PANELS not in _paths_here():
+        pytest.skip(f"panels are not usable here (native kernels: {native_kernels().reason})")
     reference, _ = _client(FORWARD)
     reordered, model = _client(replace(config, lean_decode=False))
     layers = model.config.num_hidden_layers
@@ -270,14 +281,33 @@ async def test_laid_out_model_forward_gives_the_forward_of_the_model_as_loaded(c
     assert sum(isinstance(m, FusedPart) for m in model.modules()) == 5 * layers
     frozen = [m for m in model.modules() if isinstance(m, FrozenLinear)]
     assert len(frozen) == 2 * layers + 1 and not any(isinstance(m, torch.nn.Linear) for m in model.modules())
-    head = model.get_output_embeddings()
-    assert isinstance(head, FrozenLinear) and head.product.weight is model.get_input_embeddings().weight
-    relaid = config.product_path is not None
-    assert all((m.product.layout is not Layout.PLAIN) == (relaid and m is not head) for m in frozen)
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    assert isinstance(head, FrozenLinear)
+    if config is PANELS:
+        assert isinstance(embedding, PanelEmbedding) and embedding.panels is head.product.weight
+        assert all(m.product.layout is Layout.PANELS for m in frozen)
+    else:
+        assert head.product.weight is embedding.weight
+        relaid = config.product_path is not None
+        assert all((m.product.layout is not Layout.PLAIN) == (relaid and m is not head) for m in frozen)
     expected, got = await _mixed_batch(reference), await _mixed_batch(reordered)
     reference.close()
     reordered.close()
     _assert_same(expected, got, atol=1e-5)
+
+
+def test_a_panel_embedding_reads_the_plain_embeddings_rows() -> None:
+    if ProductPath.PANELS not in _paths_here():
+        pytest.skip(f"panels are not usable here (native kernels: {native_kernels().reason})")
+    generator = torch.Generator().manual_seed(3)
+    embedding = torch.nn.Embedding(37, 24)  # 37 rows: the last panel only partly filled
+    torch.nn.init.normal_(embedding.weight, generator=generator)
+    product = Product.of_plain(embedding.weight.detach(), None, [ProductPath.PANELS] * len(ROW_BUCKETS))
+    panel_embedding = PanelEmbedding(product.weight, 37)
+    ids = torch.tensor([[0, 15, 16, 36], [31, 32, 1, 17]])
+    with torch.no_grad():
+        assert torch.equal(panel_embedding(ids), embedding(ids))
+        assert torch.equal(panel_embedding(torch.arange(37)), embedding.weight)
 
 
 def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:

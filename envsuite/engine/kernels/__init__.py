@@ -28,7 +28,7 @@ from envsuite.engine.kernels._onednn import (
     reordered_weight,
     route_linears_through_onednn,
 )
-from envsuite.engine.kernels._plan import KernelPlan, ProductSite, kernel_plan, product_sites
+from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, kernel_plan, product_sites
 from envsuite.engine.kernels._products import (
     PATH_NAMES,
     ROW_BUCKETS,
@@ -44,6 +44,7 @@ from envsuite.engine.kernels._products import (
 from envsuite.engine.kernels._reordered import (
     FusedPart,
     FusedProjections,
+    PanelEmbedding,
     ReorderReport,
     lay_out_frozen_linears,
     reorder_frozen_linears,
@@ -80,7 +81,9 @@ __all__ = [
     # a frozen model on the chosen layouts (sampling engines)
     "FusedPart",
     "FusedProjections",
+    "PanelEmbedding",
     "ProductSite",
+    "WeightUse",
     "ReorderReport",
     "lay_out_frozen_linears",
     "product_sites",

@@ -10,6 +10,7 @@ why (``envsuite doctor``).
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,24 @@ FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 projections, a gated MLP's gate and up projections (in the order the block calls them)."""
 
 
+class WeightUse(enum.StrEnum):
+    """What else reads a product's weight, which bounds the layouts it may take."""
+
+    OWNED = "owned"
+    """Only the product: any layout (the re-laid-out weight replaces the plain one)."""
+    EMBEDDED = "embedded"
+    """Also the input embedding, which looks rows up in it (a tied LM head): a layout rows can be read
+    from (plain, or panels: the embedding then reads its rows there, ``PanelEmbedding``)."""
+    SHARED = "shared"
+    """Also another live model (a training run's frozen base), or a fusable group partner of such a
+    weight: plain, where it is (a copy in another layout would only add memory)."""
+
+    def allows(self, layout: Layout) -> bool:
+        if self is WeightUse.OWNED:
+            return True
+        return layout is Layout.PLAIN or (self is WeightUse.EMBEDDED and layout is Layout.PANELS)
+
+
 @dataclass(frozen=True)
 class ProductSite:
     """One product of a frozen model: a linear layer, or a fusable group of them (their rows stacked)."""
@@ -48,8 +67,7 @@ class ProductSite:
     """The module holding the layers (as attributes ``names``)."""
     names: tuple[str, ...]
     linears: tuple[torch.nn.Linear, ...]
-    plain_only: bool
-    """The weights must stay where they are (shared with another model, tied to the embedding)."""
+    use: WeightUse
 
     @property
     def shape(self) -> Shape:
@@ -69,7 +87,8 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
     """``model``'s fp32 CPU linear layers as products (see :class:`ProductSite`), fusable groups as one.
 
     A group with a member that must stay plain (``shared`` ids, or tied to an input embedding) is not
-    fused: each member is a product of its own, on its plain weight.
+    fused: each member is a product of its own, on its plain weight. A layer whose weight an input
+    embedding also holds (a tied LM head) is :attr:`WeightUse.EMBEDDED`.
     """
     tied = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     fixed = set(shared) | tied
@@ -85,15 +104,18 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
             if any(id(m.weight) in fixed for m in members) or len({m.in_features for m in members}) != 1:
                 pinned.update(id(m) for m in members)
                 continue
-            sites.append(ProductSite(block, names, members, plain_only=False))
+            sites.append(ProductSite(block, names, members, WeightUse.OWNED))
             taken.update(id(m) for m in members)
     for name, module in list(model.named_modules()):
         if id(module) in taken or not _is_linear(module) or not name:
             continue
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        fixed_here = id(module.weight) in fixed or id(module) in pinned
-        sites.append(ProductSite(parent, (attribute,), (module,), plain_only=fixed_here))
+        if id(module.weight) in shared or id(module) in pinned:
+            use = WeightUse.SHARED
+        else:
+            use = WeightUse.EMBEDDED if id(module.weight) in tied else WeightUse.OWNED
+        sites.append(ProductSite(parent, (attribute,), (module,), use))
     return sites
 
 
@@ -118,6 +140,11 @@ _PLAIN_STAND_IN = {
 """Where a forced path's layout cannot be used (a weight that stays plain), the plain path in its place."""
 
 
+def _allowed_layout(path: ProductPath, use: WeightUse) -> ProductPath:
+    """``path``, or its plain stand-in where ``use`` forbids its layout."""
+    return path if use.allows(path.layout) else _PLAIN_STAND_IN[path]
+
+
 @dataclass(frozen=True)
 class KernelPlan:
     """The paths a model's products may take and how each shape's were chosen (module docstring)."""
@@ -129,12 +156,12 @@ class KernelPlan:
     calibration: CalibrationResult | None = None
     native: str = ""
     """Whether envsuite's native kernels are loaded here, and how (or why not)."""
-    chosen: dict[tuple[Shape, bool], Choice] = field(default_factory=dict, compare=False)
-    """Every choice made so far, by ``(shape, plain_only)`` (for the report)."""
+    chosen: dict[tuple[Shape, WeightUse], Choice] = field(default_factory=dict, compare=False)
+    """Every choice made so far, by shape and weight use (for the report)."""
 
     @classmethod
     def forced(cls, path: ProductPath, native: str = "") -> KernelPlan:
-        """Every product through ``path`` (a weight that must stay plain: its plain counterpart)."""
+        """Every product through ``path`` (a weight that cannot take its layout: its plain counterpart)."""
         return cls(paths=(path,), forced_path=path, native=native)
 
     @classmethod
@@ -152,20 +179,17 @@ class KernelPlan:
         result = calibrated_timings(shapes, functools.partial(_weights_of, sites), paths, cache)
         return cls(paths=tuple(paths), timings=result.timings, calibration=result, native=native)
 
-    def choice(self, shape: Shape, plain_only: bool = False) -> Choice:
-        """The layout and per-row paths for a product of ``shape`` (only plain ones with ``plain_only``)."""
-        key = (shape, plain_only)
+    def choice(self, shape: Shape, use: WeightUse = WeightUse.OWNED) -> Choice:
+        """The layout and per-row paths for a product of ``shape`` whose weight is ``use``'d so."""
+        key = (shape, use)
         if key not in self.chosen:
-            self.chosen[key] = self._choose(shape, plain_only)
+            self.chosen[key] = self._choose(shape, use)
         return self.chosen[key]
 
-    def _choose(self, shape: Shape, plain_only: bool) -> Choice:
+    def _choose(self, shape: Shape, use: WeightUse) -> Choice:
         if self.forced_path is not None:
-            path = self.forced_path
-            if plain_only and path.layout is not Layout.PLAIN:
-                path = _PLAIN_STAND_IN[path]
-            return forced_choice(shape, path)
-        allowed = [p for p in self.paths if not plain_only or p.layout is Layout.PLAIN]
+            return forced_choice(shape, _allowed_layout(self.forced_path, use))
+        allowed = [p for p in self.paths if use.allows(p.layout)]
         timing = self.timings.get(shape)
         if timing is None or not any(p in timing.ms for p in allowed):
             return forced_choice(shape, allowed[0] if allowed else ProductPath.F_LINEAR)
@@ -188,12 +212,16 @@ class KernelPlan:
                 f"{result.seconds:.1f} s, the rest cached)"
             )
         lines.append("paths considered: " + ", ".join(f"{p.value} ({PATH_NAMES[p]})" for p in self.paths))
-        for (shape, plain_only), choice in sorted(self.chosen.items()):
-            lines.extend(self._describe(shape, plain_only, choice))
+        for (shape, use), choice in sorted(self.chosen.items()):
+            lines.extend(self._describe(shape, use, choice))
         return "\n".join(lines)
 
-    def _describe(self, shape: Shape, plain_only: bool, choice: Choice) -> list[str]:
-        kind = " (weight kept plain: shared or tied; plain-weight paths only)" if plain_only else ""
+    def _describe(self, shape: Shape, use: WeightUse, choice: Choice) -> list[str]:
+        kind = {
+            WeightUse.OWNED: "",
+            WeightUse.EMBEDDED: " (tied to the input embedding: plain or panel layouts only)",
+            WeightUse.SHARED: " (weight shared: plain-weight paths only)",
+        }[use]
         head = f"product {shape[0]} -> {shape[1]}{kind}: {choice.layout.value} layout"
         timing = self.timings.get(shape)
         if not choice.measured or timing is None:

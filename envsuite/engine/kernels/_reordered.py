@@ -10,10 +10,13 @@ measured on this machine for the product's shape):
   tensor, and the first call computes all three outputs); a gated MLP's gate and up projections
   likewise. One product of the stacked rows instead of two or three: fewer, wider products;
 * every other linear layer becomes a :class:`FrozenLinear` over its product;
-* weights the caller still shares with another model (a training run's frozen base), a weight tied to
-  the input embedding (the embedding looks rows up in it), and the other members of a fusable group one
-  of whose members is such a weight keep their plain tensor (a copy in another layout would not replace
-  it, only add to it), each its own product on the plain weight through the fastest plain path;
+* weights the caller still shares with another model (a training run's frozen base) and the other
+  members of a fusable group one of whose members is such a weight keep their plain tensor (a copy in
+  another layout would not replace it, only add to it), each its own product on the plain weight
+  through the fastest plain path;
+* an LM head tied to the input embedding (the embedding looks rows up in it) stays plain or takes
+  envsuite's panel layout, from which rows can be read too: the embedding then becomes a
+  :class:`PanelEmbedding` over the same panels (one copy of the weight, as before);
 * the model's remaining parameters (embedding, norms) and the plain weights it keeps are copied out of
   the checkpoint file the model was memory-mapped from (unless shared), so that the mapping, whose
   pages of the replaced weights were read while laying them out, is released with them.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from envsuite.engine.kernels._onednn import onednn_fits
-from envsuite.engine.kernels._plan import KernelPlan, product_sites
+from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, product_sites
 from envsuite.engine.kernels._products import FrozenLinear, Layout, Product, ProductPath
 
 
@@ -90,6 +93,24 @@ class FusedPart(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, fused part {self.index}"
 
 
+class PanelEmbedding(torch.nn.Module):
+    """An input embedding reading its rows from the tied LM head's panels (``(ceil(V / 16), D, 16)``:
+    row ``t`` is ``panels[t // 16, :, t % 16]``), in place of the plain ``(V, D)`` weight they replaced.
+    Inference only; the same values as the plain embedding (a gather, no arithmetic)."""
+
+    def __init__(self, panels: torch.Tensor, num_embeddings: int) -> None:
+        super().__init__()
+        self.panels = panels
+        self.num_embeddings, self.embedding_dim = num_embeddings, int(panels.shape[1])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        block = self.panels.shape[2]
+        return self.panels[input_ids // block, :, input_ids % block]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, rows read from the LM head's panels"
+
+
 @dataclass(frozen=True)
 class ReorderReport:
     """What :func:`lay_out_frozen_linears` did to a model's linear layers."""
@@ -118,7 +139,7 @@ def lay_out_frozen_linears(
     copied: set[int] = set(shared)
     for site in product_sites(model, shared):
         linears = site.linears
-        choice = plan.choice(site.shape, plain_only=site.plain_only)
+        choice = plan.choice(site.shape, site.use)
         if len(linears) > 1:
             fused = FusedProjections.of(linears, choice.paths)
             for index, name in enumerate(site.names):
@@ -130,6 +151,8 @@ def lay_out_frozen_linears(
                 _copy_out_once(weight, copied)
             product = Product.of_plain(weight, _bias(linears[0]), choice.paths)
             setattr(site.block, site.names[0], FrozenLinear(product))
+            if site.use is WeightUse.EMBEDDED and choice.layout is Layout.PANELS:
+                _embed_from_panels(model, site, product)
         key = "kept" if choice.layout is Layout.PLAIN else "reordered"
         counts[key] += len(linears)
         counts["panels"] += len(linears) if choice.layout is Layout.PANELS else 0
@@ -138,6 +161,14 @@ def lay_out_frozen_linears(
     )
     _copy_out_of_file_mappings(model, copied)
     return ReorderReport(counts["reordered"], counts["fused"], counts["kept"], counts["panels"])
+
+
+def _embed_from_panels(model: torch.nn.Module, site: ProductSite, product: Product) -> None:
+    """Point the embeddings that held ``site``'s (tied) weight at its panels instead."""
+    weight = site.linears[0].weight
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Embedding) and module.weight is weight:
+            model.set_submodule(name, PanelEmbedding(product.weight, product.out_features))
 
 
 def reorder_frozen_linears(model: torch.nn.Module, shared: Collection[int] = ()) -> ReorderReport:

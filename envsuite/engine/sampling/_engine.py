@@ -98,7 +98,10 @@ class SamplingEngine:
         self.kernel_plan: KernelPlan | None = None
         """The kernels chosen for the model's products, and why (None: ``F.linear`` on the model as loaded)."""
         weight = model.get_input_embeddings().weight
-        if self.config.onednn_products and isinstance(weight, torch.Tensor) and onednn_fits(weight):
+        assert isinstance(weight, torch.Tensor)
+        # Read before the layout: a tied embedding may then read its rows from the LM head's panels.
+        self.vocab_size = int(weight.shape[0])
+        if self.config.onednn_products and onednn_fits(weight):
             # The engine owns its model (see the client): its layers take the chosen layouts in place.
             self.kernel_plan = kernel_plan(
                 model,
@@ -116,9 +119,6 @@ class SamplingEngine:
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
-        weight = model.get_input_embeddings().weight
-        assert isinstance(weight, torch.Tensor)
-        self.vocab_size = int(weight.shape[0])
         self._decode = decode
         self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | None] = queue.SimpleQueue()
         self._lock = threading.Lock()

@@ -119,10 +119,9 @@ def _native_step_fits(model: PreTrainedModel) -> bool:
     config = model.config
     heads = int(config.num_attention_heads)
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-    weight = model.get_input_embeddings().weight
+    norm = _weight(model.get_decoder().norm)
     fits = (
-        isinstance(weight, torch.Tensor)
-        and onednn_fits(weight)
+        onednn_fits(norm)  # fp32 on the CPU (the embedding may have taken the LM head's panels)
         and head_dim % 16 == 0
         and head_dim <= 128
         and heads // int(config.num_key_value_heads) <= 64
