@@ -1,7 +1,7 @@
 """Decoding speed against this machine's roofline and llama.cpp: ms per token step, batch 1 to 64.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/decode.py [--batches 1,2,4,8,16,32,64] [--steps 12]
-        [--repeats 3] [--prompt-tokens 48] [--llama-cpp] [--report] [--kernel-cache DIR]
+        [--repeats 3] [--prompt-tokens 48] [--llama-cpp [--llama-cpp-one-at-a-time]] [--report] [--kernel-cache DIR]
         [--json PATH] [--png PATH]
 
 One decode step = one token for every running row: the forward pass over the KV cache plus the
@@ -35,7 +35,8 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    F16 KV cache and with an F32 one as envsuite keeps (each run checks that llama.cpp's logits after a
    prompt match the torch model's): at every batch size, the same prompts decoded together in one
    ``llama_decode`` batch per step, greedy (no sampling: envsuite's steps include it), median ms per
-   step (``--steps`` x ``--repeats`` steps); and 32 requests one at a time, tokens per second.
+   step (``--steps`` x ``--repeats`` steps); with ``--llama-cpp-one-at-a-time`` also 32 requests one at a
+   time through llama-cpp-python's high-level ``Llama``, tokens per second.
 
 Writes a JSON of every number and a PNG of ms per step against batch size with the roofline.
 """
@@ -283,8 +284,12 @@ def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse
                 )
                 for batch in batches
             }
-            one_at_a_time = llama.one_at_a_time_tokens_per_s(
-                _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+            one_at_a_time = (
+                llama.one_at_a_time_tokens_per_s(
+                    _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+                )
+                if args.llama_cpp_one_at_a_time
+                else None
             )
         finally:
             llama.close()
@@ -351,6 +356,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--llama-cpp", action="store_true", help="also time llama.cpp (llama-cpp-python)")
+    parser.add_argument(
+        "--llama-cpp-one-at-a-time", action="store_true", help="and llama.cpp's 32 requests one at a time"
+    )
     parser.add_argument("--report", action="store_true", help="print the calibrated plans (per shape, why)")
     parser.add_argument(
         "--kernel-cache", type=Path, default=None, help="calibration cache (default: a fresh one per run)"
@@ -396,10 +404,11 @@ def main() -> None:
             _print_point(point, llama)
         for kv_cache in ("f16", "f32"):
             run = llama[f"kv_{kv_cache}"]
+            serial = run["one_at_a_time_tokens_per_s"]
             print(
-                f"llama.cpp ({kv_cache.upper()} KV) one request at a time: "
-                f"{run['one_at_a_time_tokens_per_s']:.1f} tokens/s; logits vs torch: "
-                f"max |diff| {run['logits_max_abs_diff']:.2e}, same argmax {run['same_argmax']}"
+                f"llama.cpp ({kv_cache.upper()} KV): logits vs torch max |diff| {run['logits_max_abs_diff']:.2e}, "
+                f"same argmax {run['same_argmax']}"
+                + (f"; one request at a time {serial:.1f} tokens/s" if serial is not None else "")
             )
     calibration = ways["calibrated"].plan
     result = {
