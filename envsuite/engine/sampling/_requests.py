@@ -51,8 +51,9 @@ class EngineConfig:
     reorder_weights: bool = True
     """Let a product hold its weight in another layout than the plain one (oneDNN's reordered blocks,
     envsuite's panels), in the plain one's place: memory stays the same. Weights the model shares with a
-    training run, and an LM head tied to the input embedding, stay plain. False: plain weights only
-    (``F.linear``, oneDNN and envsuite's rows kernel on them)."""
+    training run stay plain; an LM head tied to the input embedding stays plain or takes the panels,
+    which the embedding then reads its rows from. False: plain weights only (``F.linear``, oneDNN and
+    envsuite's rows kernel on them)."""
     native_kernels: bool = True
     """Let the products use envsuite's native CPU kernels (``envsuite/engine/kernels/_native.cpp``), built
     for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached), and
@@ -60,7 +61,8 @@ class EngineConfig:
     where none can be built, torch's kernels serve alone."""
     product_path: str | None = None
     """None: each product shape runs the kernels measured fastest on this machine, per row count (a
-    calibration of a few seconds the first time, cached per CPU and library versions: ``kernel_cache``).
+    calibration of seconds to tens of seconds the first time, cached per CPU and library versions:
+    ``kernel_cache``; ``envsuite doctor`` shows it).
     A path's name (``envsuite.engine.kernels.ProductPath``: ``f-linear``, ``onednn``,
     ``onednn-reordered``, ``rows``, ``panels``) runs that one everywhere (benchmarks, tests); it must be
     usable here and allowed by the flags above."""
