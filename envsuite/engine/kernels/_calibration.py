@@ -24,6 +24,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -37,6 +38,8 @@ import torch
 
 from envsuite.engine.kernels._native import SOURCE, cpu_identity
 from envsuite.engine.kernels._products import ROW_BUCKETS, Layout, ProductPath, lay_out, run_path
+
+logger = logging.getLogger(__name__)
 
 CACHE_ENV = "ENVSUITE_KERNEL_CACHE"
 MIN_SAMPLE_BYTES = 64 << 20
@@ -333,6 +336,11 @@ def calibrated_timings(
             if shape not in known or any(path not in known[shape].ms for path in paths)
         }
         if missing:
+            logger.warning(
+                "measuring this machine's matrix-product kernels for %d shapes (once; cached in %s)",
+                len(missing),
+                cache.path,
+            )
             for shape, timing in calibrate(missing, paths).items():
                 merged = dict(known[shape].ms) if shape in known else {}
                 merged.update(timing.ms)
