@@ -10,9 +10,9 @@
   on the tiny random Llama and on the real SmolLM2-135M (fp32: logprobs within 1e-4);
 * where the native kernels cannot be built (a compiler that fails), the engine says why, leaves their
   paths out and samples the same; a later process does not try the failed build again;
-* the lean step's native RMS norm and one-token attention give torch's values (any mask, the KV
-  cache's strided views, grouped queries), and the engine's step uses them only with the native
-  kernels on;
+* the lean step's native RMS norm, rotary embeddings, one-token attention and SiLU(gate) * up give
+  torch's values (any mask, the KV cache's strided views, grouped queries), and the engine's step uses
+  them only with the native kernels on;
 * ``envsuite doctor`` prints, per product shape, the path chosen at each row count and the times
   behind it.
 
@@ -380,6 +380,22 @@ def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
         torch.ops.envsuite.rms_norm(hidden, weight, 1e-5),
         torch.nn.functional.rms_norm(hidden, (hidden.shape[-1],), weight, 1e-5),
     )
+    # The fused q/k/v product split into heads, query and key rotated (transformers' rotate_half).
+    rows, heads, kv_heads = 4, 6, 2
+    qkv = torch.randn(rows, 1, (heads + 2 * kv_heads) * head_dim, generator=generator)
+    cos, sin = (torch.randn(rows, 1, head_dim, generator=generator) for _ in range(2))
+    qk = qkv[..., : (heads + kv_heads) * head_dim].view(rows, 1, -1, head_dim).transpose(1, 2)
+    half = head_dim // 2
+    rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+    qk = qk * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+    value = qkv[..., (heads + kv_heads) * head_dim :].reshape(rows, 1, -1, head_dim).transpose(1, 2)
+    query_got, key_got, value_got = torch.ops.envsuite.rotary_split(qkv, cos, sin, heads, kv_heads)
+    torch.testing.assert_close(query_got, qk[:, :heads])
+    torch.testing.assert_close(key_got, qk[:, heads:])
+    assert torch.equal(value_got, value)
+    gate_up = torch.randn(rows, 1, 2 * 3 * head_dim, generator=generator) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(torch.ops.envsuite.silu_mul(gate_up), torch.nn.functional.silu(gate) * up)
     with pytest.raises(RuntimeError, match="head size a multiple of 16"):
         torch.ops.envsuite.decode_attention(
             torch.zeros(1, 1, 1, 24), torch.zeros(1, 1, 2, 24), torch.zeros(1, 1, 2, 24), None, 1.0

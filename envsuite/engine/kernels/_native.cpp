@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 namespace envsuite {
@@ -255,6 +256,71 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
   return out;
 }
 
+// The rows' query, key and value heads out of a fused q/k/v product, the query and key heads rotated
+// (rotary embeddings, transformers' rotate_half convention: x * cos + rotate_half(x) * sin).
+// qkv (rows, ..., (H + 2 * KV) * D) contiguous; cos, sin: rows x D floats each, contiguous. Returns
+// q (rows, H, 1, D), k and v (rows, KV, 1, D), contiguous: the views and the seven elementwise
+// operations of torch's way in one pass.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qkv_in, const at::Tensor& cos_in,
+                                                           const at::Tensor& sin_in, int64_t H, int64_t KV) {
+  TORCH_CHECK(qkv_in.scalar_type() == at::kFloat && cos_in.scalar_type() == at::kFloat &&
+                  sin_in.scalar_type() == at::kFloat,
+              "rotary_split: float32 only");
+  const at::Tensor qkv = qkv_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  const int64_t width = qkv.size(-1), heads = H + 2 * KV, D = width / heads;
+  TORCH_CHECK(D * heads == width && D % 2 == 0, "rotary_split: width ", width, " is not ", heads, " even heads");
+  const int64_t rows = qkv.numel() / width;
+  TORCH_CHECK(cos.numel() == rows * D && sin.numel() == rows * D, "rotary_split: cos/sin of rows x ", D);
+  at::Tensor q = at::empty({rows, H, 1, D}, qkv.options());
+  at::Tensor k = at::empty({rows, KV, 1, D}, qkv.options());
+  at::Tensor v = at::empty({rows, KV, 1, D}, qkv.options());
+  const float* src = qkv.const_data_ptr<float>();
+  const float* cp = cos.const_data_ptr<float>();
+  const float* sp = sin.const_data_ptr<float>();
+  float* qp = q.mutable_data_ptr<float>();
+  float* kp = k.mutable_data_ptr<float>();
+  float* vp = v.mutable_data_ptr<float>();
+  const int64_t half = D / 2;
+  at::parallel_for(0, rows, grain(4 * width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* c = cp + r * D;
+      const float* s = sp + r * D;
+      for (int64_t h = 0; h < H + KV; ++h) {
+        const float* x = src + r * width + h * D;
+        float* o = h < H ? qp + (r * H + h) * D : kp + (r * KV + h - H) * D;
+        for (int64_t d = 0; d < half; ++d) o[d] = x[d] * c[d] + (-x[d + half]) * s[d];
+        for (int64_t d = half; d < D; ++d) o[d] = x[d] * c[d] + x[d - half] * s[d];
+      }
+      std::memcpy(vp + r * KV * D, src + r * width + (H + KV) * D, KV * D * sizeof(float));
+    }
+  });
+  return {q, k, v};
+}
+
+// SiLU(gate) * up for a fused gate/up product's output (rows, ..., 2 * I): (rows, ..., I), one pass
+// instead of torch's chunk, silu and multiply.
+at::Tensor silu_mul(const at::Tensor& gate_up_in) {
+  TORCH_CHECK(gate_up_in.scalar_type() == at::kFloat, "silu_mul: float32 only");
+  const at::Tensor gate_up = gate_up_in.contiguous();
+  const int64_t width = gate_up.size(-1), I = width / 2;
+  TORCH_CHECK(width % 2 == 0, "silu_mul: an even width");
+  const int64_t rows = width ? gate_up.numel() / width : 0;
+  auto shape = gate_up.sizes().vec();
+  shape.back() = I;
+  at::Tensor out = at::empty(shape, gate_up.options());
+  const float* src = gate_up.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  at::parallel_for(0, rows, grain(8 * I), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = src + r * width;
+      const float* u = g + I;
+      float* o = op + r * I;
+      for (int64_t i = 0; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+  });
+  return out;
+}
+
 // One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Each key
 // and value row is read once for all G queries (vector registers: G x DV queries or accumulators).
 template <int DV>
@@ -379,6 +445,8 @@ TORCH_LIBRARY(envsuite, m) {
   m.def("panel_linear(Tensor x, Tensor panels, int out_features, Tensor? bias) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
+  m.def("rotary_split(Tensor qkv, Tensor cos, Tensor sin, int heads, int kv_heads) -> (Tensor, Tensor, Tensor)");
+  m.def("silu_mul(Tensor gate_up) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
@@ -387,4 +455,6 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("panel_linear", &envsuite::panel_linear);
   m.impl("rms_norm", &envsuite::rms_norm);
   m.impl("decode_attention", &envsuite::decode_attention);
+  m.impl("rotary_split", &envsuite::rotary_split);
+  m.impl("silu_mul", &envsuite::silu_mul);
 }

@@ -139,8 +139,9 @@ class LlamaDecoder:
 
     Where the engine laid the model's layers out (``lay_out_frozen_linears``: each product on the
     layout and kernels measured fastest here), the step runs the same products. With ``native`` (the
-    caller checked that they run here) its RMS norms and its one-token attention run envsuite's native
-    kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
+    caller checked that they run here) its RMS norms, its rotary embeddings (with the split of the fused
+    q/k/v product into heads), its one-token attention and its MLP's SiLU(gate) * up run envsuite's
+    native kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
     operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA.
     """
 
@@ -164,6 +165,8 @@ class LlamaDecoder:
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.native = native
+        self.native_silu = native and getattr(config, "hidden_act", None) in ("silu", "swish")
+        """The MLP's SiLU(gate) * up as one native call (a fused gate/up product's output)."""
         products = _Products(plain_path)
         self.layers = [products.layer(layer) for layer in inner.layers]
         self.lm_head = products.of(model.get_output_embeddings())
@@ -216,14 +219,11 @@ class LlamaDecoder:
         rows = hidden_B1D.shape[0]
         x = self._rms_norm(hidden_B1D, w.input_norm)
         qkv = w.qkv[0](x) if len(w.qkv) == 1 else torch.cat([product(x) for product in w.qkv], dim=-1)
-        k_end = self.q_size + self.kv_size
-        # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
-        # rotating each on its own, in half the operations.
-        qk = qkv[..., :k_end].view(rows, 1, -1, self.head_dim).transpose(1, 2)
-        qk = qk * cos + _rotate_half(qk) * sin
-        query, key = qk[:, : self.heads], qk[:, self.heads :]
-        value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
-        keys, values = cache.update(key[:batch], value[:batch])
+        query, key, value = self._heads(qkv, cos, sin, rows)
+        if rows == batch:
+            keys, values = cache.update(key, value)
+        else:
+            keys, values = cache.update(key[:batch], value[:batch])
         for f in fed:
             # Into the row's columns right before the new one (the pending token's attention below
             # sees them): (N, kv_heads, 1, head_dim) -> (kv_heads, N, head_dim), the cache's layout.
@@ -234,17 +234,40 @@ class LlamaDecoder:
         # the cache is never repeated per query head.
         grouped = query[:batch].reshape(batch, self.kv_heads, self.group, self.head_dim)
         attn = self.attend(grouped, keys, values, mask)
-        attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
+        if self.native:  # contiguous (B, kv heads, group, D): the heads' order already
+            attn = attn.reshape(batch, 1, -1)
+        else:
+            attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
         if fed:
             attn = torch.cat([attn, *(self._tail_attention(f, query[f.rows], keys, values) for f in fed)])
         hidden_B1D = hidden_B1D + w.o(attn)
         x = self._rms_norm(hidden_B1D, w.post_norm)
+        if len(w.mlp_in) == 1 and self.native_silu:
+            return hidden_B1D + w.down(torch.ops.envsuite.silu_mul(w.mlp_in[0](x)))
         if len(w.mlp_in) == 1:
             gate, up = w.mlp_in[0](x).chunk(2, dim=-1)
         else:
             gate, up = (product(x) for product in w.mlp_in)
         mlp = self.act(gate) * up
         return hidden_B1D + w.down(mlp)
+
+    def _heads(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query ``(rows, heads, 1, D)``, key and value ``(rows, kv_heads, 1, D)`` heads of the fused
+        product, query and key rotated."""
+        if self.native:
+            heads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = torch.ops.envsuite.rotary_split(
+                qkv, cos, sin, self.heads, self.kv_heads
+            )
+            return heads
+        k_end = self.q_size + self.kv_size
+        # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
+        # rotating each on its own, in half the operations.
+        qk = qkv[..., :k_end].view(rows, 1, -1, self.head_dim).transpose(1, 2)
+        qk = qk * cos + _rotate_half(qk) * sin
+        value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
+        return qk[:, : self.heads], qk[:, self.heads :], value
 
     def _fed_tails(self, tails: Sequence[TailTokens], mask_B_L: torch.Tensor, batch: int) -> list[_FedTail]:
         """Each tail's rows (after the batch's ``batch`` rows, in order) and mask, once per step."""
