@@ -76,7 +76,7 @@ WAY_LABELS = {
     "linear": "F.linear, model as loaded",
     "reordered": "oneDNN reordered everywhere (main's default)",
     "torch_calibrated": "calibrated, torch's kernels only",
-    "torch_products": "calibrated among torch's products, native norm and attention",
+    "torch_products": "calibrated among torch's products, native step kernels",
     "calibrated": "calibrated with native kernels (default)",
 }
 TORCH_PRODUCTS = ("f-linear", "onednn", "onednn-reordered")
