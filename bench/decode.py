@@ -1,7 +1,8 @@
-"""Decoding speed against this machine's roofline: ms per token step, batch 1 to 64, and where the time goes.
+"""Decoding speed against this machine's roofline and llama.cpp: ms per token step, batch 1 to 64.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/decode.py [--batches 1,2,4,8,16,32,64] [--steps 12]
-        [--repeats 3] [--prompt-tokens 48] [--llama-cpp] [--json PATH] [--png PATH]
+        [--repeats 3] [--prompt-tokens 48] [--llama-cpp [--llama-cpp-one-at-a-time]] [--report] [--kernel-cache DIR]
+        [--json PATH] [--png PATH]
 
 One decode step = one token for every running row: the forward pass over the KV cache plus the
 engine's per-row sampling (temperature 1, each row its own generator), exactly what the sampling
@@ -11,27 +12,31 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    the memory read bandwidth (summing a 512 MiB tensor). A step needs ``2 * P * B`` FLOPs (``P`` = the
    matmul weights, LM head included) and must read the ``4 * P`` bytes of weights plus the rows' KV
    cache, so its floor is ``max(flops / peak, bytes / bandwidth)``.
-2. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through ``model(...)``
-   (transformers' forward) and through the engine's lean decode step, alternating, each on its own
-   prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens). Median ms per step. The lean
-   step runs three ways: its products through ``F.linear`` (``EngineConfig(onednn_products=False)``),
-   through oneDNN on the model's plain weights (``EngineConfig(reorder_weights=False)``), and through
-   oneDNN on the reordered weights that replace the plain ones in the engine's model (the default;
-   a second copy of the model here, reordered as the engine does it).
-3. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
-   the real weights (the 120 layer matmuls: fused query/key/value, output, fused gate/up and down
-   projections per layer; the LM head, attention, sampling); the remainder is norms, rotary
-   embeddings, activations, KV appends and Python. Next to it, the same layer products through
-   ``F.linear`` and on the plain weights (150 products: gate and up separate there), and on
-   reordered weights as 210 separate products (no fusion at all) and with gate and up separate
-   (150 products, the default before the gate/up fusion), replayed alternately with the shipped ones.
-4. With ``--llama-cpp`` (needs ``pip install llama-cpp-python``): llama.cpp on the same workload, the
-   same weights at the same precision (the shipped Q4_1 GGUF de-quantized to an F32 GGUF, which is
-   exactly what envsuite converts to fp32 safetensors), with llama.cpp's default F16 KV cache and
-   with an F32 one as envsuite keeps (each run checks that llama.cpp's logits after a prompt match the
-   torch model's): at every batch size, the same prompts decoded together in one
-   ``llama_decode`` batch per step, greedy, median ms per step (``--steps`` x ``--repeats`` steps);
-   and 32 requests one at a time (what a CPU user would run), tokens per second.
+2. **Calibration**: the engine's kernel plan for the model (``envsuite.engine.kernels``), measured in
+   this run into ``--kernel-cache`` (default: a fresh directory under ``artifacts/``, so the choice is
+   made on this machine as it is now, not read from an older cache); its time is reported (what the
+   first engine on a machine pays once). ``--report`` prints what it picked per shape and why.
+3. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through the engine's lean
+   decode step, four ways alternating, each on its own model copy laid out as the engine does it and
+   its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Five ways:
+   ``F.linear`` on the model as loaded (``EngineConfig(onednn_products=False)``); oneDNN on reordered
+   weights everywhere (``product_path="onednn-reordered"``: main's default before the calibration);
+   the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan among
+   torch's product kernels with the step's norms and attention through envsuite's native ones
+   (``product_paths=("f-linear", "onednn", "onednn-reordered")``); the calibrated plan with envsuite's
+   native kernels for everything (products, norms, attention: the default now).
+4. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
+   the real weights (the layer products, the LM head, attention, sampling); the remainder is norms,
+   rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer products next
+   to it.
+5. With ``--llama-cpp`` (needs ``llama-cpp-python``, built from source: bench/_llama_cpp.py): llama.cpp
+   on the same workload, the same weights at the same precision (the shipped Q4_1 GGUF de-quantized to
+   an F32 GGUF, which is exactly what envsuite converts to fp32 safetensors), with llama.cpp's default
+   F16 KV cache and with an F32 one as envsuite keeps (each run checks that llama.cpp's logits after a
+   prompt match the torch model's): at every batch size, the same prompts decoded together in one
+   ``llama_decode`` batch per step, greedy (no sampling: envsuite's steps include it), median ms per
+   step (``--steps`` x ``--repeats`` steps); with ``--llama-cpp-one-at-a-time`` also 32 requests one at a
+   time through llama-cpp-python's high-level ``Llama``, tokens per second.
 
 Writes a JSON of every number and a PNG of ms per step against batch size with the roofline.
 """
@@ -52,34 +57,42 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from envsuite.backends.local import load_sampling_model
-from envsuite.engine.kernels import reorder_frozen_linears, reordered_weight, route_linears_through_onednn
+from envsuite.engine.kernels import KernelPlan, Product, kernel_plan, lay_out_frozen_linears
 from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
-from envsuite.engine.sampling._llama_decode import LlamaDecoder, _Product, llama_decoder
+from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
 
 MODEL = "smollm2-135m-instruct"
-Product = Callable[[torch.Tensor], torch.Tensor]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from _machine import Machine, load_average, measure_machine  # noqa: E402
+from _machine import Machine, cpu_name, load_average, measure_machine  # noqa: E402
+
+WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "calibrated")
+"""The lean step's ways (module docstring, 3.), in the order they alternate."""
+WAY_LABELS = {
+    "linear": "F.linear, model as loaded",
+    "reordered": "oneDNN reordered everywhere (main's default)",
+    "torch_calibrated": "calibrated, torch's kernels only",
+    "torch_products": "calibrated among torch's products, native step kernels",
+    "calibrated": "calibrated with native kernels (default)",
+}
+TORCH_PRODUCTS = ("f-linear", "onednn", "onednn-reordered")
 
 
 @dataclass(frozen=True)
 class CurvePoint:
     batch: int
-    hf_ms: float
-    linear_ms: float
-    """The lean step with its products through ``F.linear`` (``EngineConfig(onednn_products=False)``)."""
-    plain_ms: float
-    """The lean step through oneDNN on the plain weights (``EngineConfig(reorder_weights=False)``)."""
-    lean_ms: float
-    """The lean step as the engine runs it by default (oneDNN on the reordered weights)."""
+    ms: dict[str, float]
+    """Median ms per step of each way (:data:`WAYS`)."""
     roofline_ms: float
     cache_positions: int
+
+    def share(self, way: str = "calibrated") -> float:
+        """The roofline's share of ``way``'s step (1.0: at the machine's limit)."""
+        return self.roofline_ms / self.ms[way]
 
 
 @dataclass(frozen=True)
@@ -87,19 +100,11 @@ class Breakdown:
     batch: int
     step_ms: float
     layer_matmuls_ms: float
-    linear_step_ms: float
-    linear_layer_matmuls_ms: float
-    """The same layer products through ``F.linear`` (the share of the step without oneDNN)."""
-    plain_step_ms: float
-    plain_layer_matmuls_ms: float
-    """The same layer products through oneDNN on the plain weights (``reorder_weights=False``)."""
-    separate_matmuls_ms: float
-    """The same layer products as 210 separate reordered products (not part of the step; for comparison)."""
-    gate_up_separate_matmuls_ms: float
-    """The same layer products with gate and up separate, 150 reordered products (not part of the step)."""
     lm_head_ms: float
     attention_ms: float
     sampling_ms: float
+    other_layer_matmuls_ms: dict[str, float]
+    """The same layer products of the other ways (replayed alternately with the default's)."""
 
     @property
     def rest_ms(self) -> float:
@@ -107,26 +112,34 @@ class Breakdown:
         return self.step_ms - parts
 
 
-@dataclass(frozen=True)
-class Decoders:
-    """The lean step's three ways: ``F.linear`` and oneDNN on ``model``'s plain weights, and oneDNN on
-    a second copy of the model reordered as the engine does it (the default)."""
+@dataclass
+class Way:
+    """One way of running the lean step: its own model copy, laid out as the engine does it."""
 
-    linear: LlamaDecoder
-    plain: LlamaDecoder
-    default: LlamaDecoder
+    model: Any
+    decoder: LlamaDecoder
+    plan: KernelPlan | None
+    setup_s: float
 
-    @classmethod
-    def of(cls, model: Any) -> Decoders:
-        linear = llama_decoder(model, onednn=False)
-        plain = llama_decoder(model)
-        engines_model = load_sampling_model(base_model=MODEL).model
-        route_linears_through_onednn(engines_model)
-        report = reorder_frozen_linears(engines_model)
-        default = llama_decoder(engines_model)
-        assert linear is not None and plain is not None and default is not None
-        assert plain.onednn and report.fused_blocks, "this torch has no oneDNN"
-        return cls(linear, plain, default)
+
+def build_way(way: str, cache: Path) -> Way:
+    """The model laid out as an engine with that way's configuration does it (``SamplingEngine``)."""
+    model = load_sampling_model(base_model=MODEL).model
+    started = time.perf_counter()
+    plan, native = None, False
+    if way != "linear":
+        native = way in ("calibrated", "torch_products")
+        plan = kernel_plan(
+            model,
+            native=native,
+            path="onednn-reordered" if way == "reordered" else None,
+            among=TORCH_PRODUCTS if way == "torch_products" else None,
+            cache=str(cache),
+        )
+        lay_out_frozen_linears(model, plan)
+    decoder = llama_decoder(model, native=native)  # as the engine builds its decoder
+    assert decoder is not None
+    return Way(model, decoder, plan, time.perf_counter() - started)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -166,51 +179,50 @@ def kv_bytes_per_position(model: Any) -> int:
     return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
 
 
-def roofline_ms(model: Any, machine: Machine, batch: int, positions: int) -> float:
-    params = matmul_params(model)
+def roofline_ms(params: int, model: Any, machine: Machine, batch: int, positions: int) -> float:
     flops = 2 * params * batch
     read = 4 * params + batch * positions * kv_bytes_per_position(model)
     return 1000 * max(flops / (machine.matmul_gflops * 1e9), read / (machine.read_gbps * 1e9))
 
 
 def curve_point(
-    model: Any,
-    decoders: Decoders,
-    machine: Machine,
-    batch: int,
-    args: argparse.Namespace,
+    ways: dict[str, Way], params: int, machine: Machine, batch: int, args: argparse.Namespace
 ) -> CurvePoint:
-    """Transformers' forward and the lean step's three ways, each on its own batch."""
-    vocab = int(model.config.vocab_size)
+    """The lean step's ways, alternating, each on its own batch."""
+    any_model = ways["linear"].model
+    vocab = int(any_model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
-    ways: list[LlamaDecoder | None] = [None, decoders.linear, decoders.plain, decoders.default]
     with torch.inference_mode():
-        batches = [prefill(model, prompts, False).batch for _ in ways]
+        batches = {name: prefill(way.model, prompts, False).batch for name, way in ways.items()}
         rows = _rows(batch)
-        for kv, decoder in zip(batches, ways, strict=True):
-            _step(model, kv, decoder, rows)
-        times: list[list[float]] = [[] for _ in ways]
+        for name, way in ways.items():
+            _step(way.model, batches[name], way.decoder, rows)
+        times: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.repeats):
-            for kv, decoder, way_ms in zip(batches, ways, times, strict=True):
-                way_ms.append(_median_ms(functools.partial(_step, model, kv, decoder, rows), args.steps))
-        positions = batches[1].length
-    hf_ms, linear_ms, plain_ms, lean_ms = (statistics.median(way_ms) for way_ms in times)
-    roofline = roofline_ms(model, machine, batch, positions)
-    return CurvePoint(batch, hf_ms, linear_ms, plain_ms, lean_ms, roofline, positions)
+            for name, way in ways.items():
+                step = functools.partial(_step, way.model, batches[name], way.decoder, rows)
+                times[name].append(_median_ms(step, args.steps))
+        positions = batches["linear"].length
+    roofline = roofline_ms(params, any_model, machine, batch, positions)
+    return CurvePoint(batch, {n: statistics.median(t) for n, t in times.items()}, roofline, positions)
 
 
-def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespace) -> Breakdown:
-    """The lean step's parts replayed alone on the live cache and the real weights (see module docstring)."""
+def _layer_products(decoder: LlamaDecoder) -> list[tuple[Product, ...]]:
+    return [(*w.qkv, w.o, *w.mlp_in, w.down) for w in decoder.layers]
+
+
+def breakdown(ways: dict[str, Way], batch: int, args: argparse.Namespace) -> Breakdown:
+    """The default step's parts replayed alone on the live cache and the real weights (module docstring)."""
+    default = ways["calibrated"]
+    model, decoder = default.model, default.decoder
     vocab = int(model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=1000 + batch)
-    decoder = decoders.default
     with torch.inference_mode():
         kv = prefill(model, prompts, False).batch
         rows = _rows(batch)
         for _ in range(4):
             _step(model, kv, decoder, rows)
-        hidden = model.config.hidden_size
-        x = torch.randn(batch, 1, hidden)
+        x = torch.randn(batch, 1, model.config.hidden_size)
         wide = torch.randn(batch, 1, model.config.intermediate_size)
 
         def matmuls(layers: list[tuple[Product, ...]]) -> Callable[[], None]:
@@ -224,59 +236,31 @@ def breakdown(model: Any, decoders: Decoders, batch: int, args: argparse.Namespa
 
             return run
 
-        def product(weight: torch.Tensor) -> Product:
-            """A reordered product of a plain weight (as the engine's model has them)."""
-            return _Product(reordered_weight(weight.contiguous()), None, onednn=True)
-
-        q_end, k_end = decoder.q_size, decoder.q_size + decoder.kv_size
-        weights = [
-            (w.qkv.weight, w.o.weight, *(p.weight for p in w.mlp_in), w.down.weight)
-            for w in decoders.plain.layers
-        ]
-        layer_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoder.layers])
-        linear_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoders.linear.layers])
-        plain_matmuls = matmuls([(w.qkv, w.o, *w.mlp_in, w.down) for w in decoders.plain.layers])
-        separate_matmuls = matmuls(
-            [
-                tuple(map(product, (qkv[:q_end], qkv[q_end:k_end], qkv[k_end:], o, g, u, d)))
-                for qkv, o, g, u, d in weights
-            ]
-        )
-        gate_up_separate_matmuls = matmuls(
-            [tuple(map(product, (qkv, o, g, u, d))) for qkv, o, g, u, d in weights]
-        )
-
-        mask = kv.mask_B_L.bool()[:, None, None, :]
+        products = {name: matmuls(_layer_products(way.decoder)) for name, way in ways.items()}
+        product_ms: dict[str, list[float]] = {name: [] for name in products}
+        for _ in range(args.repeats):
+            for name, run in products.items():
+                product_ms[name].append(_median_ms(run, args.steps))
+        layer_ms = {name: statistics.median(times) for name, times in product_ms.items()}
+        mask = decoder.attention_mask(kv.mask_B_L)
         group = decoder.heads // decoder.kv_heads
         query = torch.randn(batch, decoder.kv_heads, group, decoder.head_dim)
         layers = [(layer.keys, layer.values) for layer in kv.cache.layers]
 
         def attention() -> None:
             for keys, values in layers:
-                F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=decoder.scaling)
+                decoder.attend(query, keys, values, mask)
 
         logits = torch.randn(batch, vocab)
-        products = {
-            "layer_matmuls": layer_matmuls,
-            "linear_layer_matmuls": linear_matmuls,
-            "plain_layer_matmuls": plain_matmuls,
-            "separate_matmuls": separate_matmuls,
-            "gate_up_separate_matmuls": gate_up_separate_matmuls,
-        }
-        product_ms: dict[str, list[float]] = {name: [] for name in products}
-        for _ in range(args.repeats):
-            for name, run in products.items():
-                product_ms[name].append(_median_ms(run, args.steps))
-        parts = {name: statistics.median(times) for name, times in product_ms.items()}
-        parts |= {
-            "lm_head": _median_ms(lambda: decoder.lm_head(x), args.steps),
-            "attention": _median_ms(attention, args.steps),
-            "sampling": _median_ms(lambda: choose_tokens(logits, rows), args.steps),
-            "step": _median_ms(lambda: _step(model, kv, decoder, rows), args.steps),
-            "linear_step": _median_ms(lambda: _step(model, kv, decoders.linear, rows), args.steps),
-            "plain_step": _median_ms(lambda: _step(model, kv, decoders.plain, rows), args.steps),
-        }
-    return Breakdown(batch=batch, **{f"{name}_ms": value for name, value in parts.items()})
+        return Breakdown(
+            batch=batch,
+            step_ms=_median_ms(lambda: _step(model, kv, decoder, rows), args.steps * args.repeats),
+            layer_matmuls_ms=layer_ms.pop("calibrated"),
+            lm_head_ms=_median_ms(lambda: decoder.lm_head(x), args.steps),
+            attention_ms=_median_ms(attention, args.steps),
+            sampling_ms=_median_ms(lambda: choose_tokens(logits, rows), args.steps),
+            other_layer_matmuls_ms=layer_ms,
+        )
 
 
 def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -300,8 +284,12 @@ def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse
                 )
                 for batch in batches
             }
-            one_at_a_time = llama.one_at_a_time_tokens_per_s(
-                _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+            one_at_a_time = (
+                llama.one_at_a_time_tokens_per_s(
+                    _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+                )
+                if args.llama_cpp_one_at_a_time
+                else None
             )
         finally:
             llama.close()
@@ -322,12 +310,8 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     batches = [p.batch for p in points]
-    ax.plot(batches, [p.hf_ms for p in points], "o-", label="envsuite, transformers forward")
-    ax.plot(batches, [p.linear_ms for p in points], "o-", label="envsuite, lean step, F.linear products")
-    ax.plot(batches, [p.plain_ms for p in points], "o-", label="envsuite, lean step, oneDNN plain weights")
-    ax.plot(
-        batches, [p.lean_ms for p in points], "o-", label="envsuite, lean step, reordered weights (default)"
-    )
+    for way in WAYS:
+        ax.plot(batches, [p.ms[way] for p in points], "o-", label=f"envsuite, {WAY_LABELS[way]}")
     ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
     if llama:
         for kv_cache in ("F16", "F32"):
@@ -341,15 +325,27 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     ax.set_xlabel("rows decoded together (batch)")
     ax.set_ylabel("ms per token step (forward + sampling)")
     ax.set_title(
-        f"SmolLM2-135M fp32 decode; peak {machine.matmul_gflops:.0f} GFLOP/s, "
+        f"SmolLM2-135M fp32 decode; {cpu_name()}\npeak {machine.matmul_gflops:.0f} GFLOP/s, "
         f"{machine.read_gbps:.1f} GB/s, load {machine.load_before[0]:.1f}",
-        fontsize=9,
+        fontsize=8,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+
+
+def _print_point(point: CurvePoint, llama: dict[str, Any] | None) -> None:
+    cells = "  ".join(f"{way} {point.ms[way]:6.1f}" for way in WAYS)
+    line = (
+        f"batch {point.batch:3d}: {cells}  roofline {point.roofline_ms:5.1f} ms ({point.share():.0%} of it)"
+    )
+    if llama is not None:
+        line += "  llama.cpp F16/F32 KV " + "/".join(
+            f"{llama[f'kv_{kv}']['curve_ms'][point.batch]:.1f}" for kv in ("f16", "f32")
+        )
+    print(line, flush=True)
 
 
 def main() -> None:
@@ -360,13 +356,28 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--llama-cpp", action="store_true", help="also time llama.cpp (llama-cpp-python)")
+    parser.add_argument(
+        "--llama-cpp-one-at-a-time", action="store_true", help="and llama.cpp's 32 requests one at a time"
+    )
+    parser.add_argument("--report", action="store_true", help="print the calibrated plans (per shape, why)")
+    parser.add_argument(
+        "--kernel-cache", type=Path, default=None, help="calibration cache (default: a fresh one per run)"
+    )
     parser.add_argument("--json", type=Path, default=Path("artifacts/decode.json"))
     parser.add_argument("--png", type=Path, default=Path("artifacts/decode.png"))
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = load_sampling_model(base_model=MODEL).model
-    decoders = Decoders.of(model)
+    cache = args.kernel_cache or Path("artifacts") / f"kernel-cache-{os.getpid()}"
+    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    ways = {}
+    for way in WAYS:
+        ways[way] = build_way(way, cache)
+        print(f"{WAY_LABELS[way]}: set up in {ways[way].setup_s:.1f} s", flush=True)
+        plan = ways[way].plan
+        if args.report and plan is not None and plan.forced_path is None:
+            print(plan.report(), flush=True)
+    params = matmul_params(load_sampling_model(base_model=MODEL).model)
     machine = measure_machine()
     print(
         f"machine: {machine.matmul_gflops:.0f} GFLOP/s fp32 matmul (MKL {machine.mkl_gflops:.0f}, "
@@ -374,56 +385,44 @@ def main() -> None:
         f"{machine.threads} threads, load {machine.load_before}",
         flush=True,
     )
-    points = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        point = curve_point(model, decoders, machine, batch, args)
-        points.append(point)
-        print(
-            f"batch {batch:3d}: transformers {point.hf_ms:6.1f} ms  lean F.linear {point.linear_ms:6.1f} ms  "
-            f"oneDNN plain {point.plain_ms:6.1f} ms  reordered (default) {point.lean_ms:6.1f} ms  "
-            f"roofline {point.roofline_ms:5.1f} ms  ({point.roofline_ms / point.lean_ms:.0%} of roofline)",
-            flush=True,
-        )
-    parts = breakdown(model, decoders, 32, args)
-    print(f"where the time goes at batch 32 (lean step {parts.step_ms:.1f} ms):")
+    batches = [int(b) for b in args.batches.split(",")]
+    points = [curve_point(ways, params, machine, batch, args) for batch in batches]
+    for point in points:
+        _print_point(point, None)
+    parts = breakdown(ways, 32, args)
+    print(f"where the time goes at batch 32 (default step {parts.step_ms:.1f} ms):")
     for name in ("layer_matmuls", "lm_head", "attention", "sampling"):
         value = getattr(parts, f"{name}_ms")
         print(f"  {name:14s} {value:7.1f} ms  {value / parts.step_ms:5.0%}")
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
-    print(
-        f"  F.linear products: step {parts.linear_step_ms:.1f} ms, layer products {parts.linear_layer_matmuls_ms:.1f} ms"
-    )
-    print(
-        f"  oneDNN plain weights: step {parts.plain_step_ms:.1f} ms, layer products {parts.plain_layer_matmuls_ms:.1f} ms"
-    )
-    print(
-        f"  (reordered, as 210 separate products: {parts.separate_matmuls_ms:.1f} ms; "
-        f"with gate and up separate, 150 products: {parts.gate_up_separate_matmuls_ms:.1f} ms)"
-    )
-    llama = (
-        llama_cpp_curve(model, [p.batch for p in points], machine.threads, args) if args.llama_cpp else None
-    )
+    for way, ms in parts.other_layer_matmuls_ms.items():
+        print(f"  layer products, {WAY_LABELS[way]}: {ms:.1f} ms")
+    llama = llama_cpp_curve(ways["linear"].model, batches, machine.threads, args) if args.llama_cpp else None
     if llama is not None:
-        for kv_cache in ("F16", "F32"):
-            run = llama[f"kv_{kv_cache.lower()}"]
-            for batch, ms in run["curve_ms"].items():
-                envsuite_ms = next(p.lean_ms for p in points if p.batch == batch)
-                print(
-                    f"llama.cpp ({kv_cache} KV) batch {batch:3d}: {ms:6.1f} ms per step (envsuite {envsuite_ms:6.1f} ms)"
-                )
+        print("with llama.cpp:")
+        for point in points:
+            _print_point(point, llama)
+        for kv_cache in ("f16", "f32"):
+            run = llama[f"kv_{kv_cache}"]
+            serial = run["one_at_a_time_tokens_per_s"]
             print(
-                f"llama.cpp ({kv_cache} KV) one request at a time: {run['one_at_a_time_tokens_per_s']:.1f} tokens/s; "
-                f"logits vs torch: max |diff| {run['logits_max_abs_diff']:.2e}, same argmax {run['same_argmax']}"
+                f"llama.cpp ({kv_cache.upper()} KV): logits vs torch max |diff| {run['logits_max_abs_diff']:.2e}, "
+                f"same argmax {run['same_argmax']}"
+                + (f"; one request at a time {serial:.1f} tokens/s" if serial is not None else "")
             )
+    calibration = ways["calibrated"].plan
     result = {
         "model": MODEL,
+        "cpu": cpu_name(),
         "machine": asdict(machine),
         "load_after": load_average(),
         "host": platform.node(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "pid": os.getpid(),
-        "curve": [asdict(p) for p in points],
+        "setup_s": {way: ways[way].setup_s for way in WAYS},
+        "calibration_report": calibration.report() if calibration is not None else None,
+        "curve": [asdict(p) | {"share": p.share()} for p in points],
         "breakdown": {**asdict(parts), "rest_ms": parts.rest_ms},
         "llama_cpp": llama,
     }

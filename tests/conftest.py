@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 # The hosted Tinker client hangs silently on a fake key; tests must never reach it.
 os.environ.pop("TINKER_API_KEY", None)
+# Kernel calibrations (measured speeds of this machine's matrix-product paths) go to a directory of the
+# test session's own, so a test never reads the user's cached choices or leaves its own behind.
+_KERNEL_CACHE = tempfile.mkdtemp(prefix="envsuite-test-kernels-")
+os.environ["ENVSUITE_KERNEL_CACHE"] = _KERNEL_CACHE
+atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
 
 TEST_MODEL = "tiny-random"
 

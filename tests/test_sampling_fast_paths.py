@@ -2,11 +2,12 @@
 
 * the lean decode step (Llama-family models) gives the tokens and logprobs of ``model(...)``, on base
   and on LoRA-merged weights, with its fused query/key/value weight sharing the model's memory, and
-  so does the step with its products through oneDNN on the reordered weights that replace the
-  model's own (the default: ``reorder_weights``), on the plain weights and through ``F.linear``, for
-  any number of rows; the reordered model's own forward (prefill, its query/key/value projections
-  one product) gives what the model as loaded gives, in any call order; weights shared with a
-  training run and a tied LM head are left plain, and nothing else keeps a plain copy;
+  so does the step with its products on the kernels the calibration chose (the default), on oneDNN's
+  reordered weights that replace the model's own, on plain weights only and through ``F.linear``, and
+  every product path gives ``F.linear``'s values for any number of rows; the re-laid-out model's own
+  forward (prefill, its query/key/value projections one product) gives what the model as loaded gives,
+  in any call order; weights shared with a training run and a tied LM head are left plain, and nothing
+  else keeps a plain copy (tests/test_kernel_plan.py: the calibration and each path end to end);
 * the prefix cache (multi-turn prompts that extend an earlier prompt + reply) prefills only the new
   tokens and gives the tokens and logprobs of a full prefill; it is bounded and least-recently-used;
   a returning turn that joins a running batch feeds its short tail through the decode steps (no
@@ -39,13 +40,21 @@ from envsuite.backends.local import (
     load_sampling_model,
 )
 from envsuite.engine.kernels import (
+    ROW_BUCKETS,
+    FrozenLinear,
     FusedPart,
     FusedProjections,
-    OneDnnLinear,
-    ReorderedLinear,
+    KernelPlan,
+    Layout,
+    PanelEmbedding,
+    Product,
+    ProductPath,
     ReorderReport,
+    WeightUse,
+    lay_out_frozen_linears,
+    native_kernels,
     reorder_frozen_linears,
-    route_linears_through_onednn,
+    usable_paths,
 )
 from envsuite.engine.sampling import (
     PrefixCache,
@@ -115,12 +124,16 @@ def _assert_same(reference: Outputs, other: Outputs, atol: float) -> None:
             np.testing.assert_allclose(logprobs, ref_logprobs, atol=atol, rtol=0)
 
 
+REORDERED = EngineConfig(prefix_cache_bytes=0, product_path=ProductPath.ONEDNN_REORDERED.value)
 PLAIN_WEIGHTS = EngineConfig(prefix_cache_bytes=0, reorder_weights=False)
 PLAIN = EngineConfig(prefix_cache_bytes=0, onednn_products=False)
 FORWARD = EngineConfig(lean_decode=False, onednn_products=False, prefix_cache_bytes=0)
 """The reference: transformers' own forward on the model as loaded (``F.linear`` products)."""
+TORCH_KERNELS = EngineConfig(prefix_cache_bytes=0, native_kernels=False)
 LEAN_CONFIGS = pytest.mark.parametrize(
-    "lean_config", [NO_CACHE, PLAIN_WEIGHTS, PLAIN], ids=["onednn-reordered", "onednn-plain", "f-linear"]
+    "lean_config",
+    [NO_CACHE, TORCH_KERNELS, REORDERED, PLAIN_WEIGHTS, PLAIN],
+    ids=["calibrated", "torch-kernels", "onednn-reordered", "plain-weights", "f-linear"],
 )
 
 
@@ -178,33 +191,59 @@ async def test_lean_decode_gives_the_forward_on_lora_merged_weights(
     _assert_same(expected, got, atol=1e-5)
 
 
-@pytest.mark.parametrize("reordered", [False, True], ids=["model-weights", "reordered-weights"])
-def test_onednn_products_equal_plain_products_for_any_row_count(reordered: bool) -> None:
-    """The decoder's oneDNN products, on the model's weights or on the reordered ones that replaced
-    them (query/key/value and gate/up fused), give ``F.linear``'s values on the weights as loaded for
-    every batch the engine decodes (and prefill-sized inputs), with a bias too."""
+def _paths_here() -> list[ProductPath]:
+    """Every product path this machine can run (the native ones where they built)."""
+    weight = torch.zeros(2, 2)
+    return list(usable_paths(weight, native=native_kernels().available))
+
+
+@pytest.mark.parametrize("path", list(ProductPath), ids=[p.value for p in ProductPath])
+def test_every_product_path_gives_f_linear_values_for_any_row_count(path: ProductPath) -> None:
+    """The decoder's products through each path, on the layouts that replaced the model's weights
+    (query/key/value and gate/up fused), give ``F.linear``'s values on the weights as loaded for every
+    batch the engine decodes (and prefill-sized inputs), with a bias too. The tied LM head keeps its
+    plain weight (through the path's plain counterpart) unless the path's layout is the panels, which
+    the embedding then reads its rows from."""
+    if path not in _paths_here():
+        pytest.skip(f"{path.value} is not usable here (native kernels: {native_kernels().reason})")
     model = load_sampling_model(base_model=MODEL).model
     plain = _plain_layer_weights(model)
-    route_linears_through_onednn(model)
-    if reordered:
-        report = reorder_frozen_linears(model)
-        assert report.fused_blocks == 2 * model.config.num_hidden_layers  # x86 wheels have oneDNN
+    report = lay_out_frozen_linears(model, KernelPlan.forced(path))
+    assert report.fused_blocks == 2 * model.config.num_hidden_layers
     decoder = llama_decoder(model)
-    assert decoder is not None and decoder.onednn
+    assert decoder is not None
     generator = torch.Generator().manual_seed(0)
     layer = decoder.layers[0]
-    bias = torch.randn(layer.o.weight.shape[0], generator=generator)
-    biased = replace(layer.o, bias=bias)
-    mlp_in = ["gate_up"] if reordered else ["gate", "up"]
-    expected = ["qkv", "o", *mlp_in, "down", "lm_head", "o"]
-    products = (layer.qkv, layer.o, *layer.mlp_in, layer.down, decoder.lm_head, biased)
+    bias = torch.randn(layer.o.out_features, generator=generator)
+    biased = Product(layer.o.weight, bias, layer.o.in_features, layer.o.out_features, layer.o.paths)
+    expected = ["qkv", "o", "gate_up", "down", "lm_head", "o"]
+    products = (*layer.qkv, layer.o, *layer.mlp_in, layer.down, decoder.lm_head, biased)
     for product, name in zip(products, expected, strict=True):
-        assert product.onednn and product.weight.is_mkldnn == (reordered and product is not decoder.lm_head)
+        tied = product is decoder.lm_head
+        tied_layout = path.layout if WeightUse.EMBEDDED.allows(path.layout) else Layout.PLAIN
+        assert product.layout is (tied_layout if tied else path.layout)
+        assert set(product.paths) == {path} or (tied and tied_layout is not path.layout)
         weight = plain[name]
-        for rows in (1, 2, 7, 16, 17, 32, 33, 64, 300):
+        for rows in (1, 2, 3, 7, 8, 9, 16, 17, 32, 33, 64, 65, 300):
             x = torch.randn(rows, 1, weight.shape[1], generator=generator)
             wanted = torch.nn.functional.linear(x, weight, bias if product is biased else None)
             torch.testing.assert_close(product(x), wanted)
+
+
+def test_a_product_runs_the_path_of_its_row_bucket() -> None:
+    """A product with a different path per row bucket runs, for each row count, the path of the smallest
+    bucket at least that large (the last one beyond), and every path gives the same values."""
+    plain_paths = [p for p in _paths_here() if p.layout is Layout.PLAIN]
+    paths = [plain_paths[i % len(plain_paths)] for i in range(len(ROW_BUCKETS))]
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(40, 24, generator=generator)
+    product = Product.of_plain(weight, None, paths)
+    assert [product.path_for(rows) for rows in (1, 2, 3, 5, 9, 17, 33, 65, 257, 5000)] == [
+        paths[i] for i in (0, 1, 2, 3, 4, 5, 6, 7, 7, 7)
+    ]
+    for rows in (1, 3, 17, 100, 300):
+        x = torch.randn(rows, 24, generator=generator)
+        torch.testing.assert_close(product(x), torch.nn.functional.linear(x, weight))
 
 
 def _plain_layer_weights(model: Any) -> dict[str, torch.Tensor]:
@@ -222,22 +261,53 @@ def _plain_layer_weights(model: Any) -> dict[str, torch.Tensor]:
     return {name: w.detach().clone() for name, w in weights.items()}
 
 
-async def test_reordered_model_forward_gives_the_forward_of_the_model_as_loaded() -> None:
-    """With no lean step, the engine's prefill and decode run the reordered model's own forward (its
-    query/key/value projections one fused product, gate and up another): same tokens and logprobs as the model as loaded.
-    Only the tied LM head keeps a plain weight, and no reordered layer keeps a parameter."""
+PANELS = EngineConfig(prefix_cache_bytes=0, product_path=ProductPath.PANELS.value)
+
+
+@pytest.mark.parametrize(
+    "config", [REORDERED, PLAIN_WEIGHTS, PANELS], ids=["onednn-reordered", "plain-weights", "panels"]
+)
+async def test_laid_out_model_forward_gives_the_forward_of_the_model_as_loaded(config: EngineConfig) -> None:
+    """With no lean step, the engine's prefill and decode run the re-laid-out model's own forward (its
+    query/key/value projections one fused product, gate and up another): same tokens and logprobs as
+    the model as loaded. The tied LM head keeps the embedding's plain weight, or on panels the
+    embedding reads its rows from them (one copy either way); no re-laid-out layer keeps a parameter."""
+    if config is PANELS and ProductPath.PANELS not in _paths_here():
+        pytest.skip(f"panels are not usable here (native kernels: {native_kernels().reason})")
     reference, _ = _client(FORWARD)
-    reordered, model = _client(EngineConfig(lean_decode=False, prefix_cache_bytes=0))
+    reordered, model = _client(replace(config, lean_decode=False))
     layers = model.config.num_hidden_layers
-    # query/key/value and gate/up as parts of two fused products; o and down on their own
+    # query/key/value and gate/up as parts of two fused products; o, down and the LM head on their own
     assert sum(isinstance(m, FusedPart) for m in model.modules()) == 5 * layers
-    assert sum(isinstance(m, ReorderedLinear) for m in model.modules()) == 2 * layers
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert linears == [model.lm_head] and model.lm_head.weight is model.get_input_embeddings().weight
+    frozen = [m for m in model.modules() if isinstance(m, FrozenLinear)]
+    assert len(frozen) == 2 * layers + 1 and not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    assert isinstance(head, FrozenLinear)
+    if config is PANELS:
+        assert isinstance(embedding, PanelEmbedding) and embedding.panels is head.product.weight
+        assert all(m.product.layout is Layout.PANELS for m in frozen)
+    else:
+        assert head.product.weight is embedding.weight
+        relaid = config.product_path is not None
+        assert all((m.product.layout is not Layout.PLAIN) == (relaid and m is not head) for m in frozen)
     expected, got = await _mixed_batch(reference), await _mixed_batch(reordered)
     reference.close()
     reordered.close()
     _assert_same(expected, got, atol=1e-5)
+
+
+def test_a_panel_embedding_reads_the_plain_embeddings_rows() -> None:
+    if ProductPath.PANELS not in _paths_here():
+        pytest.skip(f"panels are not usable here (native kernels: {native_kernels().reason})")
+    generator = torch.Generator().manual_seed(3)
+    embedding = torch.nn.Embedding(37, 24)  # 37 rows: the last panel only partly filled
+    torch.nn.init.normal_(embedding.weight, generator=generator)
+    product = Product.of_plain(embedding.weight.detach(), None, [ProductPath.PANELS] * len(ROW_BUCKETS))
+    panel_embedding = PanelEmbedding(product.weight, 37)
+    ids = torch.tensor([[0, 15, 16, 36], [31, 32, 1, 17]])
+    with torch.no_grad():
+        assert torch.equal(panel_embedding(ids), embedding(ids))
+        assert torch.equal(panel_embedding(torch.arange(37)), embedding.weight)
 
 
 def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:
@@ -245,7 +315,8 @@ def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:
     linears = [torch.nn.Linear(16, n, bias=n != 8) for n in (16, 8, 8)]
     for linear in linears:
         torch.nn.init.normal_(linear.weight, generator=generator)
-    fused = FusedProjections([OneDnnLinear.replacing(linear) for linear in linears])
+    paths = [ProductPath.ONEDNN_REORDERED] * len(ROW_BUCKETS)
+    fused = FusedProjections.of(linears, paths)
     parts = [fused.part(i) for i in range(3)]
     x, y = torch.randn(5, 16, generator=generator), torch.randn(5, 16, generator=generator)
     with torch.no_grad():
@@ -258,29 +329,6 @@ def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:
         torch.testing.assert_close(parts[2](x), linears[2](x))
 
 
-async def test_onednn_linears_give_the_forward_of_the_model_as_loaded() -> None:
-    """``onednn_products`` swaps the model's linear layers for OneDnnLinear over the same parameters:
-    prefill and decode through ``model(...)`` (no lean step) sample the same tokens and logprobs, and
-    the layers fall back to ``F.linear`` where a gradient is wanted."""
-    reference, _ = _client(FORWARD)
-    routed, routed_model = _client(
-        EngineConfig(lean_decode=False, prefix_cache_bytes=0, reorder_weights=False)
-    )
-    swapped = [m for m in routed_model.modules() if isinstance(m, OneDnnLinear)]
-    assert len(swapped) == sum(isinstance(m, torch.nn.Linear) for m in routed_model.modules()) > 0
-    expected, got = await _mixed_batch(reference), await _mixed_batch(routed)
-    reference.close()
-    routed.close()
-    _assert_same(expected, got, atol=1e-5)
-    layer = swapped[0]
-    plain = torch.nn.Linear(layer.in_features, layer.out_features, bias=False)
-    plain.weight = torch.nn.Parameter(layer.weight.detach().clone())
-    x = torch.randn(3, layer.in_features, requires_grad=True)
-    layer(x).sum().backward()
-    assert x.grad is not None
-    torch.testing.assert_close(x.grad, torch.autograd.grad(plain(x).sum(), x)[0])
-
-
 def test_lean_decode_reads_the_models_own_projection_weights() -> None:
     """The fused q/k/v weight (and every other weight) shares the model's memory: a change to the model's weights
     in place reaches the lean step too, so the two never disagree (and the model holds one copy)."""
@@ -291,7 +339,7 @@ def test_lean_decode_reads_the_models_own_projection_weights() -> None:
     again = llama_decoder(model)
     assert again is not None
     for mine, theirs in zip(decoder.layers, again.layers, strict=True):
-        assert mine.qkv.weight.data_ptr() == theirs.qkv.weight.data_ptr()
+        assert mine.qkv[0].weight.data_ptr() == theirs.qkv[0].weight.data_ptr()
     first: Any = model.get_decoder().layers[0]
     with torch.inference_mode():
         first.self_attn.k_proj.weight.mul_(3.0)
@@ -570,22 +618,26 @@ def test_reordering_leaves_shared_and_tied_weights_plain() -> None:
     """Weights another live model holds (a LoRA snapshot's frozen base) keep their layer and tensor: a
     reordered copy would only add memory. The tied LM head stays plain for the embedding."""
     model = load_sampling_model(base_model=MODEL).model
-    route_linears_through_onednn(model)
     gates = [layer.mlp.gate_proj for layer in model.model.layers]
     shared = {id(gate.weight) for gate in gates}
     memory_before = {name: p.data_ptr() for name, p in model.named_parameters()}
+    gate_memory = [gate.weight.data_ptr() for gate in gates]
     report = reorder_frozen_linears(model, shared=shared)
     # The rest (embedding, norms) moved out of the checkpoint's memory map, so the map can go; the
     # shared weights did not move.
     moved = {name for name, p in model.named_parameters() if p.data_ptr() != memory_before[name]}
     assert moved == {name for name, p in model.named_parameters() if id(p) not in shared}
     layers = len(gates)
-    # gate shared, so up (its fusion partner) stays plain with it: the lean step fuses plain pairs itself
+    # gate shared, so up (its fusion partner) stays plain with it, each its own product
     assert report == ReorderReport(reordered=5 * layers, fused_blocks=layers, kept=2 * layers + 1)
     for layer, gate in zip(model.model.layers, gates, strict=True):
-        assert layer.mlp.gate_proj is gate and id(gate.weight) in shared
-        assert isinstance(layer.mlp.up_proj, OneDnnLinear) and isinstance(layer.self_attn.k_proj, FusedPart)
-        assert isinstance(layer.mlp.down_proj, ReorderedLinear)
+        shared_gate, up = layer.mlp.gate_proj, layer.mlp.up_proj
+        assert isinstance(shared_gate, FrozenLinear) and shared_gate.product.weight is gate.weight
+        assert gate.weight.data_ptr() in gate_memory  # not copied
+        assert isinstance(up, FrozenLinear) and up.product.layout is Layout.PLAIN
+        assert isinstance(layer.self_attn.k_proj, FusedPart)
+        assert isinstance(layer.mlp.down_proj, FrozenLinear)
+        assert layer.mlp.down_proj.product.layout is Layout.ONEDNN_REORDERED
     decoder = llama_decoder(model)  # a decoder over the mixed model multiplies what the model holds
     assert decoder is not None and len(decoder.layers[0].mlp_in) == 2
 
@@ -609,9 +661,10 @@ def test_lora_snapshots_reorder_only_the_layers_they_own(tmp_path: Path) -> None
         ).result()
         assert len(response.sequences) == 2
         layers = 2  # the tiny model's
-        # attention (q/k/v fused, o) and the adapted, untied LM head reordered; gate/up/down shared
-        assert sampler.reorder_report() == ReorderReport(
-            reordered=4 * layers + 1, fused_blocks=layers, kept=3 * layers
-        )
+        # attention (q/k/v fused, o) and the adapted, untied LM head are the snapshot's own (on the
+        # layout the calibration chose); gate/up/down shared with the trainer, so plain
+        report = sampler.reorder_report()
+        assert report is not None and report.fused_blocks == layers
+        assert report.reordered + report.kept == 7 * layers + 1 and report.kept >= 3 * layers
         sampler.close()
     trainer.close()

@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "serve-env": "envsuite.cli._serve_env_cmd",
     "serve": "envsuite.cli._serve_cmd",
     "serve-sandbox": "envsuite.cli._serve_sandbox_cmd",
+    "doctor": "envsuite.cli._doctor_cmd",
 }
 """Command name -> the module holding its ``add_parser`` and ``run``, in the order help lists them."""
 

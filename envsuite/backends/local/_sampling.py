@@ -222,8 +222,9 @@ class LocalSamplingClient:
         return self._engine.kv_stats()
 
     def reorder_report(self) -> ReorderReport | None:
-        """Which of the model's linear layers the engine put on reordered weights and which it left plain
-        (``EngineConfig.reorder_weights``); None where it did not try (``onednn_products`` off)."""
+        """Which of the model's linear layers the engine put on re-laid-out weights (oneDNN's reordered
+        blocks, envsuite's panels: the layouts the kernel calibration chose) and which it left plain;
+        None where it did not try (``onednn_products`` off)."""
         return self._engine.reorder_report
 
     def sample(

@@ -1,10 +1,25 @@
 """Matrix-product kernels the engine picks over torch's defaults, shared by sampling and training.
 
-See ``_onednn``: linear layers through oneDNN (half the time of ``F.linear`` or less on the AMD EPYC
-boxes, the same values up to float rounding), with gradients; ``_reordered``: a frozen model's layers
-on oneDNN-reordered weights that replace the plain ones (faster again, no extra memory).
+See ``_onednn``: linear layers through oneDNN, with gradients (training); ``_products``: a frozen
+layer's product on one weight layout with a kernel per row count (torch's ``F.linear``, oneDNN on the
+plain or reordered weight, envsuite's native kernels: ``_native``); ``_calibration``: choosing among
+them by measuring them on this machine (cached per CPU and library versions); ``_plan``: the choices
+for one model; ``_reordered``: a frozen model's layers on the chosen layouts, in place of the plain
+ones (no extra memory).
 """
 
+from envsuite.engine.kernels._calibration import (
+    CalibrationResult,
+    Choice,
+    MachineKey,
+    ShapeTiming,
+    cache_directory,
+    calibrate,
+    calibrated_timings,
+    calibration_file,
+    choose,
+)
+from envsuite.engine.kernels._native import CpuIdentity, NativeKernels, cpu_identity, native_kernels
 from envsuite.engine.kernels._onednn import (
     OneDnnLinear,
     onednn_available,
@@ -13,26 +28,72 @@ from envsuite.engine.kernels._onednn import (
     reordered_weight,
     route_linears_through_onednn,
 )
+from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, kernel_plan, product_sites
+from envsuite.engine.kernels._products import (
+    PATH_NAMES,
+    ROW_BUCKETS,
+    FrozenLinear,
+    Layout,
+    Product,
+    ProductPath,
+    bucket_index,
+    lay_out,
+    run_path,
+    usable_paths,
+)
 from envsuite.engine.kernels._reordered import (
     FusedPart,
     FusedProjections,
-    ReorderedLinear,
+    PanelEmbedding,
     ReorderReport,
+    lay_out_frozen_linears,
     reorder_frozen_linears,
     zero_filled_biases,
 )
 
 __all__ = [
-    # linear layers through oneDNN
+    # linear layers through oneDNN (training and sampling)
     "OneDnnLinear",
     "route_linears_through_onednn",
-    # a frozen model on reordered weights (sampling engines)
+    # a frozen layer's product: one layout, a kernel per row count
+    "FrozenLinear",
+    "Layout",
+    "PATH_NAMES",
+    "Product",
+    "ProductPath",
+    "ROW_BUCKETS",
+    "bucket_index",
+    "lay_out",
+    "run_path",
+    "usable_paths",
+    # choosing by measurement, cached per machine
+    "CalibrationResult",
+    "Choice",
+    "KernelPlan",
+    "kernel_plan",
+    "MachineKey",
+    "ShapeTiming",
+    "cache_directory",
+    "calibrate",
+    "calibration_file",
+    "calibrated_timings",
+    "choose",
+    # a frozen model on the chosen layouts (sampling engines)
     "FusedPart",
     "FusedProjections",
+    "PanelEmbedding",
+    "ProductSite",
+    "WeightUse",
     "ReorderReport",
-    "ReorderedLinear",
+    "lay_out_frozen_linears",
+    "product_sites",
     "reorder_frozen_linears",
     "zero_filled_biases",
+    # envsuite's native CPU kernels (built on first use)
+    "CpuIdentity",
+    "NativeKernels",
+    "cpu_identity",
+    "native_kernels",
     # the products themselves
     "onednn_available",
     "onednn_fits",

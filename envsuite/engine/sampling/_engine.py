@@ -39,7 +39,13 @@ from transformers import PreTrainedModel
 
 from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._memory import release_free_memory
-from envsuite.engine.kernels import ReorderReport, reorder_frozen_linears, route_linears_through_onednn
+from envsuite.engine.kernels import (
+    KernelPlan,
+    ReorderReport,
+    kernel_plan,
+    lay_out_frozen_linears,
+    onednn_fits,
+)
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -88,21 +94,31 @@ class SamplingEngine:
         self.model = model.eval()
         self.config = config or EngineConfig()
         self.reorder_report: ReorderReport | None = None
-        """What ``EngineConfig.reorder_weights`` replaced in the model (None: nothing was tried)."""
-        if self.config.onednn_products:
-            route_linears_through_onednn(model)  # the engine owns its model (see the client)
-            if self.config.reorder_weights:
-                self.reorder_report = reorder_frozen_linears(model, shared=shared_weights)
+        """What the engine did to the model's linear layers (None: nothing, ``onednn_products`` off)."""
+        self.kernel_plan: KernelPlan | None = None
+        """The kernels chosen for the model's products, and why (None: ``F.linear`` on the model as loaded)."""
+        weight = model.get_input_embeddings().weight
+        assert isinstance(weight, torch.Tensor)
+        # Read before the layout: a tied embedding may then read its rows from the LM head's panels.
+        self.vocab_size = int(weight.shape[0])
+        if self.config.onednn_products and onednn_fits(weight):
+            # The engine owns its model (see the client): its layers take the chosen layouts in place.
+            self.kernel_plan = kernel_plan(
+                model,
+                shared_weights,
+                relayout=self.config.reorder_weights,
+                native=self.config.native_kernels,
+                path=self.config.product_path,
+                among=self.config.product_paths,
+                cache=self.config.kernel_cache,
+            )
+            self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
-        self._decoder = (
-            llama_decoder(model, onednn=self.config.onednn_products) if self.config.lean_decode else None
-        )
+        native_step = self.kernel_plan is not None and self.config.native_kernels
+        self._decoder = llama_decoder(model, native=native_step) if self.config.lean_decode else None
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
-        weight = model.get_input_embeddings().weight
-        assert isinstance(weight, torch.Tensor)
-        self.vocab_size = int(weight.shape[0])
         self._decode = decode
         self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | None] = queue.SimpleQueue()
         self._lock = threading.Lock()

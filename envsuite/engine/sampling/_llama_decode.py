@@ -20,7 +20,7 @@ cover (other architectures, sliding windows, biases it does not know) keep using
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -28,11 +28,14 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from envsuite.engine.kernels import (
+    FrozenLinear,
     FusedPart,
-    ReorderedLinear,
+    OneDnnLinear,
+    Product,
+    ProductPath,
+    native_kernels,
     onednn_available,
     onednn_fits,
-    onednn_linear,
     zero_filled_biases,
 )
 
@@ -70,63 +73,37 @@ class _FedTail:
 
 
 @dataclass(frozen=True)
-class _Product:
-    """One linear layer of the step, ``x @ weight.T + bias``: through oneDNN (``onednn``, see
-    ``envsuite.engine.kernels``: half the time of ``F.linear`` or less on the skinny inputs of a
-    decode step) or ``F.linear``. ``weight`` is the model's plain weight or, where the engine
-    reordered the model's layers (``ReorderedLinear``), the reordered one (then always oneDNN)."""
-
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    onednn: bool = False
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.onednn:
-            return F.linear(x, self.weight, self.bias)
-        return onednn_linear(x, self.weight, self.bias)
-
-    def through_onednn(self) -> _Product:
-        return replace(self, onednn=True)
-
-
-@dataclass(frozen=True)
 class _LayerWeights:
-    """One decoder layer's tensors and products (biases are None when the config has none).
+    """One decoder layer's tensors and products (``envsuite.engine.kernels.Product``: a weight in the
+    layout the engine chose for it, a kernel per row count).
 
-    ``qkv`` stacks the query, key and value projections' rows: one matrix product instead of three
-    (measured at batch 8-32 on SmolLM2: as fast or faster; the key/value products alone are too
-    narrow to use the cores well). The model's own modules hold views of these rows (:func:`_fuse`),
-    so the model keeps one copy of its weights and sees the same values; where the engine reordered
-    the model, ``qkv`` is the reordered product its ``FusedPart`` modules share.
-
-    ``mlp_in`` is ``(gate, up)``, or ``(gate_up,)`` where the engine fused the two (reordered, their
-    outputs side by side): on reordered weights one product is faster at every batch from 1 to 64
-    (0.2-0.9 ms per step on SmolLM2); on the plain weights they stay separate (fusing them would copy
-    them, and on plain weights one 3072-wide product ran slower at batch 8).
+    ``qkv`` is one product of the query, key and value projections' stacked rows where they could be
+    fused (measured at batch 8-32 on SmolLM2: as fast or faster than three; the key/value products
+    alone are too narrow to use the cores well), else the three products; ``mlp_in`` likewise the gate
+    and up projections (one product, or two). The engine fuses them when it lays the model out
+    (``lay_out_frozen_linears``); on a model as loaded (``nn.Linear`` layers) the query, key and value
+    weights become views of one stacked tensor (:func:`_fuse`: one copy in all, the model's modules see
+    the same values) and gate and up stay separate.
     """
 
     input_norm: torch.Tensor
     post_norm: torch.Tensor
-    qkv: _Product
-    o: _Product
-    mlp_in: tuple[_Product, ...]
-    down: _Product
-
-    def through_onednn(self) -> _LayerWeights:
-        return replace(
-            self,
-            qkv=self.qkv.through_onednn(),
-            o=self.o.through_onednn(),
-            mlp_in=tuple(p.through_onednn() for p in self.mlp_in),
-            down=self.down.through_onednn(),
-        )
+    qkv: tuple[Product, ...]
+    o: Product
+    mlp_in: tuple[Product, ...]
+    down: Product
 
 
-def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder | None:
+def llama_decoder(
+    model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
-    With ``onednn`` the step's products run through oneDNN where torch has it (else ``F.linear``;
-    layers the engine reordered always run through oneDNN)."""
+    Layers the engine laid out (``FrozenLinear``, fused parts) run their own products; plain linear
+    layers run through ``plain_path`` where given (a plain-weight path), else ``F.linear`` (oneDNN for a
+    ``OneDnnLinear``). With ``native`` the step's norms and attention run envsuite's native kernels
+    where they are loaded and fit the model (fp32 on the CPU, heads of 16 to 128 floats in steps of 16),
+    else torch's."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -134,34 +111,49 @@ def llama_decoder(model: PreTrainedModel, onednn: bool = True) -> LlamaDecoder |
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    # A GPU or half-precision model keeps F.linear.
-    onednn = onednn and onednn_available() and onednn_fits(_product(model.get_output_embeddings()).weight)
-    return LlamaDecoder(model, onednn=onednn)
+    return LlamaDecoder(model, plain_path, native=native and _native_step_fits(model))
+
+
+def _native_step_fits(model: PreTrainedModel) -> bool:
+    """Whether the native norm and attention kernels can run ``model``'s step (loading them if so)."""
+    config = model.config
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    norm = _weight(model.get_decoder().norm)
+    fits = (
+        onednn_fits(norm)  # fp32 on the CPU (the embedding may have taken the LM head's panels)
+        and head_dim % 16 == 0
+        and head_dim <= 128
+        and heads // int(config.num_key_value_heads) <= 64
+    )
+    return fits and native_kernels().available
 
 
 class LlamaDecoder:
     """Feeds one token per row through a Llama model and its KV cache (see module docstring).
 
-    It reads the model's tensors when it is built and points the model's query/key/value projections
-    at rows of one fused tensor (same values, one copy). The sampling engine's model
-    is frozen (new weights come as a new model, with a new decoder); an in-place change to a fused
-    projection's weight is still seen by both, as they share the memory.
+    It reads the model's tensors and products when it is built; on a model as loaded it points the
+    query/key/value projections at rows of one fused tensor (same values, one copy). The sampling
+    engine's model is frozen (new weights come as a new model, with a new decoder); an in-place change
+    to a fused projection's weight is still seen by both, as they share the memory.
 
-    With ``onednn`` every product runs through oneDNN on the model's own weights (:class:`_Product`).
-    Where the engine replaced the model's layers by reordered ones (``reorder_frozen_linears``: a
-    step ~20% faster again at batch 32, docs/benchmarks.md), the step multiplies the same reordered
-    tensors, and the fused products of the query/key/value and the gate/up projections.
+    Where the engine laid the model's layers out (``lay_out_frozen_linears``: each product on the
+    layout and kernels measured fastest here), the step runs the same products. With ``native`` (the
+    caller checked that they run here) its RMS norms, its rotary embeddings (with the split of the fused
+    q/k/v product into heads), its one-token attention and its MLP's SiLU(gate) * up run envsuite's
+    native kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
+    operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA.
     """
 
-    def __init__(self, model: PreTrainedModel, onednn: bool = False) -> None:
+    def __init__(
+        self, model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+    ) -> None:
         inner: Any = model.get_decoder()
         config = model.config
         self.embed: torch.nn.Module = inner.embed_tokens
         self.rotary: torch.nn.Module = inner.rotary_emb
         self.final_norm = _weight(inner.norm)
         self.eps = float(config.rms_norm_eps)
-        head: Any = model.get_output_embeddings()
-        self.lm_head = _product(head)
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.group = self.heads // self.kv_heads
@@ -172,11 +164,12 @@ class LlamaDecoder:
         self.act: torch.nn.Module = first.mlp.act_fn
         self.q_size = self.heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
-        self.layers = [_layer_weights(layer) for layer in inner.layers]
-        self.onednn = onednn
-        if onednn:
-            self.layers = [layer.through_onednn() for layer in self.layers]
-            self.lm_head = self.lm_head.through_onednn()
+        self.native = native
+        self.native_silu = native and getattr(config, "hidden_act", None) in ("silu", "swish")
+        """The MLP's SiLU(gate) * up as one native call (a fused gate/up product's output)."""
+        products = _Products(plain_path)
+        self.layers = [products.layer(layer) for layer in inner.layers]
+        self.lm_head = products.of(model.get_output_embeddings())
 
     def step(
         self,
@@ -202,9 +195,9 @@ class LlamaDecoder:
         hidden = self.embed(ids[:, None])
         cos, sin = self.rotary(hidden, positions[:, None])
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        # One mask for every layer; with no padding at all SDPA needs none (a one-token query
-        # attends to every cached position).
-        mask = None if bool(mask_B_L.all()) else mask_B_L.bool()[:, None, None, :]
+        # One mask for every layer; with no padding at all none is needed (a one-token query attends
+        # to every cached position).
+        mask = self.attention_mask(mask_B_L)
         fed = self._fed_tails(tails, mask_B_L, batch)
         for weights, layer in zip(self.layers, cache_layers, strict=True):
             hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
@@ -225,15 +218,12 @@ class LlamaDecoder:
         # hidden_B1D: the batch's rows (one token each), then every tail token (one row each).
         rows = hidden_B1D.shape[0]
         x = self._rms_norm(hidden_B1D, w.input_norm)
-        qkv = w.qkv(x)
-        k_end = self.q_size + self.kv_size
-        # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
-        # rotating each on its own, in half the operations.
-        qk = qkv[..., :k_end].view(rows, 1, -1, self.head_dim).transpose(1, 2)
-        qk = qk * cos + _rotate_half(qk) * sin
-        query, key = qk[:, : self.heads], qk[:, self.heads :]
-        value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
-        keys, values = cache.update(key[:batch], value[:batch])
+        qkv = w.qkv[0](x) if len(w.qkv) == 1 else torch.cat([product(x) for product in w.qkv], dim=-1)
+        query, key, value = self._heads(qkv, cos, sin, rows)
+        if rows == batch:
+            keys, values = cache.update(key, value)
+        else:
+            keys, values = cache.update(key[:batch], value[:batch])
         for f in fed:
             # Into the row's columns right before the new one (the pending token's attention below
             # sees them): (N, kv_heads, 1, head_dim) -> (kv_heads, N, head_dim), the cache's layout.
@@ -243,18 +233,41 @@ class LlamaDecoder:
         # Each key/value head's query heads become that head's queries (transformers' pack_gqa), so
         # the cache is never repeated per query head.
         grouped = query[:batch].reshape(batch, self.kv_heads, self.group, self.head_dim)
-        attn = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
-        attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
+        attn = self.attend(grouped, keys, values, mask)
+        if self.native:  # contiguous (B, kv heads, group, D): the heads' order already
+            attn = attn.reshape(batch, 1, -1)
+        else:
+            attn = attn.reshape(batch, self.heads, 1, self.head_dim).transpose(1, 2).reshape(batch, 1, -1)
         if fed:
             attn = torch.cat([attn, *(self._tail_attention(f, query[f.rows], keys, values) for f in fed)])
         hidden_B1D = hidden_B1D + w.o(attn)
         x = self._rms_norm(hidden_B1D, w.post_norm)
+        if len(w.mlp_in) == 1 and self.native_silu:
+            return hidden_B1D + w.down(torch.ops.envsuite.silu_mul(w.mlp_in[0](x)))
         if len(w.mlp_in) == 1:
             gate, up = w.mlp_in[0](x).chunk(2, dim=-1)
         else:
             gate, up = (product(x) for product in w.mlp_in)
         mlp = self.act(gate) * up
         return hidden_B1D + w.down(mlp)
+
+    def _heads(
+        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query ``(rows, heads, 1, D)``, key and value ``(rows, kv_heads, 1, D)`` heads of the fused
+        product, query and key rotated."""
+        if self.native:
+            heads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = torch.ops.envsuite.rotary_split(
+                qkv, cos, sin, self.heads, self.kv_heads
+            )
+            return heads
+        k_end = self.q_size + self.kv_size
+        # Rotary embeddings on the query and key heads at once: the same elementwise arithmetic as
+        # rotating each on its own, in half the operations.
+        qk = qkv[..., :k_end].view(rows, 1, -1, self.head_dim).transpose(1, 2)
+        qk = qk * cos + _rotate_half(qk) * sin
+        value = qkv[..., k_end:].reshape(rows, 1, -1, self.head_dim).transpose(1, 2)
+        return qk[:, : self.heads], qk[:, self.heads :], value
 
     def _fed_tails(self, tails: Sequence[TailTokens], mask_B_L: torch.Tensor, batch: int) -> list[_FedTail]:
         """Each tail's rows (after the batch's ``batch`` rows, in order) and mask, once per step."""
@@ -282,7 +295,27 @@ class LlamaDecoder:
         attn = attn.reshape(self.kv_heads, count, group, self.head_dim).transpose(0, 1)
         return attn.reshape(count, 1, self.q_size)
 
+    def attention_mask(self, mask_B_L: torch.Tensor) -> torch.Tensor | None:
+        """The step's mask as :meth:`attend` takes it (None where no row has padding)."""
+        if bool(mask_B_L.all()):
+            return None
+        mask = mask_B_L.bool()
+        return mask if self.native else mask[:, None, None, :]
+
+    def attend(
+        self, grouped: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One-token attention: ``grouped`` ``(B, kv_heads, group, head_dim)`` queries over the cache's
+        ``keys``/``values`` ``(B, kv_heads, L, head_dim)``, ``mask`` from :meth:`attention_mask`."""
+        if self.native:
+            out: torch.Tensor = torch.ops.envsuite.decode_attention(grouped, keys, values, mask, self.scaling)
+            return out
+        return F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=self.scaling)
+
     def _rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            normed: torch.Tensor = torch.ops.envsuite.rms_norm(hidden, weight, self.eps)
+            return normed
         # torch's fused kernel: the arithmetic of transformers' LlamaRMSNorm (mean of squares, rsqrt,
         # scale) in one operation instead of six (no difference on the inputs checked; the tests hold
         # the lean step to the forward pass's logprobs).
@@ -324,30 +357,49 @@ def _bias(module: Any) -> torch.Tensor | None:
     return None if bias is None else bias.detach()
 
 
-def _layer_weights(layer: Any) -> _LayerWeights:
-    attn, mlp = layer.self_attn, layer.mlp
-    if isinstance(attn.q_proj, FusedPart):  # reordered by the engine: already one product
-        qkv = _product(attn.q_proj.fused.product)
-    else:
-        qkv = _Product(*_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
-    if isinstance(mlp.gate_proj, FusedPart) and mlp.gate_proj.fused is getattr(mlp.up_proj, "fused", None):
-        mlp_in: tuple[_Product, ...] = (_product(mlp.gate_proj.fused.product),)
-    else:
-        mlp_in = (_product(mlp.gate_proj), _product(mlp.up_proj))
-    return _LayerWeights(
-        input_norm=_weight(layer.input_layernorm),
-        post_norm=_weight(layer.post_attention_layernorm),
-        qkv=qkv,
-        o=_product(attn.o_proj),
-        mlp_in=mlp_in,
-        down=_product(mlp.down_proj),
-    )
+class _Products:
+    """The step's products for a model's layers (see :func:`llama_decoder`)."""
 
+    def __init__(self, plain_path: ProductPath | None) -> None:
+        self.plain_path = plain_path
 
-def _product(linear: Any) -> _Product:
-    if isinstance(linear, ReorderedLinear):
-        return _Product(linear.packed, linear.bias, onednn=True)
-    return _Product(_weight(linear), _bias(linear))
+    def of(self, linear: Any) -> Product:
+        """The product a layer runs: its own where the engine laid it out, else one on its plain weight."""
+        if isinstance(linear, FrozenLinear):
+            return linear.product
+        return self.plain(_weight(linear), _bias(linear), isinstance(linear, OneDnnLinear))
+
+    def plain(self, weight: torch.Tensor, bias: torch.Tensor | None, onednn: bool = False) -> Product:
+        path = self.plain_path
+        if path is None:
+            path = ProductPath.ONEDNN if onednn and onednn_available() else ProductPath.F_LINEAR
+        if path is not ProductPath.F_LINEAR and not onednn_fits(weight):
+            path = ProductPath.F_LINEAR  # a GPU or half-precision model
+        return Product.everywhere(weight, bias, path)
+
+    def group(self, linears: list[Any]) -> tuple[Product, ...]:
+        """One product for layers the engine fused, else one per layer."""
+        first = linears[0]
+        if isinstance(first, FusedPart) and all(getattr(m, "fused", None) is first.fused for m in linears):
+            return (first.fused.product,)
+        return tuple(self.of(linear) for linear in linears)
+
+    def layer(self, layer: Any) -> _LayerWeights:
+        attn, mlp = layer.self_attn, layer.mlp
+        projections = [attn.q_proj, attn.k_proj, attn.v_proj]
+        if all(type(m) in (torch.nn.Linear, OneDnnLinear) for m in projections):
+            fused, fused_bias = _fuse(projections)
+            qkv: tuple[Product, ...] = (self.plain(fused, fused_bias, isinstance(attn.q_proj, OneDnnLinear)),)
+        else:
+            qkv = self.group(projections)
+        return _LayerWeights(
+            input_norm=_weight(layer.input_layernorm),
+            post_norm=_weight(layer.post_attention_layernorm),
+            qkv=qkv,
+            o=self.of(attn.o_proj),
+            mlp_in=self.group([mlp.gate_proj, mlp.up_proj]),
+            down=self.of(mlp.down_proj),
+        )
 
 
 def _fuse(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:

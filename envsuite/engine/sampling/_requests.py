@@ -43,16 +43,35 @@ class EngineConfig:
     lean_decode: bool = True
     """Decode Llama-family models with the lean step (``_llama_decode``) instead of ``model(...)``."""
     onednn_products: bool = True
-    """Run the model's matrix products through oneDNN (where torch has it) instead of ``F.linear``: its
-    linear layers become ``OneDnnLinear`` over the same weights (prefill passes) and the lean step
-    multiplies the same way. The same values up to float rounding; on the AMD EPYC boxes a decode step
-    ~1.7x and a prefill pass's products ~2.2x faster (docs/benchmarks.md, Decoding)."""
+    """Run the model's matrix products through the kernels measured fastest on this machine
+    (``product_path``) instead of ``F.linear`` on the model as loaded. The engine owns its frozen model:
+    its linear layers become products on the layouts and kernels chosen (``lay_out_frozen_linears``),
+    the same values up to float rounding. False keeps the model as loaded, with ``F.linear`` (the
+    reference the tests compare against)."""
     reorder_weights: bool = True
-    """Replace the model's linear layers by ones on oneDNN-reordered weights (``reorder_frozen_linears``;
-    the query/key/value projections become one product, the gate/up projections another): the engine
-    owns its frozen model, so the reordered tensors take the plain ones' place and memory stays the
-    same, while a decode step at batch 32 is ~20% faster (docs/benchmarks.md, Decoding). Weights the model shares with a training
-    run, and an LM head tied to the input embedding, stay plain. Needs ``onednn_products``."""
+    """Let a product hold its weight in another layout than the plain one (oneDNN's reordered blocks,
+    envsuite's panels), in the plain one's place: memory stays the same. Weights the model shares with a
+    training run stay plain; an LM head tied to the input embedding stays plain or takes the panels,
+    which the embedding then reads its rows from. False: plain weights only (``F.linear``, oneDNN and
+    envsuite's rows kernel on them)."""
+    native_kernels: bool = True
+    """Let the products use envsuite's native CPU kernels (``envsuite/engine/kernels/_native.cpp``), built
+    for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached), and
+    the lean step run its RMS norms and one-token attention through them (with ``onednn_products``);
+    where none can be built, torch's kernels serve alone."""
+    product_path: str | None = None
+    """None: each product shape runs the kernels measured fastest on this machine, per row count (a
+    calibration of seconds to tens of seconds the first time, cached per CPU and library versions:
+    ``kernel_cache``; ``envsuite doctor`` shows it).
+    A path's name (``envsuite.engine.kernels.ProductPath``: ``f-linear``, ``onednn``,
+    ``onednn-reordered``, ``rows``, ``panels``) runs that one everywhere (benchmarks, tests); it must be
+    usable here and allowed by the flags above."""
+    product_paths: tuple[str, ...] | None = None
+    """The paths the calibration chooses among, by name (None: every usable one; ``F.linear`` where
+    none of them is usable here). ``("f-linear", "onednn", "onednn-reordered")`` keeps the products on
+    torch's kernels while the step's norms and attention still run the native ones."""
+    kernel_cache: str | None = None
+    """Where calibrations are cached; None: ``$ENVSUITE_KERNEL_CACHE``, else ``~/.cache/envsuite/kernels``."""
     prefix_cache_bytes: int = 1 << 30
     """KV of finished sequences kept for later prompts that extend them (multi-turn episodes), at most
     this many bytes (least recently used first out); 0 turns the prefix cache off."""

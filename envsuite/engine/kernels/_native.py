@@ -1,0 +1,213 @@
+"""envsuite's native CPU kernels (``_native.cpp``), built on first use for the CPU this process runs on.
+
+The source ships with the package; :func:`native_kernels` compiles it once with the host's C++ compiler
+(``$CXX``, else ``g++``/``c++``/``clang++``), ``-O3 -march=native`` against the installed torch, into
+``$ENVSUITE_NATIVE_CACHE/<key>/``, else ``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the source, the
+torch version, the compiler and the CPU (model and instruction-set flags: a library built for one CPU
+may not run on another that shares the home directory). Later processes load it in a few milliseconds.
+The first build takes 20-60 s on two cores; concurrent processes wait for one build (a file lock), and a
+failed build is remembered under its key (with the compiler's message), so it is not retried until the
+source, torch or the compiler change.
+
+Where anything is missing (no compiler, not Linux, a build error, a torch without the C++ headers)
+:func:`native_kernels` says why and the engine keeps torch's own kernels: nothing else changes.
+
+The library registers ``torch.ops.envsuite``: ``rows_linear`` and ``panel_linear`` (matrix products,
+see the C++ file) and ``pack_panels`` (the panel layout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("_native.cpp")
+CACHE_ENV = "ENVSUITE_NATIVE_CACHE"
+LIBRARY_NAME = "envsuite_kernels.so"
+BUILD_TIMEOUT_S = 600.0
+"""A build that takes longer is abandoned (and remembered as failed)."""
+
+
+@dataclass(frozen=True)
+class CpuIdentity:
+    """What identifies a CPU for built code and for measured kernel speeds."""
+
+    vendor: str
+    model_name: str
+    family: str
+    model: str
+    flags_digest: str
+    """A digest of the instruction-set flags (two CPUs of one model name can differ, e.g. under a VM)."""
+    logical_cpus: int
+
+    def describe(self) -> str:
+        return f"{self.model_name} ({self.vendor}, family {self.family}, model {self.model}, {self.logical_cpus} CPUs)"
+
+
+@functools.cache
+def cpu_identity() -> CpuIdentity:
+    """This machine's CPU (from ``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, sep, value = line.partition(":")
+            key = key.strip()
+            if sep and key not in fields:
+                fields[key] = value.strip()
+    flags = fields.get("flags") or fields.get("Features") or ""
+    return CpuIdentity(
+        vendor=fields.get("vendor_id") or fields.get("CPU implementer") or platform.machine(),
+        model_name=fields.get("model name") or platform.processor() or platform.machine(),
+        family=fields.get("cpu family") or fields.get("CPU architecture") or "",
+        model=fields.get("model") or fields.get("CPU part") or "",
+        flags_digest=hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12],
+        logical_cpus=os.cpu_count() or 1,
+    )
+
+
+@dataclass(frozen=True)
+class NativeKernels:
+    """Whether the native kernels are loaded in this process, and from where (or why not)."""
+
+    available: bool
+    library: Path | None
+    reason: str
+    """How they were obtained ("built in 23.1 s", "cached build") or why they are unavailable."""
+
+
+def _compiler() -> str | None:
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def _compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+def _build_key(compiler: str) -> str:
+    parts = [
+        hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        torch.__version__,
+        str(torch._C._GLIBCXX_USE_CXX11_ABI),
+        _compiler_version(compiler),
+        repr(cpu_identity()),
+        sys.platform,
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _command(compiler: str, output: Path) -> list[str]:
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    torch_lib = library_paths()[0]
+    return [
+        compiler,
+        "-O3",
+        "-march=native",
+        "-fopenmp",
+        "-shared",
+        "-fPIC",
+        "-std=c++20",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        *(f"-I{path}" for path in include_paths()),
+        str(SOURCE),
+        "-o",
+        str(output),
+        f"-L{torch_lib}",
+        "-lc10",
+        "-ltorch_cpu",
+        # torch's own OpenMP runtime (torch/lib/libgomp.so.1), so the kernels share torch's thread pool
+        f"-Wl,-rpath,{torch_lib}",
+    ]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(compiler: str, directory: Path) -> str:
+    """Compile into ``directory`` (atomically: a temporary name, then a rename); returns how long it took."""
+    library = directory / LIBRARY_NAME
+    partial = directory / f".{LIBRARY_NAME}.{os.getpid()}"
+    logger.warning("building envsuite's native CPU kernels for this CPU (once; 20-60 s): %s", directory)
+    started = time.perf_counter()
+    try:
+        result = subprocess.run(
+            _command(compiler, partial), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"the compiler did not run: {exc}") from exc
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"the compiler failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    partial.rename(library)
+    return f"built in {time.perf_counter() - started:.1f} s"
+
+
+_load_lock = threading.Lock()
+
+
+@functools.cache
+def _load_once() -> NativeKernels:
+    from envsuite.models import cache_dir
+
+    if not sys.platform.startswith("linux"):
+        return NativeKernels(False, None, f"built only on Linux (this is {sys.platform})")
+    compiler = _compiler()
+    if compiler is None:
+        return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)")
+    root = Path(os.environ[CACHE_ENV]).expanduser() if os.environ.get(CACHE_ENV) else cache_dir() / "native"
+    directory = root / _build_key(compiler)
+    library, failed = directory / LIBRARY_NAME, directory / "build-failed.txt"
+    with _locked(directory / ".lock"):
+        if failed.is_file():
+            return NativeKernels(False, None, f"an earlier build failed (see {failed})")
+        how = "cached build"
+        if not library.is_file():
+            try:
+                how = _build(compiler, directory)
+            except RuntimeError as exc:
+                failed.write_text(str(exc))
+                logger.warning("envsuite's native CPU kernels are unavailable: %s", str(exc)[:500])
+                return NativeKernels(False, None, f"the build failed (see {failed})")
+    try:
+        torch.ops.load_library(str(library))
+    except (OSError, RuntimeError) as exc:
+        return NativeKernels(False, library, f"the library did not load: {exc}")
+    return NativeKernels(True, library, how)
+
+
+def native_kernels() -> NativeKernels:
+    """Build (first time on this CPU) and load the native kernels; says whether they are available."""
+    with _load_lock:
+        return _load_once()
