@@ -288,6 +288,13 @@ def test_wheel_installs_one_top_level_name(wheel: Path) -> None:
         assert f"envsuite/{folder}/__init__.py" in names
 
 
+def test_wheel_ships_the_native_kernels_source(wheel: Path) -> None:
+    """An installed envsuite compiles ``_native.cpp`` at first use and keys its kernel calibration by the
+    source's hash: a wheel without the file would leave the sampling engine nothing to read."""
+    with zipfile.ZipFile(wheel) as archive:
+        assert "envsuite/engine/kernels/_native.cpp" in archive.namelist()
+
+
 def test_wheel_installs_beside_a_package_with_a_top_level_evals(wheel: Path, tmp_path: Path) -> None:
     """OpenAI's ``evals`` (and others) install a top-level ``evals``; envsuite must not collide with it."""
     stub = tmp_path / "stub"
