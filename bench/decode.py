@@ -17,14 +17,16 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    made on this machine as it is now, not read from an older cache); its time is reported (what the
    first engine on a machine pays once). ``--report`` prints what it picked per shape and why.
 3. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through the engine's lean
-   decode step, four ways alternating, each on its own model copy laid out as the engine does it and
-   its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Five ways:
+   decode step, six ways alternating, each on its own model copy laid out as the engine does it (but
+   the op-by-op one, which shares the default's) and its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Six ways:
    ``F.linear`` on the model as loaded (``EngineConfig(onednn_products=False)``); oneDNN on reordered
    weights everywhere (``product_path="onednn-reordered"``: main's default before the calibration);
    the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan among
    torch's product kernels with the step's norms and attention through envsuite's native ones
    (``product_paths=("f-linear", "onednn", "onednn-reordered")``); the calibrated plan with envsuite's
-   native kernels for everything (products, norms, attention: the default now).
+   native kernels for everything (products, norms, attention), its layers run operation by operation
+   from Python (``captured_step=False``), and the same as one native call per step (the default now:
+   ``_captured_step``).
 4. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
    the real weights (the layer products, the LM head, attention, sampling); the remainder is norms,
    rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer products next
@@ -34,8 +36,9 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    an F32 GGUF, which is exactly what envsuite converts to fp32 safetensors), with llama.cpp's default
    F16 KV cache and with an F32 one as envsuite keeps (each run checks that llama.cpp's logits after a
    prompt match the torch model's): at every batch size, the same prompts decoded together in one
-   ``llama_decode`` batch per step, greedy (no sampling: envsuite's steps include it), median ms per
-   step (``--steps`` x ``--repeats`` steps); with ``--llama-cpp-one-at-a-time`` also 32 requests one at a
+   ``llama_decode`` batch per step, greedy (no sampling: envsuite's steps include it), timed in the
+   curve's alternation (each round: envsuite's ways, then llama.cpp's two KV types, ``--steps`` steps
+   each; the median of the rounds' medians), so both sides see the machine alike; with ``--llama-cpp-one-at-a-time`` also 32 requests one at a
    time through llama-cpp-python's high-level ``Llama``, tokens per second.
 
 Writes a JSON of every number and a PNG of ms per step against batch size with the roofline.
@@ -70,14 +73,15 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from _machine import Machine, cpu_name, load_average, measure_machine  # noqa: E402
 
-WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "calibrated")
+WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise", "calibrated")
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
 WAY_LABELS = {
     "linear": "F.linear, model as loaded",
     "reordered": "oneDNN reordered everywhere (main's default)",
     "torch_calibrated": "calibrated, torch's kernels only",
     "torch_products": "calibrated among torch's products, native step kernels",
-    "calibrated": "calibrated with native kernels (default)",
+    "stepwise": "calibrated with native kernels, layers op by op",
+    "calibrated": "calibrated with native kernels, captured step (default)",
 }
 TORCH_PRODUCTS = ("f-linear", "onednn", "onednn-reordered")
 
@@ -89,6 +93,9 @@ class CurvePoint:
     """Median ms per step of each way (:data:`WAYS`)."""
     roofline_ms: float
     cache_positions: int
+    llama_ms: dict[str, float]
+    """llama.cpp's median ms per step, timed in the same alternation ("f16", "f32": its KV cache type);
+    empty without ``--llama-cpp``."""
 
     def share(self, way: str = "calibrated") -> float:
         """The roofline's share of ``way``'s step (1.0: at the machine's limit)."""
@@ -122,8 +129,13 @@ class Way:
     setup_s: float
 
 
-def build_way(way: str, cache: Path) -> Way:
-    """The model laid out as an engine with that way's configuration does it (``SamplingEngine``)."""
+def build_way(way: str, cache: Path, default: Way | None = None) -> Way:
+    """The model laid out as an engine with that way's configuration does it (``SamplingEngine``).
+    ``stepwise`` shares the ``default`` way's model (the same layout) with a decoder of its own."""
+    if way == "stepwise" and default is not None:
+        decoder = llama_decoder(default.model, native=True, captured=False)
+        assert decoder is not None and default.decoder.captured is not None
+        return Way(default.model, decoder, default.plan, 0.0)
     model = load_sampling_model(base_model=MODEL).model
     started = time.perf_counter()
     plan, native = None, False
@@ -186,9 +198,17 @@ def roofline_ms(params: int, model: Any, machine: Machine, batch: int, positions
 
 
 def curve_point(
-    ways: dict[str, Way], params: int, machine: Machine, batch: int, args: argparse.Namespace
+    ways: dict[str, Way],
+    params: int,
+    machine: Machine,
+    batch: int,
+    args: argparse.Namespace,
+    llamas: dict[str, Any] | None = None,
 ) -> CurvePoint:
-    """The lean step's ways, alternating, each on its own batch."""
+    """The lean step's ways, alternating, each on its own batch; with ``llamas`` (``LlamaCpp`` per KV
+    cache type) llama.cpp's batched decode of the same prompts takes its turn in every round too, so a
+    drift in the machine's speed (a shared VM's memory bandwidth moves by tens of percent) touches
+    both sides alike."""
     any_model = ways["linear"].model
     vocab = int(any_model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
@@ -198,13 +218,22 @@ def curve_point(
         for name, way in ways.items():
             _step(way.model, batches[name], way.decoder, rows)
         times: dict[str, list[float]] = {name: [] for name in ways}
+        llama_times: dict[str, list[float]] = {kv: [] for kv in llamas or {}}
         for _ in range(args.repeats):
             for name, way in ways.items():
                 step = functools.partial(_step, way.model, batches[name], way.decoder, rows)
                 times[name].append(_median_ms(step, args.steps))
+            for kv, llama in (llamas or {}).items():
+                llama_times[kv].append(llama.batched_ms(prompts, args.steps))
         positions = batches["linear"].length
     roofline = roofline_ms(params, any_model, machine, batch, positions)
-    return CurvePoint(batch, {n: statistics.median(t) for n, t in times.items()}, roofline, positions)
+    return CurvePoint(
+        batch,
+        {n: statistics.median(t) for n, t in times.items()},
+        roofline,
+        positions,
+        {kv: statistics.median(t) for kv, t in llama_times.items()},
+    )
 
 
 def _layer_products(decoder: LlamaDecoder) -> list[tuple[Product, ...]]:
@@ -263,40 +292,48 @@ def breakdown(ways: dict[str, Way], batch: int, args: argparse.Namespace) -> Bre
         )
 
 
-def llama_cpp_curve(model: Any, batches: list[int], threads: int, args: argparse.Namespace) -> dict[str, Any]:
-    """llama.cpp on the curve's prompts at every batch size, with its default F16 KV cache and with an
-    F32 one (envsuite's), each after checking its logits against the torch model's."""
+def open_llama_cpp(
+    model: Any, threads: int, args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """llama.cpp with its default F16 KV cache and with an F32 one (envsuite's), each checked against
+    the torch model's logits after a prompt: the open models (by KV type) and the checks."""
     from _llama_cpp import LlamaCpp
 
     vocab = int(model.config.vocab_size)
     probe = _prompts(1, args.prompt_tokens, vocab, seed=7)[0]
     with torch.inference_mode():
         ours = model(torch.tensor([probe])).logits[0, -1].float().numpy()
+    llamas: dict[str, Any] = {}
     result: dict[str, Any] = {"threads": threads}
-    for kv_cache in ("F16", "F32"):
-        llama = LlamaCpp(threads, kv_f16=kv_cache == "F16")
+    for kv_cache in ("f16", "f32"):
+        llama = llamas[kv_cache] = LlamaCpp(threads, kv_f16=kv_cache == "f16")
         result["weights"] = f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)"
+        theirs = llama.last_logits(probe)
+        result[f"kv_{kv_cache}"] = {
+            "logits_max_abs_diff": float(abs(ours - theirs).max()),
+            "same_argmax": bool(ours.argmax() == theirs.argmax()),
+        }
+    return llamas, result
+
+
+def finish_llama_cpp(
+    llamas: dict[str, Any], result: dict[str, Any], points: list[CurvePoint], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The checks with the curve timed in the alternation (and, if asked, requests one at a time); closes
+    the models."""
+    for kv_cache, llama in llamas.items():
         try:
-            theirs = llama.last_logits(probe)
-            curve = {
-                batch: llama.batched_ms(
-                    _prompts(batch, args.prompt_tokens, vocab, seed=batch), args.steps * args.repeats
-                )
-                for batch in batches
-            }
             one_at_a_time = (
                 llama.one_at_a_time_tokens_per_s(
-                    _prompts(32, args.prompt_tokens, vocab, seed=32), args.steps * args.repeats
+                    _prompts(32, args.prompt_tokens, llama.vocab, seed=32), args.steps * args.repeats
                 )
                 if args.llama_cpp_one_at_a_time
                 else None
             )
         finally:
             llama.close()
-        result[f"kv_{kv_cache.lower()}"] = {
-            "logits_max_abs_diff": float(abs(ours - theirs).max()),
-            "same_argmax": bool(ours.argmax() == theirs.argmax()),
-            "curve_ms": curve,
+        result[f"kv_{kv_cache}"] |= {
+            "curve_ms": {point.batch: point.llama_ms[kv_cache] for point in points},
             "one_at_a_time_tokens_per_s": one_at_a_time,
         }
     return result
@@ -370,12 +407,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cache = args.kernel_cache or Path("artifacts") / f"kernel-cache-{os.getpid()}"
     print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
-    ways = {}
-    for way in WAYS:
-        ways[way] = build_way(way, cache)
+    ways: dict[str, Way] = {}
+    for way in sorted(WAYS, key=lambda name: name == "stepwise"):  # stepwise reuses the default's model
+        ways[way] = build_way(way, cache, ways.get("calibrated"))
         print(f"{WAY_LABELS[way]}: set up in {ways[way].setup_s:.1f} s", flush=True)
         plan = ways[way].plan
-        if args.report and plan is not None and plan.forced_path is None:
+        if args.report and plan is not None and plan.forced_path is None and way != "stepwise":
             print(plan.report(), flush=True)
     params = matmul_params(load_sampling_model(base_model=MODEL).model)
     machine = measure_machine()
@@ -386,7 +423,10 @@ def main() -> None:
         flush=True,
     )
     batches = [int(b) for b in args.batches.split(",")]
-    points = [curve_point(ways, params, machine, batch, args) for batch in batches]
+    llamas, llama_checks = (
+        open_llama_cpp(ways["linear"].model, machine.threads, args) if args.llama_cpp else ({}, {})
+    )
+    points = [curve_point(ways, params, machine, batch, args, llamas) for batch in batches]
     for point in points:
         _print_point(point, None)
     parts = breakdown(ways, 32, args)
@@ -397,7 +437,7 @@ def main() -> None:
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
     for way, ms in parts.other_layer_matmuls_ms.items():
         print(f"  layer products, {WAY_LABELS[way]}: {ms:.1f} ms")
-    llama = llama_cpp_curve(ways["linear"].model, batches, machine.threads, args) if args.llama_cpp else None
+    llama = finish_llama_cpp(llamas, llama_checks, points, args) if args.llama_cpp else None
     if llama is not None:
         print("with llama.cpp:")
         for point in points:

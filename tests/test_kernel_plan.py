@@ -13,6 +13,10 @@
 * the lean step's native RMS norm, rotary embeddings, one-token attention and SiLU(gate) * up give
   torch's values (any mask, the KV cache's strided views, grouped queries), and the engine's step uses
   them only with the native kernels on;
+* the captured step (every decoder layer of a step in one native call, the default) samples exactly
+  the tokens and logprobs of the same kernels called one by one, across cache reallocations and rows
+  of different lengths, on every product path; it really runs (counted), and steps it does not cover
+  (prompt tails) take the step-by-step path;
 * ``envsuite doctor`` prints, per product shape, the path chosen at each row count and the times
   behind it.
 
@@ -30,6 +34,7 @@ import sys
 import textwrap
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,7 +62,7 @@ from envsuite.engine.kernels import (
     product_sites,
     usable_paths,
 )
-from envsuite.engine.sampling import SamplingEngine, llama_decoder
+from envsuite.engine.sampling import CapturedLayers, LlamaDecoder, SamplingEngine, llama_decoder
 
 TINY = "tiny-random"
 SMOLLM2 = "smollm2-135m-instruct"
@@ -420,6 +425,96 @@ def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
         native_paths = {ProductPath.ROWS, ProductPath.PANELS} & set(engine.kernel_plan.paths)
         assert bool(native_paths) == native_products
         engine.close()
+
+
+def _captured_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the steps the captured stack ran (returned a residual stream, not None), by row count."""
+    runs: list[int] = []
+    original = CapturedLayers.run
+
+    def counted(self: CapturedLayers, hidden: torch.Tensor, *args: Any) -> torch.Tensor | None:
+        out = original(self, hidden, *args)
+        if out is not None:
+            runs.append(int(hidden.shape[0]))
+        return out
+
+    monkeypatch.setattr(CapturedLayers, "run", counted)
+    return runs
+
+
+@pytest.mark.parametrize("model_name", [TINY, SMOLLM2])
+def test_the_captured_step_samples_exactly_what_the_step_by_step_kernels_sample(
+    model_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Greedy and seeded rows of different lengths (padding masks), rows leaving as they finish, and
+    (on the tiny model) 90 tokens, past the cache's first 64 spare columns (a reallocation mid-run)."""
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+    runs = _captured_runs(monkeypatch)
+    max_tokens = 90 if model_name == TINY else 12
+    paths = _paths_here() if model_name == TINY else [None]
+    for path in paths:
+        name = None if path is None else path.value
+        stepwise = EngineConfig(prefix_cache_bytes=0, product_path=name, captured_step=False)
+        reference = _outputs(model_name, stepwise, max_tokens)
+        assert not runs
+        got = _outputs(model_name, replace(stepwise, captured_step=True), max_tokens)
+        _assert_same(reference, got, atol=0.0)
+        assert len(runs) >= max_tokens - 1 and {1, 2} & set(runs), runs  # every step, as rows finish
+        runs.clear()
+
+
+def test_steps_with_prompt_tails_take_the_step_by_step_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request joining with a cached prefix feeds its prompt's tail in a decode step: the captured
+    stack declines nothing else, and the engine samples what the forward samples."""
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+    runs = _captured_runs(monkeypatch)
+    engine = _engine(EngineConfig())
+    decoder = engine._decoder  # the step the engine runs (no public handle on it)
+    assert decoder is not None and decoder.captured is not None
+    engine.close()
+    tail_steps: list[int] = []
+    original = LlamaDecoder.step
+
+    def step(self: LlamaDecoder, *args: Any, **kwargs: Any) -> torch.Tensor:
+        tails = kwargs.get("tails", args[4] if len(args) > 4 else ())
+        if tails:
+            tail_steps.append(len(runs))
+        logits: torch.Tensor = original(self, *args, **kwargs)
+        if tails:
+            assert len(runs) == tail_steps[-1]  # the captured stack did not run this step
+        return logits
+
+    monkeypatch.setattr(LlamaDecoder, "step", step)
+    reference = _second_turn(FORWARD)
+    got = _second_turn(EngineConfig())  # the prefix cache on: the second turn joins, feeding its tail
+    assert got[0] == reference[0]
+    np.testing.assert_allclose(got[1], reference[1], atol=1e-5, rtol=0)
+    assert tail_steps and runs
+
+
+def _second_turn(config: EngineConfig) -> tuple[list[int], list[float]]:
+    """A second turn (the first turn's prompt and reply, then a few more tokens) sent while a long
+    request keeps the batch decoding: with the prefix cache on it joins with the cached first turn."""
+    loaded = load_sampling_model(base_model=TINY)
+    client = LocalSamplingClient(loaded.model, loaded.tokenizer, TINY, config=config)
+    try:
+        tok = client.get_tokenizer()
+        greedy = tinker.SamplingParams(max_tokens=6, temperature=0.0, stop=[])
+        long = client.sample(
+            tinker.ModelInput.from_ints(tok.encode("A long request that keeps decoding")),
+            1,
+            tinker.SamplingParams(max_tokens=80, temperature=0.0, stop=[]),
+        )
+        first_prompt = tok.encode("The first turn of a conversation, long enough to cache")
+        first = client.sample(tinker.ModelInput.from_ints(first_prompt), 1, greedy).result()
+        second_prompt = [*first_prompt, *first.sequences[0].tokens, *tok.encode(" and more")]
+        second = client.sample(tinker.ModelInput.from_ints(second_prompt), 1, greedy).result()
+        long.result()
+        return list(second.sequences[0].tokens), list(second.sequences[0].logprobs or [])
+    finally:
+        client.close()
 
 
 def test_forced_plans_name_their_path() -> None:

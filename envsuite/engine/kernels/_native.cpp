@@ -12,7 +12,8 @@
 // float rounding.
 //
 // The decode step's other parts (rms_norm, decode_attention: below) replace torch operations whose
-// per-call overhead, at a decode step's sizes, is most of their time.
+// per-call overhead, at a decode step's sizes, is most of their time; decode_layers runs every decoder
+// layer of a step in one call (the step captured: no Python between its ~700 operations).
 //
 // The vector type is GCC's generic vector of 16 floats: one AVX-512 register, two AVX2 ones, four NEON
 // or SSE ones; the compiler emits the host's instructions (-march=native), so the same source serves
@@ -20,6 +21,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -436,6 +439,96 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
   return out;
 }
 
+
+// ------------------------------------------------------------------------------------------ captured step
+
+// How decode_layers runs each product (envsuite.engine.kernels.ProductPath, by number: see
+// envsuite/engine/sampling/_captured_step.py, which passes them).
+enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3 };
+
+// oneDNN's linear op (what torch.ops.mkldnn._linear_pointwise runs), through the dispatcher: the weight
+// plain or in oneDNN's reordered layout.
+at::Tensor onednn_product(const at::Tensor& x, const at::Tensor& w) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack;
+  stack.reserve(6);
+  stack.emplace_back(x);
+  stack.emplace_back(w);
+  stack.emplace_back(c10::IValue());
+  stack.emplace_back(std::string("none"));
+  stack.emplace_back(c10::List<std::optional<at::Scalar>>());
+  stack.emplace_back(std::string(""));
+  op.callBoxed(&stack);
+  return stack.back().toTensor();
+}
+
+at::Tensor product(const at::Tensor& x, const at::Tensor& w, int64_t code, int64_t N) {
+  switch (code) {
+    case F_LINEAR:
+      return at::linear(x, w);
+    case ONEDNN:
+      return onednn_product(x, w);
+    case ROWS:
+      return rows_linear(x, w, std::nullopt);
+    case PANELS:
+      return panel_linear(x, w, N, std::nullopt);
+    default:
+      TORCH_CHECK(false, "decode_layers: unknown product code ", code);
+  }
+}
+
+// Every decoder layer of a Llama decode step, one token per row, in one call: for each layer, RMS norm,
+// the fused q/k/v product, rotary embeddings, the new keys and values written into the cache's column
+// `end`, one-token grouped attention over columns [start, end], the output product added to the
+// residual stream, RMS norm, the fused gate/up product, SiLU(gate) * up, the down product added. The
+// same functions, in the same order, as the lean step's Python (_llama_decode.py) calls one by one, so
+// the values are the same.
+//   hidden (B, 1, hidden_size); cos, sin (B, 1, head_dim); mask (B, end + 1 - start) bool or None.
+//   weights: per layer input_norm, qkv, o, post_norm, gate_up, down (products in their layouts, no
+//   biases); paths: per layer the four products' ProductCode.
+//   keys[l], values[l]: layer l's cache buffers (rows, kv_heads, columns, head_dim), unit stride in
+//   head_dim, with column `end` free for rows [0, B).
+// Returns the residual stream after the last layer (B, 1, hidden_size); the caller advances the cache.
+at::Tensor decode_layers(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
+                         at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale) {
+  const int64_t layers = (int64_t)keys.size();
+  TORCH_CHECK((int64_t)values.size() == layers && (int64_t)weights.size() == 6 * layers &&
+                  (int64_t)paths.size() == 4 * layers,
+              "decode_layers: per layer 6 weights, 4 paths, one key and one value buffer");
+  TORCH_CHECK(hidden_in.scalar_type() == at::kFloat && hidden_in.device().is_cpu(), "decode_layers: fp32 CPU");
+  const int64_t B = hidden_in.size(0), width = hidden_in.size(-1);
+  TORCH_CHECK(hidden_in.numel() == B * width, "decode_layers: one token per row");
+  at::Tensor hidden = hidden_in.reshape({B, width}).clone();  // the residual stream, updated in place
+  const int64_t G = heads / kv_heads;
+  for (int64_t l = 0; l < layers; ++l) {
+    const at::Tensor* w = weights.data() + 6 * l;
+    const int64_t* code = paths.data() + 4 * l;
+    const at::Tensor& key_buffer = keys[l];
+    const at::Tensor& value_buffer = values[l];
+    TORCH_CHECK(key_buffer.stride(3) == 1 && value_buffer.stride(3) == 1 && key_buffer.size(0) >= B &&
+                    end < key_buffer.size(2) && start <= end,
+                "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
+    const int64_t D = key_buffer.size(3);
+    at::Tensor x = rms_norm(hidden, w[0], eps);
+    at::Tensor qkv = product(x, w[1], code[0], (heads + 2 * kv_heads) * D);
+    auto [q, k, v] = rotary_split(qkv, cos, sin, heads, kv_heads);
+    at::Tensor key_rows = key_buffer.narrow(0, 0, B);
+    at::Tensor value_rows = value_buffer.narrow(0, 0, B);
+    key_rows.select(2, end).copy_(k.select(2, 0));
+    value_rows.select(2, end).copy_(v.select(2, 0));
+    at::Tensor attn = decode_attention(q.view({B, kv_heads, G, D}), key_rows.narrow(2, start, end + 1 - start),
+                                       value_rows.narrow(2, start, end + 1 - start), mask, scale);
+    hidden.add_(product(attn.view({B, heads * D}), w[2], code[1], width));
+    x = rms_norm(hidden, w[3], eps);
+    at::Tensor mlp = silu_mul(product(x, w[4], code[2], 2 * intermediate));
+    hidden.add_(product(mlp, w[5], code[3], width));
+  }
+  return hidden.view({B, 1, width});
+}
+
 }  // namespace
 }  // namespace envsuite
 
@@ -447,6 +540,10 @@ TORCH_LIBRARY(envsuite, m) {
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
   m.def("rotary_split(Tensor qkv, Tensor cos, Tensor sin, int heads, int kv_heads) -> (Tensor, Tensor, Tensor)");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def(
+      "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
+      "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
+      "float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
@@ -457,4 +554,8 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("decode_attention", &envsuite::decode_attention);
   m.impl("rotary_split", &envsuite::rotary_split);
   m.impl("silu_mul", &envsuite::silu_mul);
+  m.impl("decode_layers", &envsuite::decode_layers);
 }
+
+// A stack whose products hold oneDNN's reordered (opaque mkldnn) weights dispatches on that key.
+TORCH_LIBRARY_IMPL(envsuite, MkldnnCPU, m) { m.impl("decode_layers", &envsuite::decode_layers); }

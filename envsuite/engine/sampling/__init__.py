@@ -3,10 +3,11 @@
 See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_requests`` for its
 limits, requests and results, ``_kv_batch`` for the running batch over one KV cache
 (``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean decode step of
-Llama-family models, ``_prefix_cache`` for the KV kept across the turns of an episode, and
+Llama-family models (``_captured_step``: its layers as one native call), ``_prefix_cache`` for the KV kept across the turns of an episode, and
 ``_token_choice`` for per-row sampling and stop detection.
 """
 
+from envsuite.engine.sampling._captured_step import CapturedLayers, ProductCode
 from envsuite.engine.sampling._engine import SamplingEngine
 from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, kv_bytes_per_position, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
@@ -54,6 +55,8 @@ __all__ = [
     "kv_bytes_per_position",
     "LlamaDecoder",
     "llama_decoder",
+    "CapturedLayers",
+    "ProductCode",
     # the prefix cache (KV reused across the turns of an episode)
     "PrefixCache",
     "PrefixCacheStats",

@@ -115,7 +115,11 @@ class SamplingEngine:
             self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
         native_step = self.kernel_plan is not None and self.config.native_kernels
-        self._decoder = llama_decoder(model, native=native_step) if self.config.lean_decode else None
+        self._decoder = (
+            llama_decoder(model, native=native_step, captured=self.config.captured_step)
+            if self.config.lean_decode
+            else None
+        )
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )

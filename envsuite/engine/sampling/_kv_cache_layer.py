@@ -72,6 +72,33 @@ class GrowableLayer(DynamicLayer):
         self._end += added
         return self._set_views()
 
+    # ------------------------------------------------------------------ what a captured step calls
+
+    def free_column(self) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
+        """``(key_buffer, value_buffer, start, end)`` with column ``end`` free in every row (the buffers
+        reallocated first if out of room, as :meth:`update` does), for a caller that writes one new
+        position itself (``envsuite/engine/sampling/_captured_step.py``) and then calls :meth:`advance`.
+        The live columns are ``[start, end)``; rows ``[0, rows)`` are the cache's. None while the layer
+        holds no buffers yet."""
+        self._adopt()
+        if self._key_buffer is None or self._value_buffer is None:
+            return None
+        keys, values = self._key_buffer, self._value_buffer
+        if self._end + 1 > keys.shape[2]:
+            self._relayout(keys, values, rows=self._rows, left=0, right=1)
+            keys, values = self._buffers()
+        return keys, values, self._start, self._end
+
+    def advance(self) -> None:
+        """Count column ``end`` (written by the caller of :meth:`free_column`) as live."""
+        self._end += 1
+        self._set_views()
+
+    @property
+    def rows(self) -> int:
+        """Rows the cache holds (the first rows of the buffers)."""
+        return self._rows
+
     # ------------------------------------------------------------------ what the running batch calls
 
     def assign(self, keys: torch.Tensor, values: torch.Tensor) -> None:

@@ -38,6 +38,7 @@ from envsuite.engine.kernels import (
     onednn_fits,
     zero_filled_biases,
 )
+from envsuite.engine.sampling._captured_step import CapturedLayers
 
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
@@ -95,7 +96,7 @@ class _LayerWeights:
 
 
 def llama_decoder(
-    model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+    model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False, captured: bool = True
 ) -> LlamaDecoder | None:
     """A :class:`LlamaDecoder` for ``model``, or None when the model is not a plain Llama.
 
@@ -103,7 +104,8 @@ def llama_decoder(
     layers run through ``plain_path`` where given (a plain-weight path), else ``F.linear`` (oneDNN for a
     ``OneDnnLinear``). With ``native`` the step's norms and attention run envsuite's native kernels
     where they are loaded and fit the model (fp32 on the CPU, heads of 16 to 128 floats in steps of 16),
-    else torch's."""
+    else torch's; with ``captured`` too, a step's layers run as one native call where it covers the
+    model (``_captured_step``)."""
     config = model.config
     if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
         return None
@@ -111,7 +113,7 @@ def llama_decoder(
         return None
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
-    return LlamaDecoder(model, plain_path, native=native and _native_step_fits(model))
+    return LlamaDecoder(model, plain_path, native=native and _native_step_fits(model), captured=captured)
 
 
 def _native_step_fits(model: PreTrainedModel) -> bool:
@@ -142,11 +144,17 @@ class LlamaDecoder:
     caller checked that they run here) its RMS norms, its rotary embeddings (with the split of the fused
     q/k/v product into heads), its one-token attention and its MLP's SiLU(gate) * up run envsuite's
     native kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
-    operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA.
+    operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA. With
+    ``captured`` as well, a step without prompt tails runs all its layers in one native call
+    (:attr:`captured`; ``_captured_step``), the same kernels in the same order.
     """
 
     def __init__(
-        self, model: PreTrainedModel, plain_path: ProductPath | None = None, native: bool = False
+        self,
+        model: PreTrainedModel,
+        plain_path: ProductPath | None = None,
+        native: bool = False,
+        captured: bool = True,
     ) -> None:
         inner: Any = model.get_decoder()
         config = model.config
@@ -170,6 +178,10 @@ class LlamaDecoder:
         products = _Products(plain_path)
         self.layers = [products.layer(layer) for layer in inner.layers]
         self.lm_head = products.of(model.get_output_embeddings())
+        self.captured: CapturedLayers | None = None
+        """The layer stack as one native call (None: the step runs its layers operation by operation)."""
+        if captured and self.native_silu:
+            self.captured = CapturedLayers.of(self.layers, self.heads, self.kv_heads, self.eps, self.scaling)
 
     def step(
         self,
@@ -198,9 +210,15 @@ class LlamaDecoder:
         # One mask for every layer; with no padding at all none is needed (a one-token query attends
         # to every cached position).
         mask = self.attention_mask(mask_B_L)
-        fed = self._fed_tails(tails, mask_B_L, batch)
-        for weights, layer in zip(self.layers, cache_layers, strict=True):
-            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
+        stack = None
+        if self.captured is not None and not tails:
+            stack = self.captured.run(hidden, cos, sin, mask, cache_layers)
+        if stack is not None:
+            hidden = stack
+        else:
+            fed = self._fed_tails(tails, mask_B_L, batch)
+            for weights, layer in zip(self.layers, cache_layers, strict=True):
+                hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
         hidden = self._rms_norm(hidden[:batch], self.final_norm)
         return self.lm_head(hidden)[:, -1, :]
 

@@ -59,6 +59,11 @@ class EngineConfig:
     for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached), and
     the lean step run its RMS norms and one-token attention through them (with ``onednn_products``);
     where none can be built, torch's kernels serve alone."""
+    captured_step: bool = True
+    """Run a decode step's decoder layers as one native call (``torch.ops.envsuite.decode_layers``:
+    the lean step's kernels in the same order, without Python between them; the same logits) where the
+    native kernels are on and cover the model; False runs them operation by operation (the reference the
+    tests compare against)."""
     product_path: str | None = None
     """None: each product shape runs the kernels measured fastest on this machine, per row count (a
     calibration of seconds to tens of seconds the first time, cached per CPU and library versions:

@@ -1,0 +1,151 @@
+"""The lean decode step captured: every decoder layer of a step in one native call.
+
+The lean step (``_llama_decode``) runs a Llama layer as about 23 torch operations from Python: at
+SmolLM2-135M's 30 layers that is ~700 dispatches a step, 2-3 ms at batch 1 on the AMD EPYC box where
+the products themselves take ~10 (docs/benchmarks.md). :class:`CapturedLayers` hands the whole layer
+stack to ``torch.ops.envsuite.decode_layers`` (``envsuite/engine/kernels/_native.cpp``), which calls the
+same kernels in the same order from C++: the norms, the products on the layouts and paths the engine's
+calibration chose for this row count, rotary embeddings, the new keys and values written straight into
+the cache's free column, one-token attention, the residual adds. Its logits equal the step-by-step
+Python's (tested: the same tokens and logprobs).
+
+It covers what the engine builds by default: fp32 on the CPU with the native kernels loaded, fused q/k/v
+and gate/up products without biases, SiLU, a :class:`~envsuite.engine.sampling._kv_cache_layer.GrowableLayer`
+cache, one token per row (no prompt tails). Anything else returns None from :meth:`CapturedLayers.of` or
+:meth:`CapturedLayers.run`, and the lean step runs its layers one operation at a time, as before.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from envsuite.engine.kernels import ROW_BUCKETS, Product, ProductPath, bucket_index
+from envsuite.engine.sampling._kv_cache_layer import GrowableLayer
+
+
+class ProductCode(enum.IntEnum):
+    """How ``decode_layers`` runs a product (the C++ ``ProductCode``)."""
+
+    F_LINEAR = 0
+    ONEDNN = 1
+    ROWS = 2
+    PANELS = 3
+
+
+_CODE_OF_PATH = {
+    ProductPath.F_LINEAR: ProductCode.F_LINEAR,
+    ProductPath.ONEDNN: ProductCode.ONEDNN,
+    ProductPath.ONEDNN_REORDERED: ProductCode.ONEDNN,
+    ProductPath.ROWS: ProductCode.ROWS,
+    ProductPath.PANELS: ProductCode.PANELS,
+}
+
+
+class LayerTensors(Protocol):
+    """One decoder layer's tensors and products, as the lean step holds them."""
+
+    @property
+    def input_norm(self) -> torch.Tensor: ...
+    @property
+    def post_norm(self) -> torch.Tensor: ...
+    @property
+    def qkv(self) -> tuple[Product, ...]: ...
+    @property
+    def o(self) -> Product: ...
+    @property
+    def mlp_in(self) -> tuple[Product, ...]: ...
+    @property
+    def down(self) -> Product: ...
+
+
+@dataclass(frozen=True)
+class CapturedLayers:
+    """A model's layer stack as ``decode_layers`` takes it (built once per decoder)."""
+
+    weights: list[torch.Tensor]
+    """Per layer: input norm, q/k/v, o, post-attention norm, gate/up, down (products in their layouts)."""
+    codes_by_bucket: tuple[list[int], ...]
+    """Per row bucket (``ROW_BUCKETS``): per layer the four products' :class:`ProductCode`."""
+    heads: int
+    kv_heads: int
+    intermediate: int
+    eps: float
+    scale: float
+
+    @classmethod
+    def of(
+        cls, layers: Sequence[LayerTensors], heads: int, kv_heads: int, eps: float, scale: float
+    ) -> CapturedLayers | None:
+        """The stack of ``layers``, or None where ``decode_layers`` does not cover it (module docstring)."""
+        weights: list[torch.Tensor] = []
+        products: list[Product] = []
+        for layer in layers:
+            if len(layer.qkv) != 1 or len(layer.mlp_in) != 1:
+                return None
+            four = (layer.qkv[0], layer.o, layer.mlp_in[0], layer.down)
+            if any(product.bias is not None for product in four):
+                return None
+            qkv, o, mlp_in, down = four
+            weights += [layer.input_norm, qkv.weight, o.weight, layer.post_norm, mlp_in.weight, down.weight]
+            products += four
+        if not products or any(w.device.type != "cpu" or w.dtype != torch.float32 for w in weights):
+            return None
+        codes = tuple(
+            [int(_CODE_OF_PATH[product.paths[bucket]]) for product in products]
+            for bucket in range(len(ROW_BUCKETS))
+        )
+        intermediate = products[3].in_features
+        return cls(weights, codes, heads, kv_heads, intermediate, eps, scale)
+
+    def run(
+        self,
+        hidden_B1D: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask_B_L: torch.Tensor | None,
+        cache_layers: Sequence[object],
+    ) -> torch.Tensor | None:
+        """The residual stream after every layer ``(B, 1, hidden)``, the new position appended to every
+        cache layer; None (nothing written, nothing appended) where the cache is not one it can write."""
+        batch = hidden_B1D.shape[0]
+        keys, values, columns = [], [], set()
+        for layer in cache_layers:
+            if not isinstance(layer, GrowableLayer) or layer.rows != batch:
+                return None
+            free = layer.free_column()
+            if free is None or free[0].stride(3) != 1 or free[1].stride(3) != 1:
+                return None
+            keys.append(free[0])
+            values.append(free[1])
+            columns.add((free[2], free[3]))
+        if len(columns) != 1:  # the layers of one batch always agree; anything else takes the slow path
+            return None
+        start, end = columns.pop()
+        if mask_B_L is not None and mask_B_L.shape[1] != end + 1 - start:
+            return None
+        out: torch.Tensor = torch.ops.envsuite.decode_layers(
+            hidden_B1D,
+            cos,
+            sin,
+            mask_B_L,
+            self.weights,
+            self.codes_by_bucket[bucket_index(batch)],
+            keys,
+            values,
+            start,
+            end,
+            self.heads,
+            self.kv_heads,
+            self.intermediate,
+            self.eps,
+            self.scale,
+        )
+        for layer in cache_layers:
+            assert isinstance(layer, GrowableLayer)
+            layer.advance()
+        return out
