@@ -25,8 +25,11 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -128,12 +131,28 @@ at::Tensor rows_linear(const at::Tensor& x_in, const at::Tensor& w, const std::o
 
 // ------------------------------------------------------------------------------------------ panels
 
+// A float tensor of at least 2 MB on memory the kernel may back with transparent huge pages (2 MB-aligned,
+// madvise(MADV_HUGEPAGE): honoured under the "always" and "madvise" settings, a no-op under "never").
+// A decode step streams every weight once; on 4 KB pages that is a TLB miss every 4 KB. Measured on the
+// AMD EPYC box (the products of SmolLM2's step at one row, panels): 8.9 ms on 4 KB pages, 7.5 ms on
+// huge pages. Smaller tensors, or a failed allocation, take torch's allocator.
+at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  constexpr size_t HUGE_PAGE = size_t(2) << 20;
+  const size_t bytes = size_t(c10::multiply_integers(sizes)) * sizeof(float);
+  void* memory = nullptr;
+  if (bytes < HUGE_PAGE || posix_memalign(&memory, HUGE_PAGE, bytes) != 0) return at::empty(sizes, options);
+  madvise(memory, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);  // whole huge pages only: no tail waste
+  return at::from_blob(memory, sizes, [](void* pointer) { std::free(pointer); }, options);
+}
+
 at::Tensor pack_panels(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat, "pack_panels: a 2-D float32 weight");
   const int64_t N = w.size(0), K = w.size(1);
   const int64_t pad = (P - N % P) % P;
   at::Tensor padded = pad ? at::cat({w, w.new_zeros({pad, K})}) : w;
-  return padded.view({-1, P, K}).transpose(1, 2).contiguous();
+  at::Tensor panels = empty_huge({(N + pad) / P, K, P}, w.options());
+  panels.copy_(padded.view({-1, P, K}).transpose(1, 2));
+  return panels;
 }
 
 // rows [r0, r0 + R) x one panel pair (or one panel) over k in [k0, k1), accumulating into out.
