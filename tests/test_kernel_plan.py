@@ -517,6 +517,26 @@ def _second_turn(config: EngineConfig) -> tuple[list[int], list[float]]:
         client.close()
 
 
+def test_large_panels_sit_on_huge_page_aligned_memory_and_multiply_as_before() -> None:
+    """Panels of 2 MB or more are allocated 2 MB-aligned and advised for transparent huge pages (a
+    decode step streams them: fewer TLB misses); smaller ones take torch's allocator. Either way they
+    hold the weight's columns and multiply as ``F.linear`` does, and free their memory with the tensor."""
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+    huge_page = 2 << 20
+    for out_features, in_features in ((3072, 576), (1000, 600), (40, 24)):
+        weight = torch.randn(out_features, in_features)
+        panels = torch.ops.envsuite.pack_panels(weight)
+        if panels.nbytes >= huge_page:
+            assert panels.data_ptr() % huge_page == 0
+        columns = panels.transpose(1, 2).reshape(-1, in_features)
+        assert torch.equal(columns[:out_features], weight) and not columns[out_features:].any()
+        x = torch.randn(5, in_features)
+        got = torch.ops.envsuite.panel_linear(x, panels, out_features, None)
+        torch.testing.assert_close(got, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-4)
+        del panels, columns  # the custom deleter runs here (a double free or a leak would show up in CI)
+
+
 def test_forced_plans_name_their_path() -> None:
     plan = KernelPlan.forced(ProductPath.ONEDNN_REORDERED)
     assert plan.choice((8, 16)).paths == (ProductPath.ONEDNN_REORDERED,) * len(ROW_BUCKETS)
