@@ -8,6 +8,8 @@ import os
 
 import psutil
 
+from envsuite.engine import cpu_identity
+
 
 def offline_env() -> dict[str, str]:
     """This process's environment, offline (no hub downloads) and without tokenizers' thread pool."""
@@ -31,18 +33,6 @@ def tree_rss(process: psutil.Process) -> int:
 
 
 def cpu_name() -> str:
-    """The CPU as docs name it: model name, family/model, and the widest vector unit (from /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return "unknown CPU"
-    flags = fields.get("flags", "").split()
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return (
-        f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}, "
-        f"model {fields.get('model', '?')}, {vector}), {os.cpu_count()} CPUs"
-    )
+    """The CPU as docs name it: model name, family/model, and the widest vector unit."""
+    cpu = cpu_identity()
+    return f"{cpu.model_name} (family {cpu.family}, model {cpu.model}, {cpu.vector_unit}), {cpu.logical_cpus} CPUs"

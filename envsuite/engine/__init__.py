@@ -10,6 +10,7 @@ Nothing here knows the Tinker client interface; the clients in ``envsuite.backen
 a subpackage loads torch (this package itself does not).
 """
 
+from envsuite.engine._host import CpuIdentity, cpu_identity
 from envsuite.engine._memory import (
     JEMALLOC_CONF,
     jemalloc_loaded,
@@ -20,6 +21,9 @@ from envsuite.engine._memory import (
 )
 
 __all__ = [
+    # this machine's CPU (keys for built kernels and measured speeds; how benches name it)
+    "CpuIdentity",
+    "cpu_identity",
     # glibc's heap (any process that builds a local client)
     "limit_heap_fragmentation",
     "release_free_memory",

@@ -8,6 +8,7 @@ for one model; ``_reordered``: a frozen model's layers on the chosen layouts, in
 ones (no extra memory).
 """
 
+from envsuite.engine._host import CpuIdentity, cpu_identity
 from envsuite.engine.kernels._calibration import (
     CalibrationResult,
     Choice,
@@ -19,7 +20,7 @@ from envsuite.engine.kernels._calibration import (
     calibration_file,
     choose,
 )
-from envsuite.engine.kernels._native import CpuIdentity, NativeKernels, cpu_identity, native_kernels
+from envsuite.engine.kernels._native import NativeKernels, native_kernels
 from envsuite.engine.kernels._onednn import (
     OneDnnLinear,
     onednn_available,

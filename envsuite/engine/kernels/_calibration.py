@@ -36,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from envsuite.engine.kernels._native import SOURCE, cpu_identity
+from envsuite.engine._host import cpu_identity
+from envsuite.engine.kernels._native import SOURCE
 from envsuite.engine.kernels._products import ROW_BUCKETS, Layout, ProductPath, lay_out, run_path
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from envsuite.engine._host import cpu_identity
+
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("_native.cpp")
@@ -43,43 +44,6 @@ CACHE_ENV = "ENVSUITE_NATIVE_CACHE"
 LIBRARY_NAME = "envsuite_kernels.so"
 BUILD_TIMEOUT_S = 600.0
 """A build that takes longer is abandoned (and remembered as failed)."""
-
-
-@dataclass(frozen=True)
-class CpuIdentity:
-    """What identifies a CPU for built code and for measured kernel speeds."""
-
-    vendor: str
-    model_name: str
-    family: str
-    model: str
-    flags_digest: str
-    """A digest of the instruction-set flags (two CPUs of one model name can differ, e.g. under a VM)."""
-    logical_cpus: int
-
-    def describe(self) -> str:
-        return f"{self.model_name} ({self.vendor}, family {self.family}, model {self.model}, {self.logical_cpus} CPUs)"
-
-
-@functools.cache
-def cpu_identity() -> CpuIdentity:
-    """This machine's CPU (from ``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, sep, value = line.partition(":")
-            key = key.strip()
-            if sep and key not in fields:
-                fields[key] = value.strip()
-    flags = fields.get("flags") or fields.get("Features") or ""
-    return CpuIdentity(
-        vendor=fields.get("vendor_id") or fields.get("CPU implementer") or platform.machine(),
-        model_name=fields.get("model name") or platform.processor() or platform.machine(),
-        family=fields.get("cpu family") or fields.get("CPU architecture") or "",
-        model=fields.get("model") or fields.get("CPU part") or "",
-        flags_digest=hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12],
-        logical_cpus=os.cpu_count() or 1,
-    )
 
 
 @dataclass(frozen=True)
