@@ -84,10 +84,19 @@ inline vec vexp(vec x) {
   return x < lo ? vec{} : out;
 }
 
+// The sum of a vector's lanes as a tree of shuffles and adds (4 dependent steps; adding the 16 lanes in
+// order was a chain of 16 dependent scalar adds, which made the attention scores latency-bound).
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ENVSUITE_SHUFFLE(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
+#else
+#define ENVSUITE_SHUFFLE(v, ...) __builtin_shuffle(v, ivec{__VA_ARGS__})
+#endif
 inline float hsum(vec v) {
-  float s = 0.f;
-  for (int i = 0; i < P; ++i) s += v[i];
-  return s;
+  v += ENVSUITE_SHUFFLE(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v += ENVSUITE_SHUFFLE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  v += ENVSUITE_SHUFFLE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  v += ENVSUITE_SHUFFLE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return v[0];
 }
 
 // Work below which at::parallel_for stays on one thread (a parallel region costs a few microseconds).
@@ -380,29 +389,72 @@ at::Tensor silu_mul(const at::Tensor& gate_up_in) {
 
 // One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Each key
 // and value row is read once for all G queries (vector registers: G x DV queries or accumulators).
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shuffle(x, y, ivec{__VA_ARGS__})
+#endif
+
+// 16 vectors -> one vector whose lane i is the sum of the lanes of a[bit_reversed[i]]: a butterfly of 15
+// adds, halving the lanes each vector's partial sum spans at each of 4 levels (a lane sum each, hsum,
+// would take 60 adds and shuffles).
+constexpr int bit_reversed[P] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+inline vec transposed_sums(const vec* a) {
+  vec b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i)
+    b[i] = ENVSUITE_SHUFFLE2(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           ENVSUITE_SHUFFLE2(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)
+    c[i] = ENVSUITE_SHUFFLE2(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+           ENVSUITE_SHUFFLE2(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)
+    d[i] = ENVSUITE_SHUFFLE2(c[2 * i], c[2 * i + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+           ENVSUITE_SHUFFLE2(c[2 * i], c[2 * i + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  return ENVSUITE_SHUFFLE2(d[0], d[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+         ENVSUITE_SHUFFLE2(d[0], d[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+
+// One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Scores
+// come 16 keys at a time (one transposed_sums per block, the keys read from L1 for each query); each
+// value row is read once for all G queries (vector registers: G x DV accumulators).
 template <int DV>
 void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
-                 int64_t G, int64_t L, float scale, float* scores, float* out) {
+                 int64_t G, int64_t L, float scale, float* scores, float* out, const float* next_k,
+                 const float* next_v) {
   constexpr int64_t D = DV * P;
-  for (int64_t g0 = 0; g0 < G; g0 += 4) {
-    const int64_t gs = std::min<int64_t>(4, G - g0);
-    vec qv[4][DV];
-    for (int64_t g = 0; g < gs; ++g)
-      for (int j = 0; j < DV; ++j) qv[g][j] = load(q + (g0 + g) * D + j * P);
-    for (int64_t l = 0; l < L; ++l) {
-      if (mask && !mask[l]) continue;
-      vec kv[DV];
-      for (int j = 0; j < DV; ++j) kv[j] = load(k + l * kl + j * P);
-      for (int64_t g = 0; g < gs; ++g) {
-        vec acc = qv[g][0] * kv[0];
-        for (int j = 1; j < DV; ++j) acc += qv[g][j] * kv[j];
-        scores[(g0 + g) * L + l] = hsum(acc) * scale;
+  const int64_t blocks_end = L - L % P;
+  // The next (row, head)'s keys and values are short streams elsewhere in the cache: asked for now, row
+  // by row beside this one's scores, they arrive while this head computes (the hardware prefetcher
+  // alone starts each stream cold).
+  if (next_k != nullptr)
+    for (int64_t l = 0; l < L; ++l)
+      for (int j = 0; j < DV; ++j) {
+        __builtin_prefetch(next_k + l * kl + j * P, 0, 2);
+        __builtin_prefetch(next_v + l * vl + j * P, 0, 2);
       }
+  for (int64_t g = 0; g < G; ++g) {
+    vec qv[DV];
+    for (int j = 0; j < DV; ++j) qv[j] = load(q + g * D + j * P);
+    float* s = scores + g * L;
+    for (int64_t l0 = 0; l0 < blocks_end; l0 += P) {
+      vec acc[P];
+      for (int i = 0; i < P; ++i) {
+        const float* key = k + (l0 + i) * kl;
+        vec dot = qv[0] * load(key);
+        for (int j = 1; j < DV; ++j) dot += qv[j] * load(key + j * P);
+        acc[bit_reversed[i]] = dot;
+      }
+      store(s + l0, transposed_sums(acc) * scale);
+    }
+    for (int64_t l = blocks_end; l < L; ++l) {
+      const float* key = k + l * kl;
+      vec dot = qv[0] * load(key);
+      for (int j = 1; j < DV; ++j) dot += qv[j] * load(key + j * P);
+      s[l] = hsum(dot) * scale;
     }
   }
   float inv[64];
   constexpr float minus_inf = -std::numeric_limits<float>::infinity();
-  const int64_t lv = L - L % P;
   for (int64_t g = 0; g < G; ++g) {
     float* s = scores + g * L;
     if (mask)
@@ -416,13 +468,13 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
       continue;
     }
     vec partial = {};
-    for (int64_t l = 0; l < lv; l += P) {
+    for (int64_t l = 0; l < blocks_end; l += P) {
       const vec e = vexp(load(s + l) - top);
       store(s + l, e);
       partial += e;
     }
     float total = hsum(partial);
-    for (int64_t l = lv; l < L; ++l) {
+    for (int64_t l = blocks_end; l < L; ++l) {
       s[l] = std::exp(s[l] - top);
       total += s[l];
     }
@@ -485,12 +537,15 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
       const float* qh = qp + (b * H + h) * G * D;
       const float* kh = kp + b * k.stride(0) + h * k.stride(1);
       const float* vh = vp + b * v.stride(0) + h * v.stride(1);
+      const int64_t nb = (item + 1) / H, nh = (item + 1) % H;
+      const float* next_k = item + 1 < end ? kp + nb * k.stride(0) + nh * k.stride(1) : nullptr;
+      const float* next_v = item + 1 < end ? vp + nb * v.stride(0) + nh * v.stride(1) : nullptr;
       const bool* row_mask = mp ? mp + b * L : nullptr;
       float* oh = op + (b * H + h) * G * D;
       switch (D / P) {
 #define ENVSUITE_HEAD_CASE(DV)                                                                      \
   case DV:                                                                                          \
-    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh); \
+    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh, next_k, next_v); \
     break;
         ENVSUITE_HEAD_CASE(1)
         ENVSUITE_HEAD_CASE(2)
