@@ -461,7 +461,8 @@ def test_the_captured_step_samples_exactly_what_the_step_by_step_kernels_sample(
         assert not runs
         got = _outputs(model_name, replace(stepwise, captured_step=True), max_tokens)
         _assert_same(reference, got, atol=0.0)
-        assert len(runs) >= max_tokens - 1 and {1, 2} & set(runs), runs  # every step, as rows finish
+        # Every decode step, the batch shrinking as rows finish (admission times vary: no exact sizes).
+        assert len(runs) >= max_tokens - 1 and len(set(runs)) >= 2, runs
         runs.clear()
 
 

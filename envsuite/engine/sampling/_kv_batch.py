@@ -415,7 +415,7 @@ def _kv_layers(cache: DynamicCache) -> list[_FullLayer]:
     for layer in cache.layers:
         # Sliding-window and linear-attention layers keep positions differently; left-padding and
         # merging rows is only valid for plain full-attention layers.
-        if type(layer) is not GrowableLayer or layer.keys is None or layer.values is None:
+        if type(layer) is not GrowableLayer or not layer.holds_cache:
             raise TypeError(
                 f"the local sampling engine supports full-attention KV caches only, got {type(layer).__name__}"
             )

@@ -44,12 +44,48 @@ class GrowableLayer(DynamicLayer):
         return max(cls.MIN_ROOM, positions // cls.ROOM_DIVISOR)
 
     def __init__(self) -> None:
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self._views_stale = False
+        """``advance`` moved ``end``: ``keys``/``values`` are rebuilt when next read (a step's 30 layers
+        would otherwise slice 60 views nobody reads)."""
+        self._replaced = False
+        """Something other than this layer assigned ``keys`` or ``values`` (``_adopt`` then checks them)."""
         super().__init__()
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
         self._rows = 0
         self._start = 0
         self._end = 0
+
+    # ------------------------------------------------------------------ the views transformers reads
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """The live keys ``(rows, heads, length, head_dim)``: a view of the key buffer."""
+        if self._views_stale:
+            self._set_views()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._keys, self._views_stale, self._replaced = value, False, True
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        """The live values, like :attr:`keys`."""
+        if self._views_stale:
+            self._set_views()
+        return self._values
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._values, self._views_stale, self._replaced = value, False, True
+
+    @property
+    def holds_cache(self) -> bool:
+        """Whether keys and values are set (checked without rebuilding views ``advance`` left stale)."""
+        return self._keys is not None and self._values is not None
 
     # ------------------------------------------------------------------ what transformers calls
 
@@ -92,7 +128,7 @@ class GrowableLayer(DynamicLayer):
     def advance(self) -> None:
         """Count column ``end`` (written by the caller of :meth:`free_column`) as live."""
         self._end += 1
-        self._set_views()
+        self._views_stale = True
 
     @property
     def rows(self) -> int:
@@ -193,12 +229,15 @@ class GrowableLayer(DynamicLayer):
 
     def _set_views(self) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self._buffers()
-        self.keys = keys[: self._rows, :, self._start : self._end]
-        self.values = values[: self._rows, :, self._start : self._end]
-        return self.keys, self.values
+        self._keys = keys[: self._rows, :, self._start : self._end]
+        self._values = values[: self._rows, :, self._start : self._end]
+        self._views_stale = self._replaced = False
+        return self._keys, self._values
 
     def _adopt(self) -> None:
         """Take ``keys``/``values`` as the buffers when something other than this layer replaced them."""
+        if not self._replaced:  # the views are this layer's own (or stale ones it will rebuild)
+            return
         keys, values = self.keys, self.values
         if keys is None or values is None or keys.dim() != 4:
             return
