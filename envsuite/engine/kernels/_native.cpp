@@ -195,15 +195,22 @@ at::Tensor pack_panels(const at::Tensor& w) {
 }
 
 // rows [r0, r0 + R) x one panel pair (or one panel) over k in [k0, k1), accumulating into out.
+// With `ahead` (the first row chunk of a k block), each step also asks for one line of the weights the
+// next k block reads (ahead[0] and ahead[1] + the same offset): they arrive while the later row chunks
+// reuse this block from L1, so only the first block of a product waits on memory.
 template <int R, bool TWO>
 inline void panel_micro(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1,
-                        float* out, int64_t ldo) {
+                        float* out, int64_t ldo, const float* const* ahead) {
   vec a0[R], a1[R];
   for (int r = 0; r < R; ++r) {
     a0[r] = k0 ? load(out + r * ldo) : vec{};
     a1[r] = (TWO && k0) ? load(out + r * ldo + P) : vec{};
   }
   for (int64_t k = k0; k < k1; ++k) {
+    if (ahead != nullptr) {
+      __builtin_prefetch(ahead[0] + (k - k0) * P, 0, 3);
+      __builtin_prefetch(ahead[1] + (k - k0) * P, 0, 3);
+    }
     const vec b0 = load(w0 + k * P);
     const vec b1 = TWO ? load(w1 + k * P) : vec{};
     for (int r = 0; r < R; ++r) {
@@ -220,11 +227,11 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
 
 template <bool TWO>
 void panel_rows(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1, float* out,
-                int64_t ldo, int rows) {
+                int64_t ldo, int rows, const float* const* ahead) {
   switch (rows) {
 #define ENVSUITE_PANEL_CASE(R) \
   case R:                      \
-    panel_micro<R, TWO>(x, K, w0, w1, k0, k1, out, ldo); \
+    panel_micro<R, TWO>(x, K, w0, w1, k0, k1, out, ldo, ahead); \
     break;
     ENVSUITE_PANEL_CASE(1)
     ENVSUITE_PANEL_CASE(2)
@@ -265,13 +272,24 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
       const float* w1 = w0 + K * P;
       for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t k1 = std::min(K, k0 + KC);
+        // The next k block of this pair, else the first of the next pair (past the last panel: a prefetch
+        // never faults).
+        const float* ahead[2];
+        if (k1 < K) {
+          ahead[0] = w0 + k1 * P;
+          ahead[1] = w1 + k1 * P;
+        } else {
+          ahead[0] = w0 + 2 * K * P;
+          ahead[1] = w1 + 2 * K * P;
+        }
         for (int64_t r0 = 0; r0 < M; r0 += MR) {
           const int rows = (int)std::min<int64_t>(MR, M - r0);
           float* o = op + r0 * ldo + p0 * P;
+          const float* const* first = r0 == 0 ? ahead : nullptr;
           if (two) {
-            panel_rows<true>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows);
+            panel_rows<true>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, first);
           } else {
-            panel_rows<false>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows);
+            panel_rows<false>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, first);
           }
         }
       }
