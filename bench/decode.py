@@ -77,7 +77,7 @@ WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise",
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
 WAY_LABELS = {
     "linear": "F.linear, model as loaded",
-    "reordered": "oneDNN reordered everywhere (main's default)",
+    "reordered": "oneDNN reordered everywhere (an earlier default)",
     "torch_calibrated": "calibrated, torch's kernels only",
     "torch_products": "calibrated among torch's products, native step kernels",
     "stepwise": "calibrated with native kernels, layers op by op",
