@@ -92,13 +92,17 @@ inline vec vexp(vec x) {
   return x < lo ? vec{} : out;
 }
 
+// Lanes of x and y (indices 16-31 name y's) picked into one vector: clang and GCC 12+ spell it
+// __builtin_shufflevector, older GCC __builtin_shuffle.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shuffle(x, y, ivec{__VA_ARGS__})
+#endif
+#define ENVSUITE_SHUFFLE(v, ...) ENVSUITE_SHUFFLE2(v, v, __VA_ARGS__)
+
 // The sum of a vector's lanes as a tree of shuffles and adds (4 dependent steps; adding the 16 lanes in
 // order was a chain of 16 dependent scalar adds, which made the attention scores latency-bound).
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define ENVSUITE_SHUFFLE(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
-#else
-#define ENVSUITE_SHUFFLE(v, ...) __builtin_shuffle(v, ivec{__VA_ARGS__})
-#endif
 inline float hsum(vec v) {
   v += ENVSUITE_SHUFFLE(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
   v += ENVSUITE_SHUFFLE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
@@ -417,14 +421,6 @@ at::Tensor silu_mul(const at::Tensor& gate_up_in) {
   });
   return out;
 }
-
-// One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Each key
-// and value row is read once for all G queries (vector registers: G x DV queries or accumulators).
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
-#else
-#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shuffle(x, y, ivec{__VA_ARGS__})
-#endif
 
 // 16 vectors -> one vector whose lane i is the sum of the lanes of a[bit_reversed[i]]: a butterfly of 15
 // adds, halving the lanes each vector's partial sum spans at each of 4 levels (a lane sum each, hsum,
