@@ -118,11 +118,11 @@ class CapturedLayers:
             if not isinstance(layer, GrowableLayer) or layer.rows != batch:
                 return None
             free = layer.free_column()
-            if free is None or free[0].stride(3) != 1 or free[1].stride(3) != 1:
+            if free is None or free.key_buffer.stride(3) != 1 or free.value_buffer.stride(3) != 1:
                 return None
-            keys.append(free[0])
-            values.append(free[1])
-            columns.add((free[2], free[3]))
+            keys.append(free.key_buffer)
+            values.append(free.value_buffer)
+            columns.add((free.start, free.end))
         if len(columns) != 1:  # the layers of one batch always agree; anything else takes the slow path
             return None
         start, end = columns.pop()

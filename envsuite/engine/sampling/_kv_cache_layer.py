@@ -25,9 +25,23 @@ adopts them as its buffers at the next operation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
+
+
+@dataclass(frozen=True, slots=True)
+class FreeColumn:
+    """A layer's buffers with column ``end`` free in every row (:meth:`GrowableLayer.free_column`)."""
+
+    key_buffer: torch.Tensor
+    value_buffer: torch.Tensor
+    start: int
+    """The first live column; the live columns are ``[start, end)``."""
+    end: int
+    """The free column the caller writes."""
 
 
 class GrowableLayer(DynamicLayer):
@@ -110,12 +124,11 @@ class GrowableLayer(DynamicLayer):
 
     # ------------------------------------------------------------------ what a captured step calls
 
-    def free_column(self) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
-        """``(key_buffer, value_buffer, start, end)`` with column ``end`` free in every row (the buffers
-        reallocated first if out of room, as :meth:`update` does), for a caller that writes one new
-        position itself (``envsuite/engine/sampling/_captured_step.py``) and then calls :meth:`advance`.
-        The live columns are ``[start, end)``; rows ``[0, rows)`` are the cache's. None while the layer
-        holds no buffers yet."""
+    def free_column(self) -> FreeColumn | None:
+        """The buffers with column ``end`` free in every row (reallocated first if out of room, as
+        :meth:`update` does), for a caller that writes one new position itself
+        (``envsuite/engine/sampling/_captured_step.py``) and then calls :meth:`advance`. Rows ``[0, rows)``
+        are the cache's. None while the layer holds no buffers yet."""
         self._adopt()
         if self._key_buffer is None or self._value_buffer is None:
             return None
@@ -123,7 +136,7 @@ class GrowableLayer(DynamicLayer):
         if self._end + 1 > keys.shape[2]:
             self._relayout(keys, values, rows=self._rows, left=0, right=1)
             keys, values = self._buffers()
-        return keys, values, self._start, self._end
+        return FreeColumn(keys, values, self._start, self._end)
 
     def advance(self) -> None:
         """Count column ``end`` (written by the caller of :meth:`free_column`) as live."""
