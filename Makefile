@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc bubblewrap interop-cookbook-0.5.8
+.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -55,7 +55,15 @@ bubblewrap:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy; } \
 		|| echo "warning: could not install Debian's bubblewrap; the sandbox and code envs will refuse to run"
 
-install: $(STAMP) postgres-server jemalloc bubblewrap
+# A C++ compiler builds envsuite's native CPU kernels on first use (envsuite/engine/kernels/_native.cpp:
+# the calibrated products and the captured decode step). Without one the engine keeps torch's kernels
+# and the native kernels' tests skip saying why.
+native-compiler:
+	command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q g++; } \
+		|| echo "warning: could not install Debian's g++; the native kernels will not be built"
+
+install: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -64,12 +72,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
 
-pytest: $(STAMP) postgres-server jemalloc bubblewrap
+pytest: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest
 
-demo: $(STAMP) jemalloc
+demo: $(STAMP) jemalloc native-compiler
 	$(VENV)/bin/envsuite demo
 
 # Every documented learning result of docs/results.md, one preset per env family (see that page).
