@@ -539,6 +539,38 @@ def test_large_panels_sit_on_huge_page_aligned_memory_and_multiply_as_before() -
         del panels, columns  # the custom deleter runs here (a double free or a leak would show up in CI)
 
 
+def test_the_cpu_identity_loads_no_torch_and_names_the_widest_vector_unit(tmp_path: Path) -> None:
+    """``envsuite.engine.cpu_identity`` (the key of built kernels and calibrations, and how benches name
+    the CPU) reads ``/proc/cpuinfo`` without importing torch, and its vector unit follows the flags."""
+    probe = (
+        "import json, sys; import envsuite.engine as engine; cpu = engine.cpu_identity();"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'vector': cpu.vector_unit,"
+        " 'cpus': cpu.logical_cpus, 'model': cpu.model_name}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    seen = json.loads(done.stdout)
+    assert seen["torch"] is False and seen["cpus"] == os.cpu_count() and seen["model"]
+    flags: set[str] = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            break
+    expected = (
+        "AVX-512"
+        if "avx512f" in flags
+        else "AVX2"
+        if "avx2" in flags
+        else "NEON"
+        if {"asimd", "neon"} & flags
+        else "no AVX2"
+    )
+    assert seen["vector"] == expected
+
+
 def test_forced_plans_name_their_path() -> None:
     plan = KernelPlan.forced(ProductPath.ONEDNN_REORDERED)
     assert plan.choice((8, 16)).paths == (ProductPath.ONEDNN_REORDERED,) * len(ROW_BUCKETS)
