@@ -176,8 +176,11 @@ def _rows(batch: int) -> list[RowSampling]:
 
 
 def _step(model: Any, batch: KVBatch, decoder: LlamaDecoder | None, rows: list[RowSampling]) -> None:
+    """One engine step: the forward, then the rows' tokens, natively where the decoder's step is native
+    (as the engine does it)."""
     logits = batch.step(model, decoder)
-    batch.pending_B = choose_tokens(logits, rows).tokens_B
+    native = decoder is not None and decoder.native
+    batch.pending_B = choose_tokens(logits, rows, native=native).tokens_B
 
 
 def matmul_params(model: Any) -> int:
@@ -287,7 +290,7 @@ def breakdown(ways: dict[str, Way], batch: int, args: argparse.Namespace) -> Bre
             layer_matmuls_ms=layer_ms.pop("calibrated"),
             lm_head_ms=_median_ms(lambda: decoder.lm_head(x), args.steps),
             attention_ms=_median_ms(attention, args.steps),
-            sampling_ms=_median_ms(lambda: choose_tokens(logits, rows), args.steps),
+            sampling_ms=_median_ms(lambda: choose_tokens(logits, rows, native=decoder.native), args.steps),
             other_layer_matmuls_ms=layer_ms,
         )
 

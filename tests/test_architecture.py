@@ -289,10 +289,16 @@ def test_wheel_installs_one_top_level_name(wheel: Path) -> None:
 
 
 def test_wheel_ships_the_native_kernels_source(wheel: Path) -> None:
-    """An installed envsuite compiles ``_native.cpp`` at first use and keys its kernel calibration by the
-    source's hash: a wheel without the file would leave the sampling engine nothing to read."""
+    """An installed envsuite compiles ``_native*.cpp`` (each including ``_native.h``) at first use and keys
+    its kernel calibration by their hash: a wheel without one of them would fail the build or key the
+    calibration by a different set of files than the checkout."""
+    from envsuite.engine.kernels._native import HEADERS, SOURCES
+
+    assert len(SOURCES) >= 4 and HEADERS
     with zipfile.ZipFile(wheel) as archive:
-        assert "envsuite/engine/kernels/_native.cpp" in archive.namelist()
+        names = set(archive.namelist())
+    for path in (*SOURCES, *HEADERS):
+        assert f"envsuite/engine/kernels/{path.name}" in names
 
 
 def test_wheel_installs_beside_a_package_with_a_top_level_evals(wheel: Path, tmp_path: Path) -> None:

@@ -589,16 +589,27 @@ async def test_a_request_alone_runs_even_over_the_kv_budget() -> None:
     assert stats.budget_waits > 0
 
 
-@pytest.mark.parametrize("vocab", [49152, 1000])  # blocked search (256 divides it), and the plain scan
-def test_token_choice_lands_where_the_draw_falls_on_the_cumulative_distribution(vocab: int) -> None:
+def _native_or_skip(native: bool) -> None:
+    if native and not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+
+
+# 49152: blocked search (256 divides it); 1000: the plain scan (torch), a partial last block (native)
+@pytest.mark.parametrize("vocab", [49152, 1000])
+@pytest.mark.parametrize("native", [False, True], ids=["torch", "native"])
+def test_token_choice_lands_where_the_draw_falls_on_the_cumulative_distribution(
+    vocab: int, native: bool
+) -> None:
     """Blocked inverse-CDF sampling picks, for each row's uniform draw, the token whose interval of the
     exactly (float64) computed cumulative distribution holds it, up to float32 rounding; its logprob is
-    the token's log-softmax; and tokens top-k masks out are never picked."""
+    the token's log-softmax; and tokens top-k masks out are never picked. Both ways: torch's operations
+    and the native ``sample_rows``."""
+    _native_or_skip(native)
     logits = torch.randn(64, vocab, generator=torch.Generator().manual_seed(vocab)) * 3
     rows = [RowSampling(0.7, -1, 1.0, make_generator(i)) for i in range(64)]
     draws = [make_generator(i) for i in range(64)]  # the same streams: each row's draw, replayed
     for _ in range(20):
-        choice = choose_tokens(logits, rows)
+        choice = choose_tokens(logits, rows, native=native)
         scaled = logits.double() / 0.7
         cdf = scaled.softmax(dim=-1).cumsum(dim=-1)
         for i, token in enumerate(choice.tokens_B):
@@ -610,8 +621,68 @@ def test_token_choice_lands_where_the_draw_falls_on_the_cumulative_distribution(
     top_k = [RowSampling(1.0, 5, 1.0, make_generator(i)) for i in range(64)]
     allowed = logits.topk(5, dim=-1).indices
     for _ in range(20):
-        picked = choose_tokens(logits, top_k).tokens_B
+        picked = choose_tokens(logits, top_k, native=native).tokens_B
         assert all(token in allowed[i].tolist() for i, token in enumerate(picked))
+
+
+def _mixed_rows(seed: int) -> list[RowSampling]:
+    """Every kind of row: plain sampled at three temperatures, greedy, greedy asking for top logprobs,
+    top-k, top-p, sampled asking for top logprobs."""
+    kinds = [
+        (1.0, -1, 1.0, 0),
+        (0.0, -1, 1.0, 0),
+        (0.6, -1, 1.0, 0),
+        (1.7, -1, 1.0, 0),
+        (0.0, -1, 1.0, 3),
+        (1.0, 40, 1.0, 0),
+        (0.9, -1, 0.8, 0),
+        (1.0, -1, 1.0, 5),
+    ]
+    return [
+        RowSampling(t, k, p, make_generator(seed + i) if t > 0 else None, top_logprobs=n)
+        for i, (t, k, p, n) in enumerate(kinds * 3)
+    ]
+
+
+def test_native_token_choice_samples_what_torchs_way_samples() -> None:
+    """``choose_tokens(native=True)`` (the engine's default where the native kernels load) takes each
+    row's one draw from the same generator and picks the same token as torch's way, with the same
+    logprob (1e-5) and the same top logprobs, in a batch mixing every kind of row (the plain ones go to
+    ``sample_rows``, the others stay on torch's path); greedy rows pick the argmax. Logits with -inf
+    entries (a processor's mask) and a vocabulary no block width divides included."""
+    _native_or_skip(True)
+    generator = torch.Generator().manual_seed(3)
+    for vocab in (49152, 1003):
+        torch_rows, native_rows = _mixed_rows(vocab), _mixed_rows(vocab)
+        for step in range(15):
+            logits = torch.randn(len(torch_rows), vocab, generator=generator) * (1 + step % 4)
+            logits[:, : vocab // 7] = float("-inf") if step % 3 == 0 else logits[:, : vocab // 7]
+            ours = choose_tokens(logits, native_rows, native=True)
+            theirs = choose_tokens(logits, torch_rows)
+            assert ours.tokens_B == theirs.tokens_B
+            assert ours.logprobs_B == pytest.approx(theirs.logprobs_B, abs=1e-5)
+            assert ours.top_B == theirs.top_B
+            greedy = [i for i, row in enumerate(native_rows) if row.greedy]
+            assert [ours.tokens_B[i] for i in greedy] == logits[greedy].argmax(dim=-1).tolist()
+        for mine, other in zip(native_rows, torch_rows, strict=True):  # the same draws were taken
+            if mine.generator is not None and other.generator is not None:
+                assert torch.equal(mine.generator.get_state(), other.generator.get_state())
+
+
+def test_native_token_choice_follows_the_distribution() -> None:
+    """Over 40,000 draws of one row over 6 tokens (temperature 0.8), each token's share of
+    ``sample_rows``'s picks is within 4 standard errors of its probability."""
+    _native_or_skip(True)
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0, 1.5]])
+    probs = (logits[0].double() / 0.8).softmax(dim=0)
+    draws = 40_000
+    uniform = 1.0 - torch.rand(draws, generator=torch.Generator().manual_seed(11))
+    tokens, _ = torch.ops.envsuite.sample_rows(
+        logits.expand(draws, -1).contiguous(), torch.full((draws,), 0.8), uniform
+    )
+    counts = torch.bincount(tokens, minlength=6).double() / draws
+    error = (probs * (1 - probs) / draws).sqrt()
+    assert ((counts - probs).abs() <= 4 * error).all(), (counts, probs)
 
 
 def test_reordering_leaves_shared_and_tied_weights_plain() -> None:

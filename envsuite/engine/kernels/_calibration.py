@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from envsuite.engine._host import cpu_identity
-from envsuite.engine.kernels._native import SOURCE
+from envsuite.engine.kernels._native import source_digest
 from envsuite.engine.kernels._products import ROW_BUCKETS, Layout, ProductPath, lay_out, run_path
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class MachineKey:
             cpu_id=repr(cpu),
             versions=_library_versions(),
             threads=torch.get_num_threads(),
-            native_source=hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12],
+            native_source=source_digest()[:12],
         )
 
     @property

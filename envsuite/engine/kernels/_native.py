@@ -1,8 +1,9 @@
-"""envsuite's native CPU kernels (``_native.cpp``), built on first use for the CPU this process runs on.
+"""envsuite's native CPU kernels (``_native*.cpp``), built on first use for the CPU this process runs on.
 
-The source ships with the package; :func:`native_kernels` compiles it once with the host's C++ compiler
+The sources ship with the package (``_native.h`` says which file holds what); :func:`native_kernels`
+compiles them into one library once with the host's C++ compiler
 (``$CXX``, else ``g++``/``c++``/``clang++``), ``-O3 -march=native`` against the installed torch, into
-``$ENVSUITE_NATIVE_CACHE/<key>/``, else ``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the source, the
+``$ENVSUITE_NATIVE_CACHE/<key>/``, else ``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the sources, the
 torch version, the compiler and the CPU (model and instruction-set flags: a library built for one CPU
 may not run on another that shares the home directory). Later processes load it in a few milliseconds.
 The first build takes 20-60 s on two cores; concurrent processes wait for one build (a file lock), and a
@@ -12,8 +13,9 @@ source, torch or the compiler change.
 Where anything is missing (no compiler, not Linux, a build error, a torch without the C++ headers)
 :func:`native_kernels` says why and the engine keeps torch's own kernels: nothing else changes.
 
-The library registers ``torch.ops.envsuite``: ``rows_linear`` and ``panel_linear`` (matrix products,
-see the C++ file) and ``pack_panels`` (the panel layout).
+The library registers ``torch.ops.envsuite`` (``_native_library.cpp``): matrix products
+(``rows_linear``, ``panel_linear``, the layout ``pack_panels``), the decode step's kernels and the whole
+layer stack (``decode_layers``), and next-token choice (``sample_rows``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ from envsuite.engine._host import cpu_identity
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("_native.cpp")
+SOURCE_DIR = Path(__file__).parent
+SOURCES = tuple(sorted(SOURCE_DIR.glob("_native*.cpp")))
+"""The translation units compiled into the library (``_native.h`` is included by each)."""
+HEADERS = tuple(sorted(SOURCE_DIR.glob("_native*.h")))
 CACHE_ENV = "ENVSUITE_NATIVE_CACHE"
 LIBRARY_NAME = "envsuite_kernels.so"
 BUILD_TIMEOUT_S = 600.0
@@ -71,9 +76,17 @@ def _compiler_version(compiler: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 
+def source_digest() -> str:
+    """A hash of every source and header file (names and bytes): a change to any of them is a new build."""
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _build_key(compiler: str) -> str:
     parts = [
-        hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        source_digest(),
         torch.__version__,
         str(torch._C._GLIBCXX_USE_CXX11_ABI),
         _compiler_version(compiler),
@@ -97,7 +110,7 @@ def _command(compiler: str, output: Path) -> list[str]:
         "-std=c++20",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(f"-I{path}" for path in include_paths()),
-        str(SOURCE),
+        *(str(path) for path in SOURCES),
         "-o",
         str(output),
         f"-L{torch_lib}",

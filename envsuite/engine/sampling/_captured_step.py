@@ -3,7 +3,7 @@
 The lean step (``_llama_decode``) runs a Llama layer as about 23 torch operations from Python: at
 SmolLM2-135M's 30 layers that is ~700 dispatches a step, 2-3 ms at batch 1 on the AMD EPYC box where
 the products themselves take ~10 (docs/benchmarks.md). :class:`CapturedLayers` hands the whole layer
-stack to ``torch.ops.envsuite.decode_layers`` (``envsuite/engine/kernels/_native.cpp``), which calls the
+stack to ``torch.ops.envsuite.decode_layers`` (``envsuite/engine/kernels/_native_step.cpp``), which calls the
 same kernels in the same order from C++: the norms, the products on the layouts and paths the engine's
 calibration chose for this row count, rotary embeddings, the new keys and values written straight into
 the cache's free column, one-token attention, the residual adds. Its logits equal the step-by-step

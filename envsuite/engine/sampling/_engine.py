@@ -44,6 +44,7 @@ from envsuite.engine.kernels import (
     ReorderReport,
     kernel_plan,
     lay_out_frozen_linears,
+    native_kernels,
     onednn_fits,
 )
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
@@ -120,6 +121,8 @@ class SamplingEngine:
             if self.config.lean_decode
             else None
         )
+        self._native_sampling = native_step and native_kernels().available
+        """Plain rows pick their tokens in one native call (``choose_tokens(native=True)``)."""
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
@@ -499,7 +502,7 @@ class SamplingEngine:
 
     def _advance(self, rows: Sequence[Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
         """Append one sampled token to each row; finish rows that stopped; return the rows to keep."""
-        choice = choose_tokens(logits_B_V, [row.sampling for row in rows])
+        choice = choose_tokens(logits_B_V, [row.sampling for row in rows], native=self._native_sampling)
         keep: list[int] = []
         for i, row in enumerate(rows):
             row.tokens.append(choice.tokens_B[i])

@@ -143,7 +143,7 @@ class LlamaDecoder:
     layout and kernels measured fastest here), the step runs the same products. With ``native`` (the
     caller checked that they run here) its RMS norms, its rotary embeddings (with the split of the fused
     q/k/v product into heads), its one-token attention and its MLP's SiLU(gate) * up run envsuite's
-    native kernels (``envsuite/engine/kernels/_native.cpp``: one call each instead of torch's several
+    native kernels (``envsuite/engine/kernels/_native_step.cpp``: one call each instead of torch's several
     operations, the same arithmetic up to float rounding); the prompt tails' attention stays SDPA. With
     ``captured`` as well, a step without prompt tails runs all its layers in one native call
     (:attr:`captured`; ``_captured_step``), the same kernels in the same order.

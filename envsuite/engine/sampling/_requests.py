@@ -55,10 +55,11 @@ class EngineConfig:
     which the embedding then reads its rows from. False: plain weights only (``F.linear``, oneDNN and
     envsuite's rows kernel on them)."""
     native_kernels: bool = True
-    """Let the products use envsuite's native CPU kernels (``envsuite/engine/kernels/_native.cpp``), built
-    for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached), and
-    the lean step run its RMS norms and one-token attention through them (with ``onednn_products``);
-    where none can be built, torch's kernels serve alone."""
+    """Let the products use envsuite's native CPU kernels (``envsuite/engine/kernels/_native*.cpp``),
+    built for this CPU with the host's C++ compiler on first use (once per machine, 5-60 s, then cached),
+    and the lean step run its RMS norms and one-token attention through them, and the rows without
+    truncation or top logprobs pick their tokens through them (with ``onednn_products``); where none can
+    be built, torch's kernels serve alone."""
     captured_step: bool = True
     """Run a decode step's decoder layers as one native call (``torch.ops.envsuite.decode_layers``:
     the lean step's kernels in the same order, without Python between them; the same logits) where the

@@ -3,7 +3,11 @@
 Each row carries its own ``torch.Generator``: a row's random draws never depend on which other rows
 share the batch, and nothing touches torch's global RNG. Sampling is inverse-CDF: one uniform draw per
 row from its generator, then batched ``searchsorted`` over the cumulative weights, found block by block
-of the vocabulary (:func:`_inverse_cdf`).
+of the vocabulary (:func:`_inverse_cdf`). With ``native`` (the engine's native kernels are loaded), the
+rows that need no truncation and no top logprobs (:attr:`RowSampling.plain`) take the same steps in one
+call, ``torch.ops.envsuite.sample_rows`` (``envsuite/engine/kernels/_native_sampling.cpp``): the same
+draw from the same generator, the same distribution; a token can differ from torch's way only where the
+draw falls within float rounding of a boundary between two tokens.
 
 Reported logprobs (documented in docs/backend_sampling.md): for ``temperature > 0`` the logprob of the
 chosen token under the distribution it was sampled from (logits / temperature, then top-k and top-p
@@ -41,6 +45,12 @@ class RowSampling:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def plain(self) -> bool:
+        """No truncation (top-k, top-p) and no top logprobs to report: what ``sample_rows`` covers."""
+        untruncated = self.greedy or (self.top_k <= 0 and self.top_p >= 1.0)
+        return untruncated and self.top_logprobs == 0
+
 
 @dataclass(frozen=True)
 class TokenChoice:
@@ -65,15 +75,22 @@ def make_generator(seed: int) -> torch.Generator:
     return generator
 
 
-def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> TokenChoice:
-    """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings."""
+def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling], native: bool = False) -> TokenChoice:
+    """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings;
+    with ``native`` (the caller loaded envsuite's native kernels), plain rows on the CPU in one call."""
     logits_B_V = logits_B_V.float()
     n_rows = logits_B_V.shape[0]
     top_B: list[list[tuple[int, float]]] = [[] for _ in rows]
     tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
     logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
-    greedy_idx = [i for i, row in enumerate(rows) if row.greedy]
-    sample_idx = [i for i, row in enumerate(rows) if not row.greedy]
+    native = native and logits_B_V.device.type == "cpu"
+    plain_idx = [i for i, row in enumerate(rows) if native and row.plain]
+    greedy_idx = [i for i, row in enumerate(rows) if row.greedy and not (native and row.plain)]
+    sample_idx = [i for i, row in enumerate(rows) if not row.greedy and not (native and row.plain)]
+    if plain_idx:
+        index = torch.tensor(plain_idx, device=logits_B_V.device)
+        logits = logits_B_V.index_select(0, index) if len(plain_idx) < n_rows else logits_B_V
+        tokens_B[index], logprobs_B[index] = _sample_plain(logits, [rows[i] for i in plain_idx])
     if greedy_idx:
         index = torch.tensor(greedy_idx, device=logits_B_V.device)
         logits = logits_B_V.index_select(0, index) if len(greedy_idx) < n_rows else logits_B_V
@@ -93,6 +110,23 @@ def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> Toke
         logprobs_B=logprobs_B.tolist(),
         top_B=top_B if any(row.top_logprobs > 0 for row in rows) else None,
     )
+
+
+def _sample_plain(logits_R_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens and logprobs of plain rows through ``sample_rows``: each sampled row's one draw, as
+    :func:`_sample_rows` takes it (greedy rows draw nothing)."""
+    temperatures = [max(row.temperature, 0.0) for row in rows]
+    draws = [1.0 if row.greedy else _draw(row) for row in rows]
+    tokens_R, logprobs_R = torch.ops.envsuite.sample_rows(
+        logits_R_V, torch.tensor(temperatures, dtype=torch.float32), torch.tensor(draws, dtype=torch.float32)
+    )
+    return tokens_R, logprobs_R
+
+
+def _draw(row: RowSampling) -> float:
+    """One draw in (0, 1] from the row's own generator; a draw of exactly 0 could land on a leading
+    zero-probability token, 1 - U(0, 1] cannot."""
+    return 1.0 - float(torch.rand((), generator=row.generator).item())
 
 
 def _top_of(
@@ -146,10 +180,7 @@ def _sample_rows(logits_B_V: torch.Tensor, rows: Sequence[RowSampling]) -> _Samp
     # max + log(sum), as logsumexp computes it.
     max_B = scaled_B_V.amax(dim=-1, keepdim=True)
     weights_B_V = (scaled_B_V - max_B).exp_()
-    # One draw in (0, 1] per row from the row's own generator; a draw of exactly 0 could land on a
-    # leading zero-probability token, 1 - U(0, 1] cannot.
-    draws = [1.0 - float(torch.rand((), generator=row.generator).item()) for row in rows]
-    uniform_B = torch.tensor(draws, dtype=torch.float32, device=device)
+    uniform_B = torch.tensor([_draw(row) for row in rows], dtype=torch.float32, device=device)
     chosen_B, total_B = _inverse_cdf(weights_B_V, uniform_B)
     # Rounding in the cumulative sums can put the target just past the last token with mass (onto a
     # masked one after it); step back to that token. Rare, so done row by row.

@@ -1,0 +1,109 @@
+// envsuite's native CPU kernels: what the sources share (the vector type and its helpers) and the
+// functions one source calls in another. envsuite/engine/kernels/_native.py compiles every
+// _native_*.cpp beside this file into one library, for the CPU it runs on (-march=native).
+//
+//   _native_products.cpp  matrix products for a decode step's skinny inputs (rows_linear, panel_linear,
+//                         pack_panels)
+//   _native_step.cpp      the decode step's other kernels (rms_norm, rotary_split, silu_mul,
+//                         decode_attention) and the whole layer stack in one call (decode_layers)
+//   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows)
+//   _native_library.cpp   the torch.ops.envsuite schema of every op above
+//
+// The vector type is GCC's generic vector of 16 floats: one AVX-512 register, two AVX2 ones, four NEON
+// or SSE ones; the compiler emits the host's instructions (-march=native), so the same source serves
+// every CPU it is built on. Sums over a vector's lanes run as a tree (hsum), so values equal another
+// library's up to float rounding, not bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <tuple>
+
+namespace envsuite {
+
+constexpr int64_t P = 16;  // floats per panel (and per vector)
+typedef float vec __attribute__((vector_size(P * sizeof(float))));
+
+inline vec load(const float* p) {
+  vec v;
+  std::memcpy(&v, p, sizeof(vec));
+  return v;
+}
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
+inline vec splat(float v) { return vec{} + v; }
+
+typedef int32_t ivec __attribute__((vector_size(P * sizeof(int32_t))));
+
+// e^x in every lane, within ~1 ulp of std::exp for x in [-87.3, 88.7] (Cephes' expf: x = n ln2 + r with
+// ln2 split in two, a degree-6 polynomial for e^r, 2^n put in the exponent bits); 0 below that range,
+// e^88.7 above it. std::exp one value at a time was most of SiLU's and the softmax's time (a step at 32
+// rows computes ~1.5 million of them).
+inline vec vexp(vec x) {
+  const vec lo = splat(-87.33654f), hi = splat(88.72283f);
+  vec xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const vec magic = splat(12582912.0f);  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  const vec n = (xc * 1.44269504088896341f + magic) - magic;
+  vec r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vec poly = splat(1.9875691500e-4f);
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  poly = poly * (r * r) + r + 1.0f;
+  const ivec bits = (__builtin_convertvector(n, ivec) + 127) << 23;
+  vec scale;
+  std::memcpy(&scale, &bits, sizeof(vec));
+  const vec out = poly * scale;
+  return x < lo ? vec{} : out;
+}
+
+// Lanes of x and y (indices 16-31 name y's) picked into one vector: clang and GCC 12+ spell it
+// __builtin_shufflevector, older GCC __builtin_shuffle.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+#define ENVSUITE_SHUFFLE2(x, y, ...) __builtin_shuffle(x, y, ivec{__VA_ARGS__})
+#endif
+#define ENVSUITE_SHUFFLE(v, ...) ENVSUITE_SHUFFLE2(v, v, __VA_ARGS__)
+
+// The sum of a vector's lanes as a tree of shuffles and adds (4 dependent steps; adding the 16 lanes in
+// order was a chain of 16 dependent scalar adds, which made the attention scores latency-bound).
+inline float hsum(vec v) {
+  v += ENVSUITE_SHUFFLE(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v += ENVSUITE_SHUFFLE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  v += ENVSUITE_SHUFFLE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  v += ENVSUITE_SHUFFLE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return v[0];
+}
+
+// Work below which at::parallel_for stays on one thread (a parallel region costs a few microseconds).
+inline int64_t grain(int64_t flops_per_item) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, flops_per_item)); }
+
+// ------------------------------------------------------------------------------------------ the ops
+
+at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias);
+at::Tensor pack_panels(const at::Tensor& w);
+at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t N,
+                        const std::optional<at::Tensor>& bias);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qkv, const at::Tensor& cos,
+                                                           const at::Tensor& sin, int64_t H, int64_t KV);
+at::Tensor silu_mul(const at::Tensor& gate_up);
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const std::optional<at::Tensor>& mask, double scale);
+at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
+                         at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale);
+std::tuple<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, const at::Tensor& temperatures,
+                                               const at::Tensor& uniforms);
+
+}  // namespace envsuite

@@ -1,0 +1,34 @@
+// The torch.ops.envsuite schema of every native kernel (_native.h lists the sources that define them).
+#include <torch/library.h>
+
+#include "_native.h"
+
+TORCH_LIBRARY(envsuite, m) {
+  m.def("rows_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("pack_panels(Tensor weight) -> Tensor");
+  m.def("panel_linear(Tensor x, Tensor panels, int out_features, Tensor? bias) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
+  m.def("rotary_split(Tensor qkv, Tensor cos, Tensor sin, int heads, int kv_heads) -> (Tensor, Tensor, Tensor)");
+  m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def(
+      "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
+      "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
+      "float scale) -> Tensor");
+  m.def("sample_rows(Tensor logits, Tensor temperatures, Tensor uniforms) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
+  m.impl("rows_linear", &envsuite::rows_linear);
+  m.impl("pack_panels", &envsuite::pack_panels);
+  m.impl("panel_linear", &envsuite::panel_linear);
+  m.impl("rms_norm", &envsuite::rms_norm);
+  m.impl("decode_attention", &envsuite::decode_attention);
+  m.impl("rotary_split", &envsuite::rotary_split);
+  m.impl("silu_mul", &envsuite::silu_mul);
+  m.impl("decode_layers", &envsuite::decode_layers);
+  m.impl("sample_rows", &envsuite::sample_rows);
+}
+
+// A stack whose products hold oneDNN's reordered (opaque mkldnn) weights dispatches on that key.
+TORCH_LIBRARY_IMPL(envsuite, MkldnnCPU, m) { m.impl("decode_layers", &envsuite::decode_layers); }
