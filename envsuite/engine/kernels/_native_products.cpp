@@ -84,22 +84,45 @@ at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
   return at::from_blob(memory, sizes, [](void* pointer) { std::free(pointer); }, options);
 }
 
-// rows [r0, r0 + R) x one panel pair (or one panel) over k in [k0, k1), accumulating into out.
-// With `ahead` (the first row chunk of a k block), each step also asks for one line of the weights the
-// next k block reads (ahead[0] and ahead[1] + the same offset): they arrive while the later row chunks
-// reuse this block from L1, so only the first block of a product waits on memory.
+// Weights asked for ahead of their use: the k block AHEAD_BLOCKS blocks later in a thread's order (this
+// panel pair's later blocks, then the next pairs'), its lines shared out among the row chunks of the
+// current block (chunk c asks for lines c, c + chunks, ...), so the requests spread over the block's
+// whole compute time. At 32 and 64 rows the loads of a k block's first row chunk waited on memory:
+// SmolLM2's 30 layers of products, 30 distinct weights per shape, AMD EPYC box, two rounds each:
+//   the next block, asked for by the first chunk only (before):   32 rows 16.6-17.4 ms, 64 rows 30.7-31.7
+//   4 blocks ahead, shared out:                                    15.9-16.3, 28.8-29.9
+//   2 / 8 / 12 blocks ahead, shared out:            16.7-16.9 / 17.6-18.1 / 17.1-17.8, 29.7-30.0 / 30.9-31.6 / 31.2-31.4
+//   6 blocks ahead, shared out:                                    15.5-15.7, 28.7-29.3
+//   4 blocks ahead, first chunk only:                              16.6-16.8, 30.6-30.7
+// 4 rather than 6: 8 and 12 fall off, and 6 sits next to that edge on a CPU whose caches differ. One row
+// and 8 rows stay within noise (the stream is at memory speed either way).
+constexpr int64_t AHEAD_BLOCKS = 4;
+
+struct Ahead {
+  const float* w0;
+  const float* w1;
+  int64_t every;  // one line of each panel every `every` k steps, `every` lines apart
+};
+
+// rows [r0, r0 + R) x one panel pair (or one panel) over k in [k0, k1), accumulating into out, asking
+// for the lines `ahead` names along the way.
+
 template <int R, bool TWO>
 inline void panel_micro(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1,
-                        float* out, int64_t ldo, const float* const* ahead) {
+                        float* out, int64_t ldo, Ahead ahead) {
   vec a0[R], a1[R];
   for (int r = 0; r < R; ++r) {
     a0[r] = k0 ? load(out + r * ldo) : vec{};
     a1[r] = (TWO && k0) ? load(out + r * ldo + P) : vec{};
   }
+  int64_t left = 0;
   for (int64_t k = k0; k < k1; ++k) {
-    if (ahead != nullptr) {
-      __builtin_prefetch(ahead[0] + (k - k0) * P, 0, 3);
-      __builtin_prefetch(ahead[1] + (k - k0) * P, 0, 3);
+    if (left-- == 0) {
+      __builtin_prefetch(ahead.w0, 0, 3);
+      __builtin_prefetch(ahead.w1, 0, 3);
+      ahead.w0 += ahead.every * P;
+      ahead.w1 += ahead.every * P;
+      left = ahead.every - 1;
     }
     const vec b0 = load(w0 + k * P);
     const vec b1 = TWO ? load(w1 + k * P) : vec{};
@@ -117,7 +140,7 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
 
 template <bool TWO>
 void panel_rows(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1, float* out,
-                int64_t ldo, int rows, const float* const* ahead) {
+                int64_t ldo, int rows, Ahead ahead) {
   switch (rows) {
 #define ENVSUITE_PANEL_CASE(R) \
   case R:                      \
@@ -202,6 +225,7 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
   float* op = out.mutable_data_ptr<float>();
   const int64_t pairs = (npanels + 1) / 2;
   const int64_t chunk = M <= DECODE_ROWS ? MR_DECODE : MR;
+  const int64_t blocks = (K + KC - 1) / KC;
   at::parallel_for(0, pairs, grain(2 * M * K * 2 * P), [&](int64_t begin, int64_t end) {
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t p0 = 2 * pair;
@@ -210,24 +234,20 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
       const float* w1 = w0 + K * P;
       for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t k1 = std::min(K, k0 + KC);
-        // The next k block of this pair, else the first of the next pair (past the last panel: a prefetch
-        // never faults).
-        const float* ahead[2];
-        if (k1 < K) {
-          ahead[0] = w0 + k1 * P;
-          ahead[1] = w1 + k1 * P;
-        } else {
-          ahead[0] = w0 + 2 * K * P;
-          ahead[1] = w1 + 2 * K * P;
-        }
-        for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+        // The k block AHEAD_BLOCKS later in this thread's order (past the last panel a prefetch never
+        // faults).
+        const int64_t later = (k0 / KC) + AHEAD_BLOCKS;
+        const int64_t later_pair = p0 + 2 * (later / blocks), later_k = (later % blocks) * KC;
+        const float* l0 = wp + later_pair * K * P + later_k * P;
+        const int64_t chunks = (M + chunk - 1) / chunk;
+        for (int64_t r0 = 0, c = 0; r0 < M; r0 += chunk, ++c) {
           const int rows = (int)std::min<int64_t>(chunk, M - r0);
           float* o = op + r0 * ldo + p0 * P;
-          const float* const* first = r0 == 0 ? ahead : nullptr;
+          const Ahead ahead{l0 + c * P, l0 + K * P + c * P, chunks};
           if (two) {
-            panel_rows<true>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, first);
+            panel_rows<true>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
           } else {
-            panel_rows<false>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, first);
+            panel_rows<false>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
           }
         }
       }
