@@ -295,46 +295,57 @@ def breakdown(ways: dict[str, Way], batch: int, args: argparse.Namespace) -> Bre
         )
 
 
-def open_llama_cpp(
-    model: Any, threads: int, args: argparse.Namespace
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """llama.cpp with its default F16 KV cache and with an F32 one (envsuite's), each checked against
-    the torch model's logits after a prompt: the open models (by KV type) and the checks."""
+@dataclass
+class LlamaCppSides:
+    """llama.cpp with its default F16 KV cache and with an F32 one (envsuite's): the open models by KV
+    type, and the JSON record (each model's logits checked against the torch model's after a prompt)."""
+
+    models: dict[str, Any]
+    record: dict[str, Any]
+
+    def close(self) -> None:
+        for llama in self.models.values():
+            llama.close()
+        self.models = {}
+
+
+def open_llama_cpp(model: Any, threads: int, args: argparse.Namespace) -> LlamaCppSides:
+    """Both KV types open and checked; the caller closes them (:meth:`LlamaCppSides.close`)."""
     from _llama_cpp import LlamaCpp
 
     vocab = int(model.config.vocab_size)
     probe = _prompts(1, args.prompt_tokens, vocab, seed=7)[0]
     with torch.inference_mode():
         ours = model(torch.tensor([probe])).logits[0, -1].float().numpy()
-    llamas: dict[str, Any] = {}
-    result: dict[str, Any] = {"threads": threads}
-    for kv_cache in ("f16", "f32"):
-        llama = llamas[kv_cache] = LlamaCpp(threads, kv_f16=kv_cache == "f16")
-        result["weights"] = f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)"
-        theirs = llama.last_logits(probe)
-        result[f"kv_{kv_cache}"] = {
-            "logits_max_abs_diff": float(abs(ours - theirs).max()),
-            "same_argmax": bool(ours.argmax() == theirs.argmax()),
-        }
-    return llamas, result
+    sides = LlamaCppSides({}, {"threads": threads})
+    try:
+        for kv_cache in ("f16", "f32"):
+            llama = sides.models[kv_cache] = LlamaCpp(threads, kv_f16=kv_cache == "f16")
+            sides.record["weights"] = f"{llama.path} (the shipped Q4_1 GGUF de-quantized to F32)"
+            theirs = llama.last_logits(probe)
+            sides.record[f"kv_{kv_cache}"] = {
+                "logits_max_abs_diff": float(abs(ours - theirs).max()),
+                "same_argmax": bool(ours.argmax() == theirs.argmax()),
+            }
+    except BaseException:
+        sides.close()
+        raise
+    return sides
 
 
 def finish_llama_cpp(
-    llamas: dict[str, Any], result: dict[str, Any], points: list[CurvePoint], args: argparse.Namespace
+    sides: LlamaCppSides, points: list[CurvePoint], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """The checks with the curve timed in the alternation (and, if asked, requests one at a time); closes
-    the models."""
-    for kv_cache, llama in llamas.items():
-        try:
-            one_at_a_time = (
-                llama.one_at_a_time_tokens_per_s(
-                    _prompts(32, args.prompt_tokens, llama.vocab, seed=32), args.steps * args.repeats
-                )
-                if args.llama_cpp_one_at_a_time
-                else None
+    """The record with the curve timed in the alternation (and, if asked, requests one at a time)."""
+    result = sides.record
+    for kv_cache, llama in sides.models.items():
+        one_at_a_time = (
+            llama.one_at_a_time_tokens_per_s(
+                _prompts(32, args.prompt_tokens, llama.vocab, seed=32), args.steps * args.repeats
             )
-        finally:
-            llama.close()
+            if args.llama_cpp_one_at_a_time
+            else None
+        )
         result[f"kv_{kv_cache}"] |= {
             "curve_ms": {point.batch: point.llama_ms[kv_cache] for point in points},
             "one_at_a_time_tokens_per_s": one_at_a_time,
@@ -426,10 +437,14 @@ def main() -> None:
         flush=True,
     )
     batches = [int(b) for b in args.batches.split(",")]
-    llamas, llama_checks = (
-        open_llama_cpp(ways["linear"].model, machine.threads, args) if args.llama_cpp else ({}, {})
-    )
-    points = [curve_point(ways, params, machine, batch, args, llamas) for batch in batches]
+    sides = open_llama_cpp(ways["linear"].model, machine.threads, args) if args.llama_cpp else None
+    try:
+        llamas = sides.models if sides is not None else None
+        points = [curve_point(ways, params, machine, batch, args, llamas) for batch in batches]
+        llama = finish_llama_cpp(sides, points, args) if sides is not None else None
+    finally:  # llama.cpp's models hold their weights (0.5 GB each) until closed
+        if sides is not None:
+            sides.close()
     for point in points:
         _print_point(point, None)
     parts = breakdown(ways, 32, args)
@@ -440,7 +455,6 @@ def main() -> None:
     print(f"  {'rest':14s} {parts.rest_ms:7.1f} ms  {parts.rest_ms / parts.step_ms:5.0%}")
     for way, ms in parts.other_layer_matmuls_ms.items():
         print(f"  layer products, {WAY_LABELS[way]}: {ms:.1f} ms")
-    llama = finish_llama_cpp(llamas, llama_checks, points, args) if args.llama_cpp else None
     if llama is not None:
         print("with llama.cpp:")
         for point in points:

@@ -79,11 +79,14 @@ def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling], native:
     """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings;
     with ``native`` (the caller loaded envsuite's native kernels), plain rows on the CPU in one call."""
     logits_B_V = logits_B_V.float()
+    native = native and logits_B_V.device.type == "cpu"
+    if native and all(row.plain for row in rows):  # the usual batch: one call, nothing to scatter
+        tokens, logprobs = _sample_plain(logits_B_V, rows)
+        return TokenChoice(tokens_B=tokens.tolist(), logprobs_B=logprobs.tolist())
     n_rows = logits_B_V.shape[0]
     top_B: list[list[tuple[int, float]]] = [[] for _ in rows]
     tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
     logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
-    native = native and logits_B_V.device.type == "cpu"
     plain_idx = [i for i, row in enumerate(rows) if native and row.plain]
     greedy_idx = [i for i, row in enumerate(rows) if row.greedy and not (native and row.plain)]
     sample_idx = [i for i, row in enumerate(rows) if not row.greedy and not (native and row.plain)]
