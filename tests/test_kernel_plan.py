@@ -32,6 +32,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+import weakref
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -370,7 +372,12 @@ def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
         mask = torch.ones(rows, length, dtype=torch.bool)
         for row in range(rows):
             mask[row, : (row * 7) % length] = False  # left padding, as the engine's rows have it
-        for row_mask in (None, mask):
+        # Whole blocks of 16 keys masked, and holes after a row's first token (their keys are skipped).
+        holes = mask.clone()
+        holes[:, 16:40] = False
+        holes[:, 64:96] = False
+        assert holes.any(dim=1).all()
+        for row_mask in (None, mask, holes):
             wanted = torch.nn.functional.scaled_dot_product_attention(
                 query,
                 keys,
@@ -428,6 +435,25 @@ def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
         engine.close()
 
 
+def _admitted_together(monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    """An engine's first admission waits (up to 10 s) until ``jobs`` requests are queued, so two runs
+    decode the same rows together at every step. Otherwise the engine thread, started by the first
+    request, may admit it alone and the others a step later; oneDNN's and MKL's products round a row
+    differently at different row counts, so two runs could then differ by an ulp without any fault."""
+    original = SamplingEngine._collect
+    started: weakref.WeakSet[SamplingEngine] = weakref.WeakSet()  # ids are reused once an engine is freed
+
+    def collect(self: SamplingEngine) -> bool:
+        if self not in started:  # the first admission only (later ones find the queue empty)
+            started.add(self)
+            deadline = time.monotonic() + 10.0
+            while self._queue.qsize() < jobs and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return original(self)
+
+    monkeypatch.setattr(SamplingEngine, "_collect", collect)
+
+
 def _captured_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the steps the captured stack ran (returned a residual stream, not None), by row count."""
     runs: list[int] = []
@@ -452,6 +478,7 @@ def test_the_captured_step_samples_exactly_what_the_step_by_step_kernels_sample(
     if not native_kernels().available:
         pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
     runs = _captured_runs(monkeypatch)
+    _admitted_together(monkeypatch, jobs=4)  # _sample's four requests
     max_tokens = 90 if model_name == TINY else 12
     paths = _paths_here() if model_name == TINY else [None]
     for path in paths:

@@ -138,29 +138,42 @@ inline vec transposed_sums(const vec* a) {
          ENVSUITE_SHUFFLE2(d[0], d[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 }
 
+// Whether 16 positions of a row's mask are all padding: their keys need not be read. A row's padding is
+// where the batch's longer rows have tokens (left padding, and rows that joined the batch later), so
+// in a batch of very different lengths most of a short row's columns are skipped whole.
+inline bool block_masked(const bool* mask) {
+  uint64_t first, second;
+  std::memcpy(&first, mask, 8);
+  std::memcpy(&second, mask + 8, 8);
+  return (first | second) == 0;
+}
+
 // One (row, kv head) of decode_attention: G queries against L keys, D = 16 * DV floats per head. Scores
 // come 16 keys at a time (one transposed_sums per block, the keys read from L1 for each query); each
 // value row is read once for all G queries (vector registers: G x DV accumulators).
 template <int DV>
 void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
                  int64_t G, int64_t L, float scale, float* scores, float* out, const float* next_k,
-                 const float* next_v) {
+                 const float* next_v, const bool* next_mask) {
   constexpr int64_t D = DV * P;
   const int64_t blocks_end = L - L % P;
   // The next (row, head)'s keys and values are short streams elsewhere in the cache: asked for now, row
   // by row beside this one's scores, they arrive while this head computes (the hardware prefetcher
   // alone starts each stream cold).
   if (next_k != nullptr)
-    for (int64_t l = 0; l < L; ++l)
+    for (int64_t l = 0; l < L; ++l) {
+      if (next_mask != nullptr && !next_mask[l]) continue;  // never read
       for (int j = 0; j < DV; ++j) {
         __builtin_prefetch(next_k + l * kl + j * P, 0, 2);
         __builtin_prefetch(next_v + l * vl + j * P, 0, 2);
       }
+    }
   for (int64_t g = 0; g < G; ++g) {
     vec qv[DV];
     for (int j = 0; j < DV; ++j) qv[j] = load(q + g * D + j * P);
     float* s = scores + g * L;
     for (int64_t l0 = 0; l0 < blocks_end; l0 += P) {
+      if (mask && block_masked(mask + l0)) continue;  // the mask pass below sets its 16 scores
       vec acc[P];
       for (int i = 0; i < P; ++i) {
         const float* key = k + (l0 + i) * kl;
@@ -266,12 +279,13 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
       const int64_t nb = (item + 1) / H, nh = (item + 1) % H;
       const float* next_k = item + 1 < end ? kp + nb * k.stride(0) + nh * k.stride(1) : nullptr;
       const float* next_v = item + 1 < end ? vp + nb * v.stride(0) + nh * v.stride(1) : nullptr;
+      const bool* next_mask = mp && item + 1 < end ? mp + nb * L : nullptr;
       const bool* row_mask = mp ? mp + b * L : nullptr;
       float* oh = op + (b * H + h) * G * D;
       switch (D / P) {
 #define ENVSUITE_HEAD_CASE(DV)                                                                      \
   case DV:                                                                                          \
-    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh, next_k, next_v); \
+    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh, next_k, next_v, next_mask); \
     break;
         ENVSUITE_HEAD_CASE(1)
         ENVSUITE_HEAD_CASE(2)
