@@ -55,8 +55,8 @@ bubblewrap:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy; } \
 		|| echo "warning: could not install Debian's bubblewrap; the sandbox and code envs will refuse to run"
 
-# A C++ compiler builds envsuite's native CPU kernels on first use (envsuite/engine/kernels/_native.cpp:
-# the calibrated products and the captured decode step). Without one the engine keeps torch's kernels
+# A C++ compiler builds envsuite's native CPU kernels on first use (envsuite/engine/kernels/_native*.cpp:
+# the calibrated products, the captured decode step and the sampler). Without one the engine keeps torch's kernels
 # and the native kernels' tests skip saying why.
 native-compiler:
 	command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
