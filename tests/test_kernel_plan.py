@@ -64,7 +64,13 @@ from envsuite.engine.kernels import (
     product_sites,
     usable_paths,
 )
-from envsuite.engine.sampling import CapturedLayers, LlamaDecoder, SamplingEngine, llama_decoder
+from envsuite.engine.sampling import (
+    CapturedLayers,
+    DecodeStepPlan,
+    LlamaDecoder,
+    SamplingEngine,
+    llama_decoder,
+)
 
 TINY = "tiny-random"
 SMOLLM2 = "smollm2-135m-instruct"
@@ -336,6 +342,7 @@ def test_doctor_prints_the_choice_per_shape_and_why(
     out = capsys.readouterr().out
     shapes = {(site.shape, site.use) for site in sites}
     assert "(0 shapes measured now" in out
+    assert "decode step: the lean step" in out and "next-token choice: " in out
     chosen = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if line[:8].strip().isdigit()]
     assert chosen == ["f-linear"] * len(ROW_BUCKETS) * len(shapes)
     assert cli_main([*doctor, "--recalibrate"]) == 0
@@ -416,19 +423,22 @@ def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
 
 
 def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
-    """``native_kernels`` turns the native products and step kernels on; ``product_paths`` keeps the
-    products among the paths it names while the step's norms and attention stay native."""
+    """``native_kernels`` turns the native products, step kernels and sampler on; ``product_paths``
+    keeps the products among the paths it names while the step's norms, attention and sampling stay
+    native; ``captured_step=False`` runs the layers one by one; without the lean step nothing of it
+    runs. The engine says so in its ``decode_step_plan`` (what ``envsuite doctor`` prints)."""
     here = native_kernels().available
     torch_products = ("f-linear", "onednn", "onednn-reordered")
     configs = {
-        EngineConfig(): (here, here),
-        EngineConfig(native_kernels=False): (False, False),
-        EngineConfig(product_paths=torch_products): (False, here),
+        EngineConfig(): (here, DecodeStepPlan(True, here, here, here)),
+        EngineConfig(native_kernels=False): (False, DecodeStepPlan(True, False, False, False)),
+        EngineConfig(product_paths=torch_products): (False, DecodeStepPlan(True, here, here, here)),
+        EngineConfig(captured_step=False): (here, DecodeStepPlan(True, here, False, here)),
+        EngineConfig(lean_decode=False): (here, DecodeStepPlan(False, False, False, here)),
     }
-    for config, (native_products, native_step) in configs.items():
+    for config, (native_products, step) in configs.items():
         engine = _engine(config)
-        decoder = engine._decoder  # the step the engine runs (no public handle on it)
-        assert decoder is not None and decoder.native == native_step
+        assert engine.decode_step_plan == step, config
         assert engine.kernel_plan is not None
         native_paths = {ProductPath.ROWS, ProductPath.PANELS} & set(engine.kernel_plan.paths)
         assert bool(native_paths) == native_products

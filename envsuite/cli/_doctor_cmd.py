@@ -3,7 +3,9 @@
 It builds a sampling engine for the model as every command does (``EngineConfig``'s defaults, or the
 flags below) and prints the engine's kernel plan: the CPU and library versions, whether envsuite's
 native kernels built, and per product shape the path chosen at each row count with the measured time
-of every path behind the choice (``envsuite.engine.kernels``). The first run on a machine measures
+of every path behind the choice (``envsuite.engine.kernels``); then how a decode step runs (the lean
+step, its layers as one native call or one by one, and how the next tokens are chosen:
+``DecodeStepPlan``). The first run on a machine measures
 (tens of seconds on SmolLM2; the native kernels' first build adds 20-60 s); later runs read the cache.
 Timings measured on a busy machine can choose badly: ``--recalibrate`` forgets them and measures again.
 """
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"model: {args.model or DEFAULT_MODEL}")
             print(engine.kernel_plan.report())
+        print(engine.decode_step_plan.describe())
     finally:
         engine.close()
     return 0

@@ -13,6 +13,7 @@ from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, kv_bytes_
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
 from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._requests import (
+    DecodeStepPlan,
     EngineClosedError,
     EngineConfig,
     EngineRequest,
@@ -36,6 +37,7 @@ __all__ = [
     "EngineConfig",
     "SamplingEngine",
     "KVStats",
+    "DecodeStepPlan",
     # requests and results
     "EngineRequest",
     "EngineResult",

@@ -59,6 +59,7 @@ from envsuite.engine.sampling._kv_batch import (
 from envsuite.engine.sampling._llama_decode import llama_decoder
 from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
 from envsuite.engine.sampling._requests import (
+    DecodeStepPlan,
     EngineClosedError,
     EngineConfig,
     EngineRequest,
@@ -123,6 +124,13 @@ class SamplingEngine:
         )
         self._native_sampling = native_step and native_kernels().available
         """Plain rows pick their tokens in one native call (``choose_tokens(native=True)``)."""
+        self.decode_step_plan = DecodeStepPlan(
+            lean=self._decoder is not None,
+            native_kernels=self._decoder is not None and self._decoder.native,
+            captured=self._decoder is not None and self._decoder.captured is not None,
+            native_sampling=self._native_sampling,
+        )
+        """How a decode step runs here (``envsuite doctor`` prints it)."""
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )

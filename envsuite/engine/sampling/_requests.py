@@ -156,3 +156,34 @@ class KVStats:
     """Largest size of the batch's buffers (live positions plus room), sampled after each admission."""
     budget_waits: int
     """Admissions that stopped short because the next request would have taken the KV over budget."""
+
+
+@dataclass(frozen=True)
+class DecodeStepPlan:
+    """How an engine runs a decode step, as built for its model and this machine (``envsuite doctor``)."""
+
+    lean: bool
+    """The lean step (``_llama_decode``) instead of transformers' forward (Llama-family models)."""
+    native_kernels: bool
+    """Its norms, rotary embeddings, attention and SiLU through envsuite's native kernels."""
+    captured: bool
+    """Its whole layer stack as one native call (``decode_layers``; else operation by operation)."""
+    native_sampling: bool
+    """Rows without truncation or top logprobs pick their tokens in one native call (``sample_rows``)."""
+
+    def describe(self) -> str:
+        """One line per part, saying what runs it."""
+        if not self.lean:
+            step = "transformers' forward (no lean step for this model or configuration)"
+        elif self.captured:
+            step = "the lean step, its layers as one native call (decode_layers)"
+        elif self.native_kernels:
+            step = "the lean step, layer by layer through envsuite's native kernels"
+        else:
+            step = "the lean step, layer by layer through torch's kernels"
+        sampling = (
+            "one native call for rows without top-k, top-p or top logprobs (sample_rows); torch for the others"
+            if self.native_sampling
+            else "torch's operations (choose_tokens)"
+        )
+        return f"decode step: {step}\nnext-token choice: {sampling}"
