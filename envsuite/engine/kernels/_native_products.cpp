@@ -94,6 +94,8 @@ at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
 //   2 / 8 / 12 blocks ahead, shared out:            16.7-16.9 / 17.6-18.1 / 17.1-17.8, 29.7-30.0 / 30.9-31.6 / 31.2-31.4
 //   6 blocks ahead, shared out:                                    15.5-15.7, 28.7-29.3
 //   4 blocks ahead, first chunk only:                              16.6-16.8, 30.6-30.7
+//   into L2 only (prefetcht1 / prefetcht2), 8 or 16 blocks ahead:  18.2-19.9, 31.8-34.3 (a later
+//   round against 4 blocks into L1 at 16.4-16.6, 30.2-31.4; 8 rows no faster either)
 // 4 rather than 6: 8 and 12 fall off, and 6 sits next to that edge on a CPU whose caches differ. One row
 // and 8 rows stay within noise (the stream is at memory speed either way).
 constexpr int64_t AHEAD_BLOCKS = 4;
