@@ -14,7 +14,11 @@
   prefill pass at all) and samples the same;
 * a new sampling client (new weights) never sees another client's cached keys and values;
 * the KV budget holds requests back while the running batch's padded KV would exceed it (a request
-  alone always runs), and changes no token or logprob.
+  alone always runs), and changes no token or logprob;
+* token choice lands where each row's draw falls on the exactly computed distribution, through torch's
+  operations and through the native ``sample_rows``; the native way samples torch's tokens (logprobs
+  within 1e-5, the same draws taken) in batches mixing every kind of row, and its picks follow the
+  distribution over 40,000 draws.
 
 Everything runs the real tiny random Llama through the public client.
 """
