@@ -20,7 +20,8 @@
   within 1e-5, the same draws taken) in batches mixing every kind of row, and its picks follow the
   distribution over 40,000 draws.
 
-Everything runs the real tiny random Llama through the public client.
+The engine tests run the real tiny random Llama through the public client; the token-choice tests run
+random logits through the public `choose_tokens` and the native op.
 """
 
 from __future__ import annotations
