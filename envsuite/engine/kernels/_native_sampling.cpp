@@ -12,8 +12,9 @@
 //   from the row's own generator, drawn by the caller), a greedy row the first v with s_v = M;
 //   logprob = s_token - M - log(total).
 // The same distribution as torch's way; a token can differ only where u * total falls within float
-// rounding of a boundary between two tokens. e^x is vexp in every lane (the tail of a row too), so a
-// block's weights are the same numbers when its sum is taken and when it is scanned.
+// rounding of a boundary between two tokens. A block's weights come from one function (block_weights)
+// when its sum is taken and when it is scanned, so they are the same numbers both times; a row's tail
+// past the last whole vector takes vexp too, so every token's weight is the same function of its logit.
 #include <ATen/Parallel.h>
 
 #include <limits>

@@ -122,15 +122,13 @@ class SamplingEngine:
             if self.config.lean_decode
             else None
         )
-        self._native_sampling = native_step and native_kernels().available
-        """Plain rows pick their tokens in one native call (``choose_tokens(native=True)``)."""
         self.decode_step_plan = DecodeStepPlan(
             lean=self._decoder is not None,
             native_kernels=self._decoder is not None and self._decoder.native,
             captured=self._decoder is not None and self._decoder.captured is not None,
-            native_sampling=self._native_sampling,
+            native_sampling=native_step and native_kernels().available,
         )
-        """How a decode step runs here (``envsuite doctor`` prints it)."""
+        """How a decode step runs here (``envsuite doctor`` prints it; ``_advance`` follows its sampler)."""
         self.max_context = self.config.max_context or int(
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
@@ -510,7 +508,9 @@ class SamplingEngine:
 
     def _advance(self, rows: Sequence[Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
         """Append one sampled token to each row; finish rows that stopped; return the rows to keep."""
-        choice = choose_tokens(logits_B_V, [row.sampling for row in rows], native=self._native_sampling)
+        choice = choose_tokens(
+            logits_B_V, [row.sampling for row in rows], native=self.decode_step_plan.native_sampling
+        )
         keep: list[int] = []
         for i, row in enumerate(rows):
             row.tokens.append(choice.tokens_B[i])

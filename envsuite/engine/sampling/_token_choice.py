@@ -87,9 +87,10 @@ def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling], native:
     top_B: list[list[tuple[int, float]]] = [[] for _ in rows]
     tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
     logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
-    plain_idx = [i for i, row in enumerate(rows) if native and row.plain]
-    greedy_idx = [i for i, row in enumerate(rows) if row.greedy and not (native and row.plain)]
-    sample_idx = [i for i, row in enumerate(rows) if not row.greedy and not (native and row.plain)]
+    in_native_B = [native and row.plain for row in rows]
+    plain_idx = [i for i, on in enumerate(in_native_B) if on]
+    greedy_idx = [i for i, row in enumerate(rows) if row.greedy and not in_native_B[i]]
+    sample_idx = [i for i, row in enumerate(rows) if not row.greedy and not in_native_B[i]]
     if plain_idx:
         index = torch.tensor(plain_idx, device=logits_B_V.device)
         logits = logits_B_V.index_select(0, index) if len(plain_idx) < n_rows else logits_B_V
