@@ -556,24 +556,43 @@ def _second_turn(config: EngineConfig) -> tuple[list[int], list[float]]:
         client.close()
 
 
-def test_large_panels_sit_on_huge_page_aligned_memory_and_multiply_as_before() -> None:
-    """Panels of 2 MB or more are allocated 2 MB-aligned and advised for transparent huge pages (a
-    decode step streams them: fewer TLB misses); smaller ones take torch's allocator. Either way they
-    hold the weight's columns and multiply as ``F.linear`` does, and free their memory with the tensor."""
+def _mapped(address: int) -> bool:
+    """Whether ``address`` lies in one of this process's mappings (/proc/self/maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        low, high = (int(bound, 16) for bound in line.split()[0].split("-"))
+        if low <= address < high:
+            return True
+    return False
+
+
+def test_panels_lie_one_after_another_in_huge_page_arenas_and_multiply_as_before() -> None:
+    """Panels of 64 KB or more are handed out in order from 2 MB-aligned arenas advised for transparent
+    huge pages (a decode step streams them: fewer TLB misses, one long stream); smaller ones take
+    torch's allocator. Either way they hold the weight's columns and multiply as ``F.linear`` does; a
+    tensor of an arena's size or more gets an arena of its own, unmapped when the tensor is freed."""
     if not native_kernels().available:
         pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
-    huge_page = 2 << 20
-    for out_features, in_features in ((3072, 576), (1000, 600), (40, 24)):
+    page, huge_page = 4096, 2 << 20
+    previous: torch.Tensor | None = None
+    for out_features, in_features in ((3072, 576), (1000, 600), (576, 1536), (40, 24)):
         weight = torch.randn(out_features, in_features)
         panels = torch.ops.envsuite.pack_panels(weight)
-        if panels.nbytes >= huge_page:
-            assert panels.data_ptr() % huge_page == 0
+        if panels.nbytes >= 64 << 10:
+            assert panels.data_ptr() % page == 0
+            if previous is not None:  # right after the previous one, or at the start of a new arena
+                after = previous.data_ptr() + -(-previous.nbytes // page) * page
+                assert panels.data_ptr() == after or panels.data_ptr() % huge_page == 0
+            previous = panels
         columns = panels.transpose(1, 2).reshape(-1, in_features)
         assert torch.equal(columns[:out_features], weight) and not columns[out_features:].any()
         x = torch.randn(5, in_features)
         got = torch.ops.envsuite.panel_linear(x, panels, out_features, None)
         torch.testing.assert_close(got, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-4)
-        del panels, columns  # the custom deleter runs here (a double free or a leak would show up in CI)
+    big = torch.ops.envsuite.pack_panels(torch.ones(16 * 1024, 1024))  # 64 MiB: an arena of its own
+    address = big.data_ptr()
+    assert address % huge_page == 0 and _mapped(address)
+    del big  # the deleter unmaps its arena (a double free or a leak would show up here or in CI)
+    assert not _mapped(address)
 
 
 def test_the_cpu_identity_loads_no_torch_and_names_the_widest_vector_unit(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@
 //   _native_products.cpp  matrix products for a decode step's skinny inputs (rows_linear, panel_linear,
 //                         pack_panels)
 //   _native_step.cpp      the decode step's other kernels (rms_norm, rotary_split, silu_mul,
-//                         decode_attention) and the whole layer stack in one call (decode_layers)
+//                         decode_attention)
 //   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows)
+//   _native_layers.cpp    the whole layer stack in one call (decode_layers), by op or as a team
+//   _native_memory.cpp    huge-page arenas for the weights' panels
 //   _native_library.cpp   the torch.ops.envsuite schema of every op above
 //
 // The vector type is GCC's generic vector of 16 floats: one AVX-512 register, two AVX2 ones, four NEON
@@ -18,9 +20,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <tuple>
 
@@ -86,6 +90,71 @@ inline float hsum(vec v) {
 
 // Work below which at::parallel_for stays on one thread (a parallel region costs a few microseconds).
 inline int64_t grain(int64_t flops_per_item) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, flops_per_item)); }
+
+// ------------------------------------------------------------------------------------------ shared pieces
+
+// Items [0, n) shared out among `threads` workers (_native_products.cpp): worker t walks forward
+// through its own run of items (the t-th of equal contiguous runs), then takes items one at a time from
+// the back of the other runs until none is left. Workers then finish within about one item of each
+// other however their speeds drift, and each one's own items stay consecutive, as the weights'
+// read-ahead expects. reset() runs while no worker takes; take() from any worker at once.
+class StealingRuns {
+ public:
+  explicit StealingRuns(int64_t threads);
+  void reset(int64_t n);
+  int64_t take(int64_t thread);  // the next item for `thread`; -1 when every item is taken
+
+ private:
+  struct alignas(64) Run {
+    std::atomic<uint64_t> bounds;  // front in the low 32 bits, back (exclusive) in the high 32
+  };
+  static int64_t take_from(Run& run, bool front_end);
+  int64_t threads_;
+  std::unique_ptr<Run[]> runs_;
+};
+
+// One panel product out = x @ W.T (_native_products.cpp) cut into items of one or two panels: item(i)
+// computes all M rows' output columns of panels [per_item * i, per_item * (i + 1)) over all of k,
+// reading the weights ahead along a walk through consecutive items. Two panels share each load of x
+// (the kernel's usual item); one panel halves the work a thread may be left holding at a product's end.
+struct PanelProduct {
+  PanelProduct(const float* x, const at::Tensor& panels, float* out, int64_t M, int64_t per_item = 2);
+  int64_t items() const { return (npanels + per_item - 1) / per_item; }
+  void item(int64_t item) const;
+
+  const float* x;
+  const float* panels;
+  float* out;  // M x ldo, ldo = npanels * 16 (the padding columns are written too)
+  int64_t M, K, npanels, ldo, chunk, blocks, per_item;
+};
+
+// A tensor for weights a decode step streams (_native_memory.cpp): of 64 KB or more, on transparent huge
+// pages where the system has them, laid out after the previous such tensor; smaller ones: at::empty.
+at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+// The decode step's row-level pieces (_native_step.cpp): the ops share out their rows with
+// at::parallel_for; decode_layers' team (_native_layers.cpp) shares them out itself.
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t begin, int64_t end);
+// q (rows, H, D), k and v (rows, KV, D) out of qkv (rows, (H + 2 KV) D), q and k rotated.
+void rotary_rows(const float* qkv, const float* cos, const float* sin, float* q, float* k, float* v, int64_t H,
+                 int64_t KV, int64_t D, int64_t begin, int64_t end);
+// out[i] = SiLU(gate[i]) * up[i] for i in [begin, end) of a row of n.
+void silu_mul_span(const float* gate, const float* up, float* out, int64_t begin, int64_t end, int64_t n);
+
+// One-token grouped attention of a batch (decode_attention), item by item: item i is row i / H,
+// key/value head i % H, its G query heads. Strides in floats; mask (B, L) or null.
+struct DecodeAttention {
+  const float* q;  // (B, H, G, D) contiguous
+  const float* k;
+  const float* v;
+  const bool* mask;
+  int64_t k_row, k_head, k_pos, v_row, v_head, v_pos;
+  int64_t B, H, G, D, L;
+  float scale;
+  float* out;  // (B, H, G, D) contiguous
+  // `item`, asking for item `next`'s keys and values meanwhile (-1: none); scores: G * L floats of room.
+  void item(int64_t item, int64_t next, float* scores) const;
+};
 
 // ------------------------------------------------------------------------------------------ the ops
 

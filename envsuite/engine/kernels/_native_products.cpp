@@ -8,7 +8,6 @@
 //                 serves 1 to thousands of rows on one layout.
 // Each output's sum runs over k in order within a vector lane; rows_linear then adds the lanes as a tree.
 #include <ATen/Parallel.h>
-#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -70,20 +69,6 @@ void rows_block(const float* x, const float* w, float* out, int64_t M, int64_t K
       }
     }
   }
-}
-
-// A float tensor of at least 2 MB on memory the kernel may back with transparent huge pages (2 MB-aligned,
-// madvise(MADV_HUGEPAGE): honoured under the "always" and "madvise" settings, a no-op under "never").
-// A decode step streams every weight once; on 4 KB pages that is a TLB miss every 4 KB. Measured on the
-// AMD EPYC box (the products of SmolLM2's step at one row, panels): 8.9 ms on 4 KB pages, 7.5 ms on
-// huge pages. Smaller tensors, or a failed allocation, take torch's allocator.
-at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  constexpr size_t HUGE_PAGE = size_t(2) << 20;
-  const size_t bytes = size_t(c10::multiply_integers(sizes)) * sizeof(float);
-  void* memory = nullptr;
-  if (bytes < HUGE_PAGE || posix_memalign(&memory, HUGE_PAGE, bytes) != 0) return at::empty(sizes, options);
-  madvise(memory, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);  // whole huge pages only: no tail waste
-  return at::from_blob(memory, sizes, [](void* pointer) { std::free(pointer); }, options);
 }
 
 // Weights asked for ahead of their use: the k block AHEAD_BLOCKS blocks later in a thread's order (this
@@ -170,56 +155,107 @@ void panel_rows(const float* x, int64_t K, const float* w0, const float* w1, int
   }
 }
 
-// Items [0, n) shared out among torch's threads, each item to exactly one call of body(item): thread t
+// Items [0, n) shared out among `threads` workers, each item to exactly one call of body(item): worker t
 // walks forward through its own run of items (the t-th of equal contiguous runs), then takes items one
-// at a time from the back of the other runs until none is left. A product's threads then finish within
-// about one item of each other however their speeds drift, and each thread's items stay consecutive,
-// as the weights' read-ahead expects. Below `grain_items` items, or inside a parallel region, one thread
-// walks them all.
-// Measured on the AMD EPYC box (per-thread finish times in an instrumented build, SmolLM2's 121 panel
-// products of a step, 100 steps, the two builds alternating in one process): with a static split into
-// halves the two threads finished 0.9-1.3 ms apart in all at one row (0.6-0.8 ms at 8 rows, 0.9 ms at
-// 32), the worker mostly later, as it starts later; with the runs shared out, 0.30-0.31 ms (one and 8
-// rows) and 0.50-0.64 ms (32 rows).
+// at a time from the back of the other runs until none is left (StealingRuns, _native.h). Below
+// `grain_items` items, or inside a parallel region, one thread walks them all.
 template <typename F>
 void stealing_for(int64_t n, int64_t grain_items, const F& body) {
-  TORCH_CHECK(n < (int64_t(1) << 31), "stealing_for: at most 2^31 items");
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), n);
   if (threads <= 1 || n < grain_items || at::in_parallel_region()) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-  struct alignas(64) Run {
-    std::atomic<uint64_t> bounds;  // front in the low 32 bits, back (exclusive) in the high 32
-  };
-  std::vector<Run> runs(threads);
-  for (int64_t t = 0; t < threads; ++t) {
-    const uint64_t front = n * t / threads, back = n * (t + 1) / threads;
-    runs[t].bounds.store(front | (back << 32), std::memory_order_relaxed);
-  }
-  auto take = [](Run& run, bool from_front) -> int64_t {
-    uint64_t bounds = run.bounds.load(std::memory_order_relaxed);
-    while (true) {
-      const uint64_t front = bounds & 0xffffffffu, back = bounds >> 32;
-      if (front >= back) return -1;
-      const uint64_t taken = from_front ? (front + 1) | (back << 32) : front | ((back - 1) << 32);
-      if (run.bounds.compare_exchange_weak(bounds, taken, std::memory_order_acq_rel)) {
-        return from_front ? (int64_t)front : (int64_t)back - 1;
-      }
-    }
-  };
+  StealingRuns runs(threads);
+  runs.reset(n);
   at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      for (int64_t i = take(runs[t], true); i >= 0; i = take(runs[t], true)) body(i);
-      for (int64_t other = 1; other < threads; ++other) {
-        Run& run = runs[(t + other) % threads];
-        for (int64_t i = take(run, false); i >= 0; i = take(run, false)) body(i);
-      }
-    }
+    for (int64_t t = begin; t < end; ++t)
+      for (int64_t i = runs.take(t); i >= 0; i = runs.take(t)) body(i);
   });
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------------------------------ sharing
+
+// Measured on the AMD EPYC box (per-thread finish times in an instrumented build, SmolLM2's 121 panel
+// products of a step, 100 steps, the two builds alternating in one process): with a static split into
+// halves the two threads finished 0.9-1.3 ms apart in all at one row (0.6-0.8 ms at 8 rows, 0.9 ms at
+// 32), the worker mostly later, as it starts later; with the runs shared out, 0.30-0.31 ms (one and 8
+// rows) and 0.50-0.64 ms (32 rows).
+StealingRuns::StealingRuns(int64_t threads) : threads_(threads), runs_(new Run[threads]) {}
+
+void StealingRuns::reset(int64_t n) {
+  TORCH_CHECK(n < (int64_t(1) << 31), "StealingRuns: at most 2^31 items");
+  for (int64_t t = 0; t < threads_; ++t) {
+    const uint64_t front = n * t / threads_, back = n * (t + 1) / threads_;
+    runs_[t].bounds.store(front | (back << 32), std::memory_order_relaxed);
+  }
+}
+
+int64_t StealingRuns::take_from(Run& run, bool front_end) {
+  uint64_t bounds = run.bounds.load(std::memory_order_relaxed);
+  while (true) {
+    const uint64_t front = bounds & 0xffffffffu, back = bounds >> 32;
+    if (front >= back) return -1;
+    const uint64_t taken = front_end ? (front + 1) | (back << 32) : front | ((back - 1) << 32);
+    if (run.bounds.compare_exchange_weak(bounds, taken, std::memory_order_acq_rel)) {
+      return front_end ? (int64_t)front : (int64_t)back - 1;
+    }
+  }
+}
+
+int64_t StealingRuns::take(int64_t thread) {
+  const int64_t own = take_from(runs_[thread], true);
+  if (own >= 0) return own;
+  for (int64_t other = 1; other < threads_; ++other) {
+    const int64_t stolen = take_from(runs_[(thread + other) % threads_], false);
+    if (stolen >= 0) return stolen;
+  }
+  return -1;
+}
+
+// ------------------------------------------------------------------------------------------ panels
+
+PanelProduct::PanelProduct(const float* x, const at::Tensor& panels, float* out, int64_t M, int64_t per_item)
+    : x(x),
+      panels(panels.const_data_ptr<float>()),
+      out(out),
+      M(M),
+      K(panels.size(1)),
+      npanels(panels.size(0)),
+      ldo(panels.size(0) * P),
+      chunk(M <= DECODE_ROWS ? MR_DECODE : MR),
+      blocks((panels.size(1) + KC - 1) / KC),
+      per_item(per_item) {
+  TORCH_CHECK(per_item == 1 || per_item == 2, "PanelProduct: items of one or two panels");
+}
+
+void PanelProduct::item(int64_t item) const {
+  const int64_t p0 = per_item * item;
+  const bool two = per_item == 2 && p0 + 1 < npanels;
+  const float* w0 = panels + p0 * K * P;
+  const float* w1 = w0 + K * P;
+  const int64_t chunks = (M + chunk - 1) / chunk;
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t k1 = std::min(K, k0 + KC);
+    // The k block AHEAD_BLOCKS later: this item's, then the next items' (a thread walks its run
+    // forward; past the last panel a prefetch never faults).
+    const int64_t later = (k0 / KC) + AHEAD_BLOCKS;
+    const int64_t later_panel = p0 + per_item * (later / blocks), later_k = (later % blocks) * KC;
+    const float* l0 = panels + later_panel * K * P + later_k * P;
+    for (int64_t r0 = 0, c = 0; r0 < M; r0 += chunk, ++c) {
+      const int rows = (int)std::min<int64_t>(chunk, M - r0);
+      float* o = out + r0 * ldo + p0 * P;
+      const Ahead ahead{l0 + c * P, l0 + (per_item - 1) * K * P + c * P, chunks};
+      if (two) {
+        panel_rows<true>(x + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
+      } else {
+        panel_rows<false>(x + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
+      }
+    }
+  }
+}
 
 // ------------------------------------------------------------------------------------------ rows
 
@@ -271,42 +307,12 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
   TORCH_CHECK(x.size(-1) == K, "panel_linear: input width ", x.size(-1), " != weight width ", K);
   TORCH_CHECK(N > (npanels - 1) * P && N <= npanels * P, "panel_linear: ", N, " columns in ", npanels, " panels");
   const int64_t M = K ? x.numel() / K : 0;
-  const int64_t ldo = npanels * P;
-  at::Tensor out = at::empty({M, ldo}, x.options());
-  const float* xp = x.const_data_ptr<float>();
-  const float* wp = panels.const_data_ptr<float>();
-  float* op = out.mutable_data_ptr<float>();
-  const int64_t pairs = (npanels + 1) / 2;
-  const int64_t chunk = M <= DECODE_ROWS ? MR_DECODE : MR;
-  const int64_t blocks = (K + KC - 1) / KC;
-  stealing_for(pairs, grain(2 * M * K * 2 * P), [&](int64_t pair) {
-    const int64_t p0 = 2 * pair;
-    const bool two = p0 + 1 < npanels;
-    const float* w0 = wp + p0 * K * P;
-    const float* w1 = w0 + K * P;
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-      const int64_t k1 = std::min(K, k0 + KC);
-      // The k block AHEAD_BLOCKS later: this pair's, then the next pairs' (a thread walks its run
-      // forward; past the last panel a prefetch never faults).
-      const int64_t later = (k0 / KC) + AHEAD_BLOCKS;
-      const int64_t later_pair = p0 + 2 * (later / blocks), later_k = (later % blocks) * KC;
-      const float* l0 = wp + later_pair * K * P + later_k * P;
-      const int64_t chunks = (M + chunk - 1) / chunk;
-      for (int64_t r0 = 0, c = 0; r0 < M; r0 += chunk, ++c) {
-        const int rows = (int)std::min<int64_t>(chunk, M - r0);
-        float* o = op + r0 * ldo + p0 * P;
-        const Ahead ahead{l0 + c * P, l0 + K * P + c * P, chunks};
-        if (two) {
-          panel_rows<true>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
-        } else {
-          panel_rows<false>(xp + r0 * K, K, w0, w1, k0, k1, o, ldo, rows, ahead);
-        }
-      }
-    }
-  });
+  at::Tensor out = at::empty({M, npanels * P}, x.options());
+  const PanelProduct product(x.const_data_ptr<float>(), panels, out.mutable_data_ptr<float>(), M);
+  stealing_for(product.items(), grain(2 * M * K * 2 * P), [&](int64_t pair) { product.item(pair); });
   auto shape = x.sizes().vec();
   shape.back() = N;
-  at::Tensor result = ldo == N ? out : out.narrow(1, 0, N).contiguous();
+  at::Tensor result = out.size(1) == N ? out : out.narrow(1, 0, N).contiguous();
   return with_bias(result.view(shape), bias);
 }
 

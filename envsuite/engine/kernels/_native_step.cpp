@@ -1,10 +1,9 @@
 // The decode step's kernels besides the products (rms_norm, rotary_split, silu_mul, decode_attention:
 // each replaces torch operations whose per-call overhead, at a decode step's sizes, is most of their
-// time) and decode_layers, which runs every decoder layer of a step in one call (the step captured: no
-// Python between its ~700 operations).
+// time). Each op shares out its rows (or items) with at::parallel_for; the row-level pieces it runs
+// (rms_norm_rows, rotary_rows, silu_mul_span, DecodeAttention::item) are what decode_layers'
+// team (_native_layers.cpp) runs too, so the two give the same values.
 #include <ATen/Parallel.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
 
 #include <limits>
 #include <vector>
@@ -15,6 +14,23 @@ namespace envsuite {
 
 // transformers' LlamaRMSNorm on fp32 rows: out = w * (x * rsqrt(mean(x^2) + eps)), one pass per row
 // (torch's CPU rms_norm runs six operations, ~20 us each call at a decode step's sizes).
+void rms_norm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * D;
+    float* o = out + r * D;
+    const int64_t dv = D - D % P;
+    vec acc = {};
+    for (int64_t d = 0; d < dv; d += P) {
+      const vec xv = load(xr + d);
+      acc += xv * xv;
+    }
+    float ss = hsum(acc);
+    for (int64_t d = dv; d < D; ++d) ss += xr[d] * xr[d];
+    const float scale = 1.f / std::sqrt(ss / (float)D + eps);
+    for (int64_t d = 0; d < D; ++d) o[d] = w[d] * (xr[d] * scale);
+  }
+}
+
 at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
   TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat, "rms_norm: fp32 CPU input");
   TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous(), "rms_norm: a contiguous fp32 weight");
@@ -27,20 +43,7 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
   const float* wp = w.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
   at::parallel_for(0, rows, grain(4 * D), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* xr = xp + r * D;
-      float* o = op + r * D;
-      const int64_t dv = D - D % P;
-      vec acc = {};
-      for (int64_t d = 0; d < dv; d += P) {
-        const vec xv = load(xr + d);
-        acc += xv * xv;
-      }
-      float ss = hsum(acc);
-      for (int64_t d = dv; d < D; ++d) ss += xr[d] * xr[d];
-      const float scale = 1.f / std::sqrt(ss / (float)D + (float)eps);
-      for (int64_t d = 0; d < D; ++d) o[d] = wp[d] * (xr[d] * scale);
-    }
+    rms_norm_rows(xp, wp, op, D, (float)eps, begin, end);
   });
   return out;
 }
@@ -50,6 +53,22 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
 // qkv (rows, ..., (H + 2 * KV) * D) contiguous; cos, sin: rows x D floats each, contiguous. Returns
 // q (rows, H, 1, D), k and v (rows, KV, 1, D), contiguous: the views and the seven elementwise
 // operations of torch's way in one pass.
+void rotary_rows(const float* qkv, const float* cos, const float* sin, float* q, float* k, float* v, int64_t H,
+                 int64_t KV, int64_t D, int64_t begin, int64_t end) {
+  const int64_t width = (H + 2 * KV) * D, half = D / 2;
+  for (int64_t r = begin; r < end; ++r) {
+    const float* c = cos + r * D;
+    const float* s = sin + r * D;
+    for (int64_t h = 0; h < H + KV; ++h) {
+      const float* x = qkv + r * width + h * D;
+      float* o = h < H ? q + (r * H + h) * D : k + (r * KV + h - H) * D;
+      for (int64_t d = 0; d < half; ++d) o[d] = x[d] * c[d] + (-x[d + half]) * s[d];
+      for (int64_t d = half; d < D; ++d) o[d] = x[d] * c[d] + x[d - half] * s[d];
+    }
+    std::memcpy(v + r * KV * D, qkv + r * width + (H + KV) * D, KV * D * sizeof(float));
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qkv_in, const at::Tensor& cos_in,
                                                            const at::Tensor& sin_in, int64_t H, int64_t KV) {
   TORCH_CHECK(qkv_in.scalar_type() == at::kFloat && cos_in.scalar_type() == at::kFloat &&
@@ -69,21 +88,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qk
   float* qp = q.mutable_data_ptr<float>();
   float* kp = k.mutable_data_ptr<float>();
   float* vp = v.mutable_data_ptr<float>();
-  const int64_t half = D / 2;
   at::parallel_for(0, rows, grain(4 * width), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* c = cp + r * D;
-      const float* s = sp + r * D;
-      for (int64_t h = 0; h < H + KV; ++h) {
-        const float* x = src + r * width + h * D;
-        float* o = h < H ? qp + (r * H + h) * D : kp + (r * KV + h - H) * D;
-        for (int64_t d = 0; d < half; ++d) o[d] = x[d] * c[d] + (-x[d + half]) * s[d];
-        for (int64_t d = half; d < D; ++d) o[d] = x[d] * c[d] + x[d - half] * s[d];
-      }
-      std::memcpy(vp + r * KV * D, src + r * width + (H + KV) * D, KV * D * sizeof(float));
-    }
+    rotary_rows(src, cp, sp, qp, kp, vp, H, KV, D, begin, end);
   });
   return {q, k, v};
+}
+
+void silu_mul_span(const float* gate, const float* up, float* out, int64_t begin, int64_t end, int64_t n) {
+  // vexp over [0, n - n % 16), std::exp past it, wherever a span starts or ends: a value is the same
+  // whichever span computes it (the ops of a lane do not depend on its neighbours).
+  const int64_t nv = n - n % P;
+  int64_t i = begin;
+  for (; i + P <= std::min(end, nv); i += P) {
+    const vec g = load(gate + i);
+    store(out + i, g / (1.f + vexp(-g)) * load(up + i));
+  }
+  for (; i < end; ++i) {
+    const float e = i < nv ? vexp(splat(-gate[i]))[0] : std::exp(-gate[i]);
+    out[i] = gate[i] / (1.f + e) * up[i];
+  }
 }
 
 // SiLU(gate) * up for a fused gate/up product's output (rows, ..., 2 * I): (rows, ..., I), one pass
@@ -100,17 +123,7 @@ at::Tensor silu_mul(const at::Tensor& gate_up_in) {
   const float* src = gate_up.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
   at::parallel_for(0, rows, grain(8 * I), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* g = src + r * width;
-      const float* u = g + I;
-      float* o = op + r * I;
-      const int64_t iv = I - I % P;
-      for (int64_t i = 0; i < iv; i += P) {
-        const vec gv = load(g + i);
-        store(o + i, gv / (1.f + vexp(-gv)) * load(u + i));
-      }
-      for (int64_t i = iv; i < I; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
-    }
+    for (int64_t r = begin; r < end; ++r) silu_mul_span(src + r * width, src + r * width + I, op + r * I, 0, I, I);
   });
   return out;
 }
@@ -236,6 +249,39 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
 
 }  // namespace
 
+void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
+  const int64_t b = item / H, h = item % H;
+  const float* qh = q + (b * H + h) * G * D;
+  const float* kh = k + b * k_row + h * k_head;
+  const float* vh = v + b * v_row + h * v_head;
+  const float* next_k = nullptr;
+  const float* next_v = nullptr;
+  const bool* next_mask = nullptr;
+  if (next >= 0) {
+    const int64_t nb = next / H, nh = next % H;
+    next_k = k + nb * k_row + nh * k_head;
+    next_v = v + nb * v_row + nh * v_head;
+    next_mask = mask ? mask + nb * L : nullptr;
+  }
+  const bool* row_mask = mask ? mask + b * L : nullptr;
+  float* oh = out + (b * H + h) * G * D;
+  switch (D / P) {
+#define ENVSUITE_HEAD_CASE(DV)                                                                                  \
+  case DV:                                                                                                      \
+    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh, next_k, next_v, next_mask); \
+    break;
+    ENVSUITE_HEAD_CASE(1)
+    ENVSUITE_HEAD_CASE(2)
+    ENVSUITE_HEAD_CASE(3)
+    ENVSUITE_HEAD_CASE(4)
+    ENVSUITE_HEAD_CASE(5)
+    ENVSUITE_HEAD_CASE(6)
+    ENVSUITE_HEAD_CASE(7)
+    ENVSUITE_HEAD_CASE(8)
+#undef ENVSUITE_HEAD_CASE
+  }
+}
+
 // One-token attention for every row of a decode step, grouped-query: q (B, H, G, D), the G query heads
 // of each of H key/value heads; k and v (B, H, L, D) with unit stride in D (views of the KV cache's
 // buffers); mask (B, L) bool, true where a row attends (None: every position). Per (row, kv head): the
@@ -264,159 +310,14 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
     mp = mask.const_data_ptr<bool>();
   }
   at::Tensor out = at::empty({B, H, G, D}, q.options());
-  const float* qp = q.const_data_ptr<float>();
-  const float* kp = k.const_data_ptr<float>();
-  const float* vp = v.const_data_ptr<float>();
-  float* op = out.mutable_data_ptr<float>();
-  const float fscale = (float)scale;
+  const DecodeAttention attention{q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
+                                  mp, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+                                  B, H, G, D, L, (float)scale, out.mutable_data_ptr<float>()};
   at::parallel_for(0, B * H, grain(4 * G * L * D), [&](int64_t begin, int64_t end) {
     std::vector<float> scores(G * L);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / H, h = item % H;
-      const float* qh = qp + (b * H + h) * G * D;
-      const float* kh = kp + b * k.stride(0) + h * k.stride(1);
-      const float* vh = vp + b * v.stride(0) + h * v.stride(1);
-      const int64_t nb = (item + 1) / H, nh = (item + 1) % H;
-      const float* next_k = item + 1 < end ? kp + nb * k.stride(0) + nh * k.stride(1) : nullptr;
-      const float* next_v = item + 1 < end ? vp + nb * v.stride(0) + nh * v.stride(1) : nullptr;
-      const bool* next_mask = mp && item + 1 < end ? mp + nb * L : nullptr;
-      const bool* row_mask = mp ? mp + b * L : nullptr;
-      float* oh = op + (b * H + h) * G * D;
-      switch (D / P) {
-#define ENVSUITE_HEAD_CASE(DV)                                                                      \
-  case DV:                                                                                          \
-    attend_head<DV>(qh, kh, k.stride(2), vh, v.stride(2), row_mask, G, L, fscale, scores.data(), oh, next_k, next_v, next_mask); \
-    break;
-        ENVSUITE_HEAD_CASE(1)
-        ENVSUITE_HEAD_CASE(2)
-        ENVSUITE_HEAD_CASE(3)
-        ENVSUITE_HEAD_CASE(4)
-        ENVSUITE_HEAD_CASE(5)
-        ENVSUITE_HEAD_CASE(6)
-        ENVSUITE_HEAD_CASE(7)
-        ENVSUITE_HEAD_CASE(8)
-#undef ENVSUITE_HEAD_CASE
-      }
-    }
+    for (int64_t item = begin; item < end; ++item) attention.item(item, item + 1 < end ? item + 1 : -1, scores.data());
   });
   return out;
-}
-
-// ------------------------------------------------------------------------------------------ captured step
-
-namespace {
-
-// How decode_layers runs each product (envsuite.engine.kernels.ProductPath, by number: see
-// envsuite/engine/sampling/_captured_step.py, which passes them).
-enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3 };
-
-// oneDNN's linear op (what torch.ops.mkldnn._linear_pointwise runs), through the dispatcher: the weight
-// plain or in oneDNN's reordered layout.
-at::Tensor onednn_product(const at::Tensor& x, const at::Tensor& w) {
-  static const c10::OperatorHandle op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-  torch::jit::Stack stack;
-  stack.reserve(6);
-  stack.emplace_back(x);
-  stack.emplace_back(w);
-  stack.emplace_back(c10::IValue());
-  stack.emplace_back(std::string("none"));
-  stack.emplace_back(c10::List<std::optional<at::Scalar>>());
-  stack.emplace_back(std::string(""));
-  op.callBoxed(&stack);
-  return stack.back().toTensor();
-}
-
-// dst += src over B x width floats, both contiguous: the residual add without a dispatch (one rounding
-// per element, as torch's add_).
-void add_rows(at::Tensor& dst, const at::Tensor& src_in) {
-  const at::Tensor src = src_in.contiguous();
-  TORCH_CHECK(src.numel() == dst.numel(), "decode_layers: a product of the wrong width");
-  float* d = dst.mutable_data_ptr<float>();
-  const float* s = src.const_data_ptr<float>();
-  const int64_t n = dst.numel(), nv = n - n % P;
-  for (int64_t i = 0; i < nv; i += P) store(d + i, load(d + i) + load(s + i));
-  for (int64_t i = nv; i < n; ++i) d[i] += s[i];
-}
-
-// The new position's heads (B, KV, 1, D), contiguous, into column `column` of rows [0, B) of a cache
-// buffer (rows, KV, columns, D) with unit stride in D: a copy per (row, head), without a dispatch.
-void write_column(const at::Tensor& buffer, const at::Tensor& heads, int64_t column) {
-  const int64_t B = heads.size(0), KV = heads.size(1), D = heads.size(3);
-  const float* src = heads.const_data_ptr<float>();
-  float* dst = buffer.mutable_data_ptr<float>() + column * buffer.stride(2);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < KV; ++h)
-      std::memcpy(dst + b * buffer.stride(0) + h * buffer.stride(1), src + (b * KV + h) * D, D * sizeof(float));
-}
-
-at::Tensor product(const at::Tensor& x, const at::Tensor& w, int64_t code, int64_t N) {
-  switch (code) {
-    case F_LINEAR:
-      return at::linear(x, w);
-    case ONEDNN:
-      return onednn_product(x, w);
-    case ROWS:
-      return rows_linear(x, w, std::nullopt);
-    case PANELS:
-      return panel_linear(x, w, N, std::nullopt);
-    default:
-      TORCH_CHECK(false, "decode_layers: unknown product code ", code);
-  }
-}
-
-}  // namespace
-
-// Every decoder layer of a Llama decode step, one token per row, in one call: for each layer, RMS norm,
-// the fused q/k/v product, rotary embeddings, the new keys and values written into the cache's column
-// `end`, one-token grouped attention over columns [start, end], the output product added to the
-// residual stream, RMS norm, the fused gate/up product, SiLU(gate) * up, the down product added. The
-// same functions, in the same order, as the lean step's Python (_llama_decode.py) calls one by one, so
-// the values are the same.
-//   hidden (B, 1, hidden_size); cos, sin (B, 1, head_dim); mask (B, end + 1 - start) bool or None.
-//   weights: per layer input_norm, qkv, o, post_norm, gate_up, down (products in their layouts, no
-//   biases); paths: per layer the four products' ProductCode.
-//   keys[l], values[l]: layer l's cache buffers (rows, kv_heads, columns, head_dim), unit stride in
-//   head_dim, with column `end` free for rows [0, B).
-// Returns the residual stream after the last layer (B, 1, hidden_size); the caller advances the cache.
-at::Tensor decode_layers(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& sin,
-                         const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
-                         at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
-                         int64_t kv_heads, int64_t intermediate, double eps, double scale) {
-  const int64_t layers = (int64_t)keys.size();
-  TORCH_CHECK((int64_t)values.size() == layers && (int64_t)weights.size() == 6 * layers &&
-                  (int64_t)paths.size() == 4 * layers,
-              "decode_layers: per layer 6 weights, 4 paths, one key and one value buffer");
-  TORCH_CHECK(hidden_in.scalar_type() == at::kFloat && hidden_in.device().is_cpu(), "decode_layers: fp32 CPU");
-  const int64_t B = hidden_in.size(0), width = hidden_in.size(-1);
-  TORCH_CHECK(hidden_in.numel() == B * width, "decode_layers: one token per row");
-  at::Tensor hidden = hidden_in.reshape({B, width}).clone();  // the residual stream, updated in place
-  const int64_t G = heads / kv_heads;
-  for (int64_t l = 0; l < layers; ++l) {
-    const at::Tensor* w = weights.data() + 6 * l;
-    const int64_t* code = paths.data() + 4 * l;
-    const at::Tensor& key_buffer = keys[l];
-    const at::Tensor& value_buffer = values[l];
-    TORCH_CHECK(key_buffer.stride(3) == 1 && value_buffer.stride(3) == 1 && key_buffer.size(0) >= B &&
-                    value_buffer.size(0) >= B && end < key_buffer.size(2) && end < value_buffer.size(2) &&
-                    start <= end,
-                "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
-    const int64_t D = key_buffer.size(3);
-    at::Tensor x = rms_norm(hidden, w[0], eps);
-    at::Tensor qkv = product(x, w[1], code[0], (heads + 2 * kv_heads) * D);
-    auto [q, k, v] = rotary_split(qkv, cos, sin, heads, kv_heads);
-    at::Tensor key_rows = key_buffer.narrow(0, 0, B);
-    at::Tensor value_rows = value_buffer.narrow(0, 0, B);
-    write_column(key_buffer, k, end);
-    write_column(value_buffer, v, end);
-    at::Tensor attn = decode_attention(q.view({B, kv_heads, G, D}), key_rows.narrow(2, start, end + 1 - start),
-                                       value_rows.narrow(2, start, end + 1 - start), mask, scale);
-    add_rows(hidden, product(attn.view({B, heads * D}), w[2], code[1], width));
-    x = rms_norm(hidden, w[3], eps);
-    at::Tensor mlp = silu_mul(product(x, w[4], code[2], 2 * intermediate));
-    add_rows(hidden, product(mlp, w[5], code[3], width));
-  }
-  return hidden.view({B, 1, width});
 }
 
 }  // namespace envsuite

@@ -1,0 +1,397 @@
+// decode_layers: every decoder layer of a Llama decode step in one call (the step captured: no Python
+// between its ~700 operations), run one of two ways with the same values:
+//   by op     each kernel as its own op (rms_norm, the products on their calibrated paths, rotary_split,
+//             decode_attention, silu_mul), each sharing out its work with at::parallel_for;
+//   as a team where every product runs envsuite's panels (the calibrated path on most CPUs): one
+//             parallel region for the whole step. Its threads share out each phase of a layer (the
+//             norms' rows, a product's panels, the attention's (row, head) items, SiLU's spans) and
+//             meet at a spin barrier between phases: no fork and join per op (~150 a step), no
+//             allocation per op (the buffers between phases are allocated once per call), and the
+//             residual adds done by the thread that computed those columns.
+// Both run the same row-level functions (_native.h) on the same values in the same order per element,
+// so they give the same values (tested against the step-by-step Python, which runs the ops).
+// Measured on the AMD EPYC box (SmolLM2-135M, the team against by op, 8 alternating rounds in one
+// process, panels on huge-page arenas): step time 0.947-0.965 at 1 row, 0.937-0.948 at 4, 0.943-0.947
+// at 16.
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <omp.h>
+
+#include <vector>
+
+#include "_native.h"
+
+namespace envsuite {
+namespace {
+
+// How decode_layers runs each product (envsuite.engine.kernels.ProductPath, by number: see
+// envsuite/engine/sampling/_captured_step.py, which passes them).
+enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3 };
+
+// oneDNN's linear op (what torch.ops.mkldnn._linear_pointwise runs), through the dispatcher: the weight
+// plain or in oneDNN's reordered layout.
+at::Tensor onednn_product(const at::Tensor& x, const at::Tensor& w) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack;
+  stack.reserve(6);
+  stack.emplace_back(x);
+  stack.emplace_back(w);
+  stack.emplace_back(c10::IValue());
+  stack.emplace_back(std::string("none"));
+  stack.emplace_back(c10::List<std::optional<at::Scalar>>());
+  stack.emplace_back(std::string(""));
+  op.callBoxed(&stack);
+  return stack.back().toTensor();
+}
+
+// dst += src over B x width floats, both contiguous: the residual add without a dispatch (one rounding
+// per element, as torch's add_).
+void add_rows(at::Tensor& dst, const at::Tensor& src_in) {
+  const at::Tensor src = src_in.contiguous();
+  TORCH_CHECK(src.numel() == dst.numel(), "decode_layers: a product of the wrong width");
+  float* d = dst.mutable_data_ptr<float>();
+  const float* s = src.const_data_ptr<float>();
+  const int64_t n = dst.numel(), nv = n - n % P;
+  for (int64_t i = 0; i < nv; i += P) store(d + i, load(d + i) + load(s + i));
+  for (int64_t i = nv; i < n; ++i) d[i] += s[i];
+}
+
+// The new position's heads (B, KV, 1, D), contiguous, into column `column` of rows [0, B) of a cache
+// buffer (rows, KV, columns, D) with unit stride in D: a copy per (row, head), without a dispatch.
+void write_column(const at::Tensor& buffer, const at::Tensor& heads, int64_t column) {
+  const int64_t B = heads.size(0), KV = heads.size(1), D = heads.size(3);
+  const float* src = heads.const_data_ptr<float>();
+  float* dst = buffer.mutable_data_ptr<float>() + column * buffer.stride(2);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < KV; ++h)
+      std::memcpy(dst + b * buffer.stride(0) + h * buffer.stride(1), src + (b * KV + h) * D, D * sizeof(float));
+}
+
+at::Tensor product(const at::Tensor& x, const at::Tensor& w, int64_t code, int64_t N) {
+  switch (code) {
+    case F_LINEAR:
+      return at::linear(x, w);
+    case ONEDNN:
+      return onednn_product(x, w);
+    case ROWS:
+      return rows_linear(x, w, std::nullopt);
+    case PANELS:
+      return panel_linear(x, w, N, std::nullopt);
+    default:
+      TORCH_CHECK(false, "decode_layers: unknown product code ", code);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ by op
+
+at::Tensor layers_by_op(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
+                         at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale) {
+  const int64_t layers = (int64_t)keys.size();
+  const int64_t B = hidden_in.size(0), width = hidden_in.size(-1);
+  at::Tensor hidden = hidden_in.reshape({B, width}).clone();  // the residual stream, updated in place
+  const int64_t G = heads / kv_heads;
+  for (int64_t l = 0; l < layers; ++l) {
+    const at::Tensor* w = weights.data() + 6 * l;
+    const int64_t* code = paths.data() + 4 * l;
+    const at::Tensor& key_buffer = keys[l];
+    const at::Tensor& value_buffer = values[l];
+    const int64_t D = key_buffer.size(3);
+    at::Tensor x = rms_norm(hidden, w[0], eps);
+    at::Tensor qkv = product(x, w[1], code[0], (heads + 2 * kv_heads) * D);
+    auto [q, k, v] = rotary_split(qkv, cos, sin, heads, kv_heads);
+    at::Tensor key_rows = key_buffer.narrow(0, 0, B);
+    at::Tensor value_rows = value_buffer.narrow(0, 0, B);
+    write_column(key_buffer, k, end);
+    write_column(value_buffer, v, end);
+    at::Tensor attn = decode_attention(q.view({B, kv_heads, G, D}), key_rows.narrow(2, start, end + 1 - start),
+                                       value_rows.narrow(2, start, end + 1 - start), mask, scale);
+    add_rows(hidden, product(attn.view({B, heads * D}), w[2], code[1], width));
+    x = rms_norm(hidden, w[3], eps);
+    at::Tensor mlp = silu_mul(product(x, w[4], code[2], 2 * intermediate));
+    add_rows(hidden, product(mlp, w[5], code[3], width));
+  }
+  return hidden.view({B, 1, width});
+}
+
+// ------------------------------------------------------------------------------------------ as a team
+
+// A barrier for the threads of one parallel region: the last to arrive starts the next phase; the
+// others spin on it (a phase is microseconds long: a sleeping wait would cost more than the phase).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int64_t threads) : threads_(threads) {}
+  void resize(int64_t threads) { threads_ = threads; }  // before anyone arrives
+  void arrive_and_wait() {
+    const int64_t phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      phase_.store(phase + 1, std::memory_order_release);
+      return;
+    }
+    while (phase_.load(std::memory_order_acquire) == phase) relax();
+  }
+
+ private:
+  static void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  int64_t threads_;
+  alignas(64) std::atomic<int64_t> arrived_{0};
+  alignas(64) std::atomic<int64_t> phase_{0};
+};
+
+// [n * t / threads, n * (t + 1) / threads): thread t's share of n items.
+struct Share {
+  int64_t begin, end;
+  Share(int64_t n, int64_t t, int64_t threads) : begin(n * t / threads), end(n * (t + 1) / threads) {}
+};
+
+// Rows [0, B) x columns [c0, c1) of dst (row stride ldd) += src (row stride lds): the residual add of a
+// product's item, done by the thread that computed it (one rounding per element, as add_rows).
+void add_columns(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t B, int64_t c0, int64_t c1) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = c0; c < c1; ++c) dst[b * ldd + c] += src[b * lds + c];
+}
+
+// One layer's norm weights and cache buffers, read before the threads start (nothing in the parallel
+// region may throw).
+struct LayerView {
+  const float* input_norm;
+  const float* post_norm;
+  float* keys;  // column 0 of row 0
+  float* values;
+  int64_t k_row, k_head, k_pos, v_row, v_head, v_pos;
+};
+
+// Everything the team's threads share: the step's sizes, its weights and caches, the buffers between
+// phases, each product's work-stealing runs, the barrier.
+struct TeamStep {
+  int64_t B, width, heads, kv_heads, G, D, I, layers, start, end, L;
+  float eps, scale;
+  const float* cos;
+  const float* sin;
+  const bool* mask;
+  std::vector<LayerView> views;
+  float* hidden;  // (B, width), the residual stream
+  float *x, *qkv, *q, *k, *v, *attn, *narrow_out, *gate_up, *mlp;
+  int64_t gate_up_ld, narrow_ld;
+  std::vector<PanelProduct> products;  // per layer: qkv, o, gate/up, down
+  std::vector<StealingRuns> runs;      // one per product
+  SpinBarrier barrier;
+  int64_t threads;
+
+  // Thread t's share of product i, each item's columns added to the residual stream if `residual`.
+  void product(int64_t i, int64_t t, bool residual) {
+    const PanelProduct& p = products[i];
+    const int64_t N = width;
+    const int64_t columns = P * p.per_item;
+    for (int64_t item = runs[i].take(t); item >= 0; item = runs[i].take(t)) {
+      p.item(item);
+      if (residual) add_columns(hidden, width, p.out, p.ldo, B, columns * item, std::min(N, columns * (item + 1)));
+    }
+  }
+
+  void layer(int64_t l, int64_t t, std::vector<float>& scores) {
+    const LayerView& view = views[l];
+    const Share rows(B, t, threads);
+    rms_norm_rows(hidden, view.input_norm, x, width, eps, rows.begin, rows.end);
+    barrier.arrive_and_wait();
+    product(4 * l, t, false);
+    barrier.arrive_and_wait();
+    rotary_rows(qkv, cos, sin, q, k, v, heads, kv_heads, D, rows.begin, rows.end);
+    // the new position's keys and values into the cache's column `end`
+    for (int64_t b = rows.begin; b < rows.end; ++b)
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const int64_t from = (b * kv_heads + h) * D;
+        std::memcpy(view.keys + b * view.k_row + h * view.k_head + end * view.k_pos, k + from, D * sizeof(float));
+        std::memcpy(view.values + b * view.v_row + h * view.v_head + end * view.v_pos, v + from, D * sizeof(float));
+      }
+    barrier.arrive_and_wait();
+    const DecodeAttention attention{q,     view.keys + start * view.k_pos, view.values + start * view.v_pos,
+                                    mask,  view.k_row,  view.k_head, view.k_pos, view.v_row, view.v_head,
+                                    view.v_pos, B, kv_heads, G, D, L, scale, attn};
+    const Share items(B * kv_heads, t, threads);
+    for (int64_t item = items.begin; item < items.end; ++item)
+      attention.item(item, item + 1 < items.end ? item + 1 : -1, scores.data());
+    barrier.arrive_and_wait();
+    product(4 * l + 1, t, true);
+    barrier.arrive_and_wait();
+    rms_norm_rows(hidden, view.post_norm, x, width, eps, rows.begin, rows.end);
+    barrier.arrive_and_wait();
+    product(4 * l + 2, t, false);
+    barrier.arrive_and_wait();
+    // SiLU(gate) * up in spans of 256 of each row's I values
+    constexpr int64_t SPAN = 256;
+    const int64_t spans = (I + SPAN - 1) / SPAN;
+    const Share pieces(B * spans, t, threads);
+    for (int64_t piece = pieces.begin; piece < pieces.end; ++piece) {
+      const int64_t b = piece / spans, i0 = piece % spans * SPAN;
+      const float* g = gate_up + b * gate_up_ld;
+      silu_mul_span(g, g + I, mlp + b * I, i0, std::min(I, i0 + SPAN), I);
+    }
+    barrier.arrive_and_wait();
+    product(4 * l + 3, t, true);
+    barrier.arrive_and_wait();
+  }
+
+  void run(int64_t t) {
+    std::vector<float> scores(G * L);
+    for (int64_t l = 0; l < layers; ++l) layer(l, t, scores);
+  }
+};
+
+// Whether the team runs this stack: every product on panels of the shapes a Llama layer has, head
+// sizes decode_attention takes, and fused q/k/v columns that fill their panels (the rotary pass reads
+// its rows unpadded).
+bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads, int64_t kv_heads,
+               int64_t D, int64_t intermediate) {
+  if (at::in_parallel_region() || D % P != 0 || D > 8 * P || heads % kv_heads != 0 || heads / kv_heads > 64)
+    return false;
+  for (int64_t code : paths)
+    if (code != PANELS) return false;
+  auto panels = [](const at::Tensor& w, int64_t K, int64_t N) {
+    return w.dim() == 3 && w.size(1) == K && w.size(2) == P && (w.size(0) - 1) * P < N && N <= w.size(0) * P &&
+           w.is_contiguous() && w.scalar_type() == at::kFloat;
+  };
+  auto norm = [width](const at::Tensor& w) {
+    return w.numel() == width && w.is_contiguous() && w.scalar_type() == at::kFloat;
+  };
+  const int64_t qkv = (heads + 2 * kv_heads) * D;
+  const int64_t gate_up_panels = weights[4].size(0);
+  for (size_t l = 0; l < weights.size() / 6; ++l) {
+    const at::Tensor* w = weights.data() + 6 * l;
+    if (!norm(w[0]) || !norm(w[3]) || !panels(w[1], width, qkv) || qkv % P != 0 ||
+        !panels(w[2], heads * D, width) || !panels(w[4], width, 2 * intermediate) ||
+        w[4].size(0) != gate_up_panels || !panels(w[5], intermediate, width))
+      return false;
+  }
+  return true;
+}
+
+at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
+                          const std::optional<at::Tensor>& mask_in, at::TensorList weights, at::TensorList keys,
+                          at::TensorList values, int64_t start, int64_t end, int64_t heads, int64_t kv_heads,
+                          int64_t intermediate, double eps, double scale) {
+  const int64_t layers = (int64_t)keys.size();
+  const int64_t B = hidden_in.size(0), width = hidden_in.size(-1), D = keys[0].size(3), I = intermediate;
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  at::Tensor hidden = hidden_in.reshape({B, width}).clone();
+  const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  TORCH_CHECK(cos.numel() == B * D && sin.numel() == B * D, "decode_layers: cos/sin of rows x ", D);
+  at::Tensor mask;
+  if (mask_in.has_value() && mask_in->defined()) {
+    mask = mask_in->to(at::kBool).contiguous();
+    TORCH_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == end + 1 - start, "decode_layers: mask (B, L)");
+  }
+  const at::Tensor& gate_up_panels = weights[4];
+  const int64_t gate_up_ld = gate_up_panels.size(0) * P, narrow_ld = (width + P - 1) / P * P;
+  const at::TensorOptions options = hidden.options();
+  // One allocation for every buffer between phases (offsets in floats, each a multiple of 16)
+  const int64_t qkv_width = (heads + 2 * kv_heads) * D;
+  const int64_t sizes[] = {B * width, B * qkv_width, B * heads * D, B * kv_heads * D, B * kv_heads * D,
+                           B * heads * D, B * narrow_ld, B * gate_up_ld, B * I};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += (n + P - 1) / P * P;
+  at::Tensor scratch = at::empty({total}, options);
+  float* cursor = scratch.mutable_data_ptr<float>();
+  float* buffers[9];
+  for (int i = 0; i < 9; ++i) {
+    buffers[i] = cursor;
+    cursor += (sizes[i] + P - 1) / P * P;
+  }
+  TeamStep step{B, width, heads, kv_heads, heads / kv_heads, D, I, layers, start, end, end + 1 - start,
+                (float)eps, (float)scale, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
+                mask.defined() ? mask.const_data_ptr<bool>() : nullptr, {},
+                hidden.mutable_data_ptr<float>(), buffers[0], buffers[1], buffers[2], buffers[3], buffers[4],
+                buffers[5], buffers[6], buffers[7], buffers[8], gate_up_ld, narrow_ld, {}, {},
+                SpinBarrier(threads), threads};
+  for (int64_t l = 0; l < layers; ++l) {
+    const at::Tensor& k = keys[l];
+    const at::Tensor& v = values[l];
+    step.views.push_back({weights[6 * l].const_data_ptr<float>(), weights[6 * l + 3].const_data_ptr<float>(),
+                          k.mutable_data_ptr<float>(), v.mutable_data_ptr<float>(), k.stride(0), k.stride(1),
+                          k.stride(2), v.stride(0), v.stride(1), v.stride(2)});
+  }
+  step.products.reserve(4 * layers);
+  step.runs.reserve(4 * layers);
+  // Items of one panel up to 8 rows: the threads then meet at each product's end within half the time
+  // a pair takes (SmolLM2's down product: 9 us a pair at one row); above, a pair's shared loads of x
+  // matter more. Step time, one panel against two, AMD EPYC box, 8 alternating rounds: 1 row 0.990,
+  // 4 rows 0.970, 8 rows 0.992, 16 rows 1.067.
+  const int64_t per_item = B <= 8 ? 1 : 2;
+  for (int64_t l = 0; l < layers; ++l) {
+    const at::Tensor* w = weights.data() + 6 * l;
+    step.products.emplace_back(step.x, w[1], step.qkv, B, per_item);
+    step.products.emplace_back(step.attn, w[2], step.narrow_out, B, per_item);
+    step.products.emplace_back(step.x, w[4], step.gate_up, B, per_item);
+    step.products.emplace_back(step.mlp, w[5], step.narrow_out, B, per_item);
+  }
+  for (const PanelProduct& p : step.products) {
+    step.runs.emplace_back(threads);
+    step.runs.back().reset(p.items());
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    // The runtime may give fewer threads than asked (nested regions, limits): the barrier counts the
+    // team it got, and its shares are cut for that team; every product's runs are taken until empty.
+    const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+#pragma omp single
+    if (team != threads) {
+      step.threads = team;
+      step.barrier.resize(team);
+    }  // (the end of a single is a barrier)
+    step.run(t);
+  }
+  return hidden.view({B, 1, width});
+}
+
+}  // namespace
+
+// Every decoder layer of a Llama decode step, one token per row, in one call: for each layer, RMS norm,
+// the fused q/k/v product, rotary embeddings, the new keys and values written into the cache's column
+// `end`, one-token grouped attention over columns [start, end], the output product added to the
+// residual stream, RMS norm, the fused gate/up product, SiLU(gate) * up, the down product added. The
+// same functions, in the same order, as the lean step's Python (_llama_decode.py) calls one by one, so
+// the values are the same.
+//   hidden (B, 1, hidden_size); cos, sin (B, 1, head_dim); mask (B, end + 1 - start) bool or None.
+//   weights: per layer input_norm, qkv, o, post_norm, gate_up, down (products in their layouts, no
+//   biases); paths: per layer the four products' ProductCode.
+//   keys[l], values[l]: layer l's cache buffers (rows, kv_heads, columns, head_dim), unit stride in
+//   head_dim, with column `end` free for rows [0, B).
+// Returns the residual stream after the last layer (B, 1, hidden_size); the caller advances the cache.
+at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
+                         at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale) {
+  const int64_t layers = (int64_t)keys.size();
+  TORCH_CHECK(layers > 0 && (int64_t)values.size() == layers && (int64_t)weights.size() == 6 * layers &&
+                  (int64_t)paths.size() == 4 * layers,
+              "decode_layers: per layer 6 weights, 4 paths, one key and one value buffer");
+  TORCH_CHECK(hidden.scalar_type() == at::kFloat && hidden.device().is_cpu(), "decode_layers: fp32 CPU");
+  const int64_t B = hidden.size(0), width = hidden.size(-1);
+  TORCH_CHECK(hidden.numel() == B * width, "decode_layers: one token per row");
+  const int64_t D = keys[0].size(3);
+  for (int64_t l = 0; l < layers; ++l) {
+    const at::Tensor& k = keys[l];
+    const at::Tensor& v = values[l];
+    TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k.size(0) >= B && v.size(0) >= B && end < k.size(2) &&
+                    end < v.size(2) && start <= end && k.size(3) == D && v.size(3) == D,
+                "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
+  }
+  static const char* no_team = nullptr;
+  if (team_fits(weights, paths, width, heads, kv_heads, D, intermediate))
+    return layers_as_team(hidden, cos, sin, mask, weights, keys, values, start, end, heads, kv_heads, intermediate,
+                          eps, scale);
+  return layers_by_op(hidden, cos, sin, mask, weights, paths, keys, values, start, end, heads, kv_heads,
+                      intermediate, eps, scale);
+}
+
+}  // namespace envsuite
