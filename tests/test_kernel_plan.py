@@ -436,9 +436,19 @@ def test_the_engine_steps_through_native_kernels_only_with_them_on() -> None:
         EngineConfig(captured_step=False): (here, DecodeStepPlan(True, here, False, here)),
         EngineConfig(lean_decode=False): (here, DecodeStepPlan(False, False, False, here)),
     }
+    if here:  # every product on panels: every row count's step runs as one team; on rows: none does
+        configs[EngineConfig(product_path="panels")] = (
+            True,
+            DecodeStepPlan(True, True, True, True, ROW_BUCKETS),
+        )
+        configs[EngineConfig(product_path="rows")] = (True, DecodeStepPlan(True, True, True, True, ()))
     for config, (native_products, step) in configs.items():
         engine = _engine(config)
-        assert engine.decode_step_plan == step, config
+        plan = engine.decode_step_plan
+        if config.product_path is None:  # calibrated: a team where this CPU's choices are all panels
+            assert set(plan.team_rows) <= set(ROW_BUCKETS) and (plan.team_rows == () or plan.captured)
+            plan = replace(plan, team_rows=())
+        assert plan == step, config
         assert engine.kernel_plan is not None
         native_paths = {ProductPath.ROWS, ProductPath.PANELS} & set(engine.kernel_plan.paths)
         assert bool(native_paths) == native_products

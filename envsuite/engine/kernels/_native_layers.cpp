@@ -18,6 +18,9 @@
 #include <ATen/core/stack.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "_native.h"
@@ -120,7 +123,9 @@ at::Tensor layers_by_op(const at::Tensor& hidden_in, const at::Tensor& cos, cons
 // ------------------------------------------------------------------------------------------ as a team
 
 // A barrier for the threads of one parallel region: the last to arrive starts the next phase; the
-// others spin on it (a phase is microseconds long: a sleeping wait would cost more than the phase).
+// others spin on it (a phase is microseconds long: a sleeping wait would cost more than the phase),
+// yielding the core after a while in case the thread they wait for shares it (more threads than free
+// cores: another process busy, or torch set to more threads than cores).
 class SpinBarrier {
  public:
   explicit SpinBarrier(int64_t threads) : threads_(threads) {}
@@ -132,7 +137,13 @@ class SpinBarrier {
       phase_.store(phase + 1, std::memory_order_release);
       return;
     }
-    while (phase_.load(std::memory_order_acquire) == phase) relax();
+    for (int64_t spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
+      if (spins < SPINS) {
+        relax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   }
 
  private:
@@ -143,6 +154,7 @@ class SpinBarrier {
     asm volatile("yield");
 #endif
   }
+  static constexpr int64_t SPINS = 4096;  // ~100 us of pause instructions
   int64_t threads_;
   alignas(64) std::atomic<int64_t> arrived_{0};
   alignas(64) std::atomic<int64_t> phase_{0};
@@ -353,7 +365,19 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
   return hidden.view({B, 1, width});
 }
 
+bool team_allowed() {
+  const char* team = std::getenv("ENVSUITE_DECODE_TEAM");  // "0": always by op (a diagnostic switch)
+  return team == nullptr || std::strcmp(team, "0") != 0;
+}
+
 }  // namespace
+
+bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
+  TORCH_CHECK(!weights.empty() && weights.size() % 6 == 0 && paths.size() == weights.size() / 6 * 4,
+              "decode_layers_team: per layer 6 weights and 4 paths");
+  return team_allowed() && team_fits(weights, paths, width, heads, kv_heads, head_dim, intermediate);
+}
 
 // Every decoder layer of a Llama decode step, one token per row, in one call: for each layer, RMS norm,
 // the fused q/k/v product, rotary embeddings, the new keys and values written into the cache's column
@@ -387,7 +411,7 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
                 "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
   }
   static const char* no_team = nullptr;
-  if (team_fits(weights, paths, width, heads, kv_heads, D, intermediate))
+  if (team_allowed() && team_fits(weights, paths, width, heads, kv_heads, D, intermediate))
     return layers_as_team(hidden, cos, sin, mask, weights, keys, values, start, end, heads, kv_heads, intermediate,
                           eps, scale);
   return layers_by_op(hidden, cos, sin, mask, weights, paths, keys, values, start, end, heads, kv_heads,

@@ -15,6 +15,9 @@ TORCH_LIBRARY(envsuite, m) {
       "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
       "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
       "float scale) -> Tensor");
+  m.def(
+      "decode_layers_team(Tensor[] weights, int[] paths, int width, int heads, int kv_heads, int head_dim, "
+      "int intermediate) -> bool");
   m.def("sample_rows(Tensor logits, Tensor temperatures, Tensor uniforms) -> (Tensor, Tensor)");
 }
 
@@ -28,7 +31,11 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("silu_mul", &envsuite::silu_mul);
   m.impl("decode_layers", &envsuite::decode_layers);
   m.impl("sample_rows", &envsuite::sample_rows);
+  m.impl("decode_layers_team", &envsuite::decode_layers_team);
 }
 
 // A stack whose products hold oneDNN's reordered (opaque mkldnn) weights dispatches on that key.
-TORCH_LIBRARY_IMPL(envsuite, MkldnnCPU, m) { m.impl("decode_layers", &envsuite::decode_layers); }
+TORCH_LIBRARY_IMPL(envsuite, MkldnnCPU, m) {
+  m.impl("decode_layers", &envsuite::decode_layers);
+  m.impl("decode_layers_team", &envsuite::decode_layers_team);
+}

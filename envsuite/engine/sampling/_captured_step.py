@@ -3,11 +3,13 @@
 The lean step (``_llama_decode``) runs a Llama layer as about 23 torch operations from Python: at
 SmolLM2-135M's 30 layers that is ~700 dispatches a step, 2-3 ms at batch 1 on the AMD EPYC box where
 the products themselves take ~10 (docs/benchmarks.md). :class:`CapturedLayers` hands the whole layer
-stack to ``torch.ops.envsuite.decode_layers`` (``envsuite/engine/kernels/_native_step.cpp``), which calls the
+stack to ``torch.ops.envsuite.decode_layers`` (``envsuite/engine/kernels/_native_layers.cpp``), which calls the
 same kernels in the same order from C++: the norms, the products on the layouts and paths the engine's
 calibration chose for this row count, rotary embeddings, the new keys and values written straight into
-the cache's free column, one-token attention, the residual adds. Its logits equal the step-by-step
-Python's (tested: the same tokens and logprobs).
+the cache's free column, one-token attention, the residual adds. Where every product of a row count
+runs envsuite's panels, the call runs the whole stack in one parallel region, its threads meeting at a
+barrier between phases (``_native_layers.cpp``; :attr:`CapturedLayers.team_by_bucket`). Its logits
+equal the step-by-step Python's (tested: the same tokens and logprobs).
 
 It covers what the engine builds by default: fp32 on the CPU with the native kernels loaded, fused q/k/v
 and gate/up products without biases, SiLU, a :class:`~envsuite.engine.sampling._kv_cache_layer.GrowableLayer`
@@ -71,15 +73,29 @@ class CapturedLayers:
     """Per layer: input norm, q/k/v, o, post-attention norm, gate/up, down (products in their layouts)."""
     codes_by_bucket: tuple[list[int], ...]
     """Per row bucket (``ROW_BUCKETS``): per layer the four products' :class:`ProductCode`."""
+    team_by_bucket: tuple[bool, ...]
+    """Per row bucket: whether ``decode_layers`` runs the stack as one team of threads (one parallel
+    region for the step: every product on envsuite's panels) rather than op by op."""
     heads: int
     kv_heads: int
     intermediate: int
     eps: float
     scale: float
 
+    @property
+    def team_rows(self) -> tuple[int, ...]:
+        """The row buckets (``ROW_BUCKETS``: up to that many rows) whose steps run as one team."""
+        return tuple(rows for rows, team in zip(ROW_BUCKETS, self.team_by_bucket, strict=True) if team)
+
     @classmethod
     def of(
-        cls, layers: Sequence[LayerTensors], heads: int, kv_heads: int, eps: float, scale: float
+        cls,
+        layers: Sequence[LayerTensors],
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        eps: float,
+        scale: float,
     ) -> CapturedLayers | None:
         """The stack of ``layers``, or None where ``decode_layers`` does not cover it (module docstring)."""
         weights: list[torch.Tensor] = []
@@ -100,7 +116,16 @@ class CapturedLayers:
             for bucket in range(len(ROW_BUCKETS))
         )
         intermediate = products[3].in_features
-        return cls(weights, codes, heads, kv_heads, intermediate, eps, scale)
+        width = products[0].in_features
+        team = tuple(
+            bool(
+                torch.ops.envsuite.decode_layers_team(
+                    weights, bucket_codes, width, heads, kv_heads, head_dim, intermediate
+                )
+            )
+            for bucket_codes in codes
+        )
+        return cls(weights, codes, team, heads, kv_heads, intermediate, eps, scale)
 
     def run(
         self,

@@ -127,6 +127,9 @@ class SamplingEngine:
             native_kernels=self._decoder is not None and self._decoder.native,
             captured=self._decoder is not None and self._decoder.captured is not None,
             native_sampling=native_step and native_kernels().available,
+            team_rows=()
+            if self._decoder is None or self._decoder.captured is None
+            else self._decoder.captured.team_rows,
         )
         """How a decode step runs here (``envsuite doctor`` prints it; ``_advance`` follows its sampler)."""
         self.max_context = self.config.max_context or int(

@@ -181,7 +181,9 @@ class LlamaDecoder:
         self.captured: CapturedLayers | None = None
         """The layer stack as one native call (None: the step runs its layers operation by operation)."""
         if captured and self.native_silu:
-            self.captured = CapturedLayers.of(self.layers, self.heads, self.kv_heads, self.eps, self.scaling)
+            self.captured = CapturedLayers.of(
+                self.layers, self.heads, self.kv_heads, self.head_dim, self.eps, self.scaling
+            )
 
     def step(
         self,

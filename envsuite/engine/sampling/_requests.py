@@ -170,11 +170,20 @@ class DecodeStepPlan:
     """Its whole layer stack as one native call (``decode_layers``; else operation by operation)."""
     native_sampling: bool
     """Rows without truncation or top logprobs pick their tokens in one native call (``sample_rows``)."""
+    team_rows: tuple[int, ...] = ()
+    """The row buckets (``ROW_BUCKETS``: up to that many rows) whose captured step runs as one team of
+    threads, one parallel region for the whole step (every product on envsuite's panels there)."""
 
     def describe(self) -> str:
         """One line per part, saying what runs it."""
         if not self.lean:
             step = "transformers' forward (no lean step for this model or configuration)"
+        elif self.captured and self.team_rows:
+            buckets = ", ".join(f"<={rows}" for rows in self.team_rows)
+            step = (
+                "the lean step, its layers as one native call (decode_layers), one parallel region per step "
+                f"at {buckets} rows"
+            )
         elif self.captured:
             step = "the lean step, its layers as one native call (decode_layers)"
         elif self.native_kernels:

@@ -1,0 +1,176 @@
+"""``torch.ops.envsuite.decode_layers`` run as a team (one parallel region for the whole step) against
+the same op run op by op (``ENVSUITE_DECODE_TEAM=0``): the same residual stream and the same new cache
+columns, bit for bit, for any thread count and row count, with and without padding masks.
+
+The layer stack is random (no model needed): 3 layers, hidden 80 (not a multiple of 32: a product's
+last item is one panel), 6 query heads over 2 key/value heads of 16 floats, intermediate 280 (SiLU in
+spans of 256 and 24, the last 8 values past the vectors)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from envsuite.engine.kernels import native_kernels
+
+LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 3, 80, 6, 2, 16, 280
+PANELS = 3  # ProductCode.PANELS (envsuite/engine/sampling/_captured_step.py)
+
+
+@pytest.fixture(autouse=True)
+def _native() -> None:
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+
+
+@contextmanager
+def _threads(count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class Stack:
+    """A random layer stack and a step's inputs, as ``CapturedLayers.run`` passes them."""
+
+    weights: list[torch.Tensor]
+    hidden: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor | None
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    start: int
+    end: int
+
+    def run(self, team: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The residual stream after the stack, and every layer's keys and values (their copies)."""
+        keys = [k.clone() for k in self.keys]
+        values = [v.clone() for v in self.values]
+        monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
+        assert _runs_as_team(self.weights, [PANELS] * (4 * LAYERS)) == team
+        out = torch.ops.envsuite.decode_layers(
+            self.hidden,
+            self.cos,
+            self.sin,
+            self.mask,
+            self.weights,
+            [PANELS] * (4 * LAYERS),
+            keys,
+            values,
+            self.start,
+            self.end,
+            HEADS,
+            KV_HEADS,
+            INTERMEDIATE,
+            1e-5,
+            HEAD_DIM**-0.5,
+        )
+        return out, keys + values
+
+
+def _runs_as_team(weights: list[torch.Tensor], paths: list[int]) -> bool:
+    return bool(
+        torch.ops.envsuite.decode_layers_team(weights, paths, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE)
+    )
+
+
+def _stack(rows: int, masked: bool, seed: int) -> Stack:
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    def panels(out_features: int, in_features: int) -> torch.Tensor:
+        weight = randn(out_features, in_features) / in_features**0.5
+        return torch.ops.envsuite.pack_panels(weight)
+
+    weights: list[torch.Tensor] = []
+    for _ in range(LAYERS):
+        weights += [
+            1 + 0.1 * randn(WIDTH),
+            panels((HEADS + 2 * KV_HEADS) * HEAD_DIM, WIDTH),
+            panels(WIDTH, HEADS * HEAD_DIM),
+            1 + 0.1 * randn(WIDTH),
+            panels(2 * INTERMEDIATE, WIDTH),
+            panels(WIDTH, INTERMEDIATE),
+        ]
+    start, end, columns = 2, 40, 48  # positions [2, 40] attend; column 40 is the new one
+    keys = [randn(rows + 1, KV_HEADS, columns, HEAD_DIM) for _ in range(LAYERS)]
+    values = [randn(rows + 1, KV_HEADS, columns, HEAD_DIM) for _ in range(LAYERS)]
+    mask = None
+    if masked:  # left padding of different lengths, and a gap; the new position always attends
+        mask = torch.ones(rows, end + 1 - start, dtype=torch.bool)
+        for row in range(rows):
+            mask[row, : (7 * row) % 30] = False
+        mask[:, 33:36] = False
+    angles = randn(rows, 1, HEAD_DIM)
+    return Stack(weights, randn(rows, 1, WIDTH), angles.cos(), angles.sin(), mask, keys, values, start, end)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("rows", [1, 5, 12])
+def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows 1 and 5 take items of one panel, 12 of two; three threads on this machine's two cores share
+    uneven runs (and wait for each other through the barrier's yield)."""
+    with _threads(threads):
+        for masked in (False, True):
+            stack = _stack(rows, masked, seed=rows + 10 * threads)
+            by_op, cache_by_op = stack.run(team=False, monkeypatch=monkeypatch)
+            team, cache_team = stack.run(team=True, monkeypatch=monkeypatch)
+            assert torch.equal(by_op, team), (threads, rows, masked)
+            for ours, theirs in zip(cache_team, cache_by_op, strict=True):
+                assert torch.equal(ours, theirs)
+            assert by_op.shape == (rows, 1, WIDTH) and torch.isfinite(by_op).all()
+
+
+def test_the_team_writes_the_new_column_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column ``end`` of rows [0, B) changes in every layer's keys and values; every other entry (the
+    cached positions, the spare row past the batch) stays as it was."""
+    stack = _stack(rows=4, masked=True, seed=7)
+    _, cache = stack.run(team=True, monkeypatch=monkeypatch)
+    for before, after in zip(stack.keys + stack.values, cache, strict=True):
+        changed = (before != after).any(dim=-1)  # (rows + 1, kv heads, columns)
+        assert changed[:4, :, stack.end].all()
+        changed[:4, :, stack.end] = False
+        assert not changed.any()
+
+
+def test_a_stack_the_team_does_not_cover_runs_op_by_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product on another path (here oneDNN's plain weight, ProductCode 1) sends the whole stack
+    through the ops; the values agree with the team's up to the products' float rounding."""
+    stack = _stack(rows=3, masked=False, seed=3)
+    team, _ = stack.run(team=True, monkeypatch=monkeypatch)
+    plain = list(stack.weights)
+    for layer in range(LAYERS):  # the o product as a plain (out, in) weight
+        o_panels = stack.weights[6 * layer + 2]
+        plain[6 * layer + 2] = o_panels.transpose(1, 2).reshape(-1, o_panels.shape[1])[:WIDTH].contiguous()
+    paths = [PANELS] * (4 * LAYERS)
+    paths[1::4] = [0] * LAYERS  # F_LINEAR for every o product
+    assert not _runs_as_team(plain, paths)
+    out = torch.ops.envsuite.decode_layers(
+        stack.hidden,
+        stack.cos,
+        stack.sin,
+        stack.mask,
+        plain,
+        paths,
+        [k.clone() for k in stack.keys],
+        [v.clone() for v in stack.values],
+        stack.start,
+        stack.end,
+        HEADS,
+        KV_HEADS,
+        INTERMEDIATE,
+        1e-5,
+        HEAD_DIM**-0.5,
+    )
+    torch.testing.assert_close(out, team, rtol=1e-5, atol=1e-5)
