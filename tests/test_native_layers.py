@@ -132,6 +132,61 @@ def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: 
             assert by_op.shape == (rows, 1, WIDTH) and torch.isfinite(by_op).all()
 
 
+VOCAB = 250  # not a multiple of 16: the logits are the panels' first 250 columns
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 12])
+def test_with_the_lm_head_the_team_gives_the_ops_logits(
+    threads: int, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handed the final norm and the LM head, the call returns the logits (B, vocab): the team runs
+    the head as its last product (on panels), op by op it runs rms_norm and the product; with the head
+    as a plain weight on F.linear (ProductCode 0) the team runs the layers and then the head's ops."""
+    generator = torch.Generator().manual_seed(rows)
+    norm = 1 + 0.1 * torch.randn(WIDTH, generator=generator)
+    weight = torch.randn(VOCAB, WIDTH, generator=generator) / WIDTH**0.5
+    heads = {PANELS: torch.ops.envsuite.pack_panels(weight), 0: weight}
+    with _threads(threads):
+        stack = _stack(rows, masked=True, seed=rows)
+        logits = {}
+        for code, head in heads.items():
+            for team in (False, True):
+                monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
+                logits[code, team] = torch.ops.envsuite.decode_layers(
+                    stack.hidden,
+                    stack.cos,
+                    stack.sin,
+                    stack.mask,
+                    stack.weights,
+                    [PANELS] * (4 * LAYERS),
+                    [k.clone() for k in stack.keys],
+                    [v.clone() for v in stack.values],
+                    stack.start,
+                    stack.end,
+                    HEADS,
+                    KV_HEADS,
+                    INTERMEDIATE,
+                    1e-5,
+                    HEAD_DIM**-0.5,
+                    norm,
+                    head,
+                    code,
+                    VOCAB,
+                )
+        hidden, _ = stack.run(team=False, monkeypatch=monkeypatch)
+    assert logits[PANELS, True].shape == (rows, VOCAB) and logits[PANELS, True].is_contiguous()
+    assert torch.equal(logits[PANELS, True], logits[PANELS, False])
+    assert torch.equal(logits[0, True], logits[0, False])
+    normed = torch.ops.envsuite.rms_norm(hidden.reshape(rows, WIDTH), norm, 1e-5)
+    assert torch.equal(
+        logits[PANELS, True], torch.ops.envsuite.panel_linear(normed, heads[PANELS], VOCAB, None)
+    )
+    torch.testing.assert_close(
+        logits[0, True], torch.nn.functional.linear(normed, weight), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_the_team_writes_the_new_column_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
     """Column ``end`` of rows [0, B) changes in every layer's keys and values; every other entry (the
     cached positions, the spare row past the batch) stays as it was."""

@@ -171,7 +171,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
                          const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
                          at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
-                         int64_t kv_heads, int64_t intermediate, double eps, double scale);
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale,
+                         const std::optional<at::Tensor>& final_norm, const std::optional<at::Tensor>& lm_head,
+                         int64_t lm_head_path, int64_t vocab);
 bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, int64_t intermediate);
 std::tuple<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, const at::Tensor& temperatures,

@@ -32,6 +32,14 @@ namespace {
 // envsuite/engine/sampling/_captured_step.py, which passes them).
 enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3 };
 
+// The final norm and the LM head, when the caller hands them over: the call then returns the logits.
+struct Head {
+  at::Tensor norm;    // (hidden_size,)
+  at::Tensor weight;  // the LM head in its layout
+  int64_t code;       // its ProductCode
+  int64_t vocab;      // its output columns
+};
+
 // oneDNN's linear op (what torch.ops.mkldnn._linear_pointwise runs), through the dispatcher: the weight
 // plain or in oneDNN's reordered layout.
 at::Tensor onednn_product(const at::Tensor& x, const at::Tensor& w) {
@@ -120,6 +128,13 @@ at::Tensor layers_by_op(const at::Tensor& hidden_in, const at::Tensor& cos, cons
   return hidden.view({B, 1, width});
 }
 
+// The logits (B, vocab) of the residual stream after the last layer (B, width), op by op.
+at::Tensor head_by_op(const at::Tensor& hidden, const Head& head, double eps) {
+  const int64_t B = hidden.size(0);
+  return product(rms_norm(hidden.reshape({B, -1}), head.norm, eps), head.weight, head.code, head.vocab)
+      .reshape({B, head.vocab});
+}
+
 // ------------------------------------------------------------------------------------------ as a team
 
 // A barrier for the threads of one parallel region: the last to arrive starts the next phase; the
@@ -195,8 +210,9 @@ struct TeamStep {
   float* hidden;  // (B, width), the residual stream
   float *x, *qkv, *q, *k, *v, *attn, *narrow_out, *gate_up, *mlp;
   int64_t gate_up_ld, narrow_ld;
-  std::vector<PanelProduct> products;  // per layer: qkv, o, gate/up, down
+  std::vector<PanelProduct> products;  // per layer: qkv, o, gate/up, down; then the LM head's if any
   std::vector<StealingRuns> runs;      // one per product
+  const float* final_norm;             // with the LM head's product (else null)
   SpinBarrier barrier;
   int64_t threads;
 
@@ -257,8 +273,20 @@ struct TeamStep {
   void run(int64_t t) {
     std::vector<float> scores(G * L);
     for (int64_t l = 0; l < layers; ++l) layer(l, t, scores);
+    if (final_norm != nullptr) {
+      const Share rows(B, t, threads);
+      rms_norm_rows(hidden, final_norm, x, width, eps, rows.begin, rows.end);
+      barrier.arrive_and_wait();
+      product(4 * layers, t, false);
+    }
   }
 };
+
+// Whether `w` is panels (N / 16 rounded up, K, 16) of fp32.
+bool panels_of(const at::Tensor& w, int64_t K, int64_t N) {
+  return w.dim() == 3 && w.size(1) == K && w.size(2) == P && (w.size(0) - 1) * P < N && N <= w.size(0) * P &&
+         w.is_contiguous() && w.scalar_type() == at::kFloat;
+}
 
 // Whether the team runs this stack: every product on panels of the shapes a Llama layer has, head
 // sizes decode_attention takes, and fused q/k/v columns that fill their panels (the rotary pass reads
@@ -269,10 +297,7 @@ bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int
     return false;
   for (int64_t code : paths)
     if (code != PANELS) return false;
-  auto panels = [](const at::Tensor& w, int64_t K, int64_t N) {
-    return w.dim() == 3 && w.size(1) == K && w.size(2) == P && (w.size(0) - 1) * P < N && N <= w.size(0) * P &&
-           w.is_contiguous() && w.scalar_type() == at::kFloat;
-  };
+  const auto panels = panels_of;
   auto norm = [width](const at::Tensor& w) {
     return w.numel() == width && w.is_contiguous() && w.scalar_type() == at::kFloat;
   };
@@ -291,7 +316,7 @@ bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int
 at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
                           const std::optional<at::Tensor>& mask_in, at::TensorList weights, at::TensorList keys,
                           at::TensorList values, int64_t start, int64_t end, int64_t heads, int64_t kv_heads,
-                          int64_t intermediate, double eps, double scale) {
+                          int64_t intermediate, double eps, double scale, const std::optional<Head>& head) {
   const int64_t layers = (int64_t)keys.size();
   const int64_t B = hidden_in.size(0), width = hidden_in.size(-1), D = keys[0].size(3), I = intermediate;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
@@ -308,6 +333,11 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
   const at::TensorOptions options = hidden.options();
   // One allocation for every buffer between phases (offsets in floats, each a multiple of 16)
   const int64_t qkv_width = (heads + 2 * kv_heads) * D;
+  // The LM head runs in the team where it is on panels too (its rows fill the logits buffer).
+  const bool team_head = head.has_value() && head->code == PANELS && head->norm.numel() == width &&
+                         head->norm.is_contiguous() && head->norm.scalar_type() == at::kFloat &&
+                         panels_of(head->weight, width, head->vocab);
+  const int64_t logits_ld = team_head ? head->weight.size(0) * P : 0;
   const int64_t sizes[] = {B * width, B * qkv_width, B * heads * D, B * kv_heads * D, B * kv_heads * D,
                            B * heads * D, B * narrow_ld, B * gate_up_ld, B * I};
   int64_t total = 0;
@@ -324,7 +354,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
                 mask.defined() ? mask.const_data_ptr<bool>() : nullptr, {},
                 hidden.mutable_data_ptr<float>(), buffers[0], buffers[1], buffers[2], buffers[3], buffers[4],
                 buffers[5], buffers[6], buffers[7], buffers[8], gate_up_ld, narrow_ld, {}, {},
-                SpinBarrier(threads), threads};
+                team_head ? head->norm.const_data_ptr<float>() : nullptr, SpinBarrier(threads), threads};
+  at::Tensor logits = team_head ? at::empty({B, logits_ld}, options) : at::Tensor();
   for (int64_t l = 0; l < layers; ++l) {
     const at::Tensor& k = keys[l];
     const at::Tensor& v = values[l];
@@ -332,8 +363,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
                           k.mutable_data_ptr<float>(), v.mutable_data_ptr<float>(), k.stride(0), k.stride(1),
                           k.stride(2), v.stride(0), v.stride(1), v.stride(2)});
   }
-  step.products.reserve(4 * layers);
-  step.runs.reserve(4 * layers);
+  step.products.reserve(4 * layers + 1);
+  step.runs.reserve(4 * layers + 1);
   // Items of one panel up to 8 rows: the threads then meet at each product's end within half the time
   // a pair takes (SmolLM2's down product: 9 us a pair at one row); above, a pair's shared loads of x
   // matter more. Step time, one panel against two, AMD EPYC box, 8 alternating rounds: 1 row 0.990,
@@ -346,6 +377,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     step.products.emplace_back(step.x, w[4], step.gate_up, B, per_item);
     step.products.emplace_back(step.mlp, w[5], step.narrow_out, B, per_item);
   }
+  // The LM head in pairs at every row count: its thousands of items leave little to wait for at its end.
+  if (team_head) step.products.emplace_back(step.x, head->weight, logits.mutable_data_ptr<float>(), B, 2);
   for (const PanelProduct& p : step.products) {
     step.runs.emplace_back(threads);
     step.runs.back().reset(p.items());
@@ -362,6 +395,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     }  // (the end of a single is a barrier)
     step.run(t);
   }
+  if (team_head) return logits_ld == head->vocab ? logits : logits.narrow(1, 0, head->vocab).contiguous();
+  if (head.has_value()) return head_by_op(hidden, *head, eps);
   return hidden.view({B, 1, width});
 }
 
@@ -390,11 +425,15 @@ bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t w
 //   biases); paths: per layer the four products' ProductCode.
 //   keys[l], values[l]: layer l's cache buffers (rows, kv_heads, columns, head_dim), unit stride in
 //   head_dim, with column `end` free for rows [0, B).
-// Returns the residual stream after the last layer (B, 1, hidden_size); the caller advances the cache.
+//   final_norm, lm_head (its layout), lm_head_path (its ProductCode), vocab: the final RMS norm and the LM
+//   head, or None: with them the call returns the logits (B, vocab), else the residual stream after the
+//   last layer (B, 1, hidden_size). The caller advances the cache.
 at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
                          const std::optional<at::Tensor>& mask, at::TensorList weights, at::IntArrayRef paths,
                          at::TensorList keys, at::TensorList values, int64_t start, int64_t end, int64_t heads,
-                         int64_t kv_heads, int64_t intermediate, double eps, double scale) {
+                         int64_t kv_heads, int64_t intermediate, double eps, double scale,
+                         const std::optional<at::Tensor>& final_norm, const std::optional<at::Tensor>& lm_head,
+                         int64_t lm_head_path, int64_t vocab) {
   const int64_t layers = (int64_t)keys.size();
   TORCH_CHECK(layers > 0 && (int64_t)values.size() == layers && (int64_t)weights.size() == 6 * layers &&
                   (int64_t)paths.size() == 4 * layers,
@@ -411,11 +450,18 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
                 "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
   }
   static const char* no_team = nullptr;
+  std::optional<Head> head;
+  if (lm_head.has_value() && lm_head->defined()) {
+    TORCH_CHECK(final_norm.has_value() && final_norm->defined() && vocab > 0,
+                "decode_layers: an LM head needs the final norm and its vocabulary size");
+    head = Head{*final_norm, *lm_head, lm_head_path, vocab};
+  }
   if (team_allowed() && team_fits(weights, paths, width, heads, kv_heads, D, intermediate))
     return layers_as_team(hidden, cos, sin, mask, weights, keys, values, start, end, heads, kv_heads, intermediate,
-                          eps, scale);
-  return layers_by_op(hidden, cos, sin, mask, weights, paths, keys, values, start, end, heads, kv_heads,
-                      intermediate, eps, scale);
+                          eps, scale, head);
+  at::Tensor out = layers_by_op(hidden, cos, sin, mask, weights, paths, keys, values, start, end, heads, kv_heads,
+                                intermediate, eps, scale);
+  return head.has_value() ? head_by_op(out, *head, eps) : out;
 }
 
 }  // namespace envsuite

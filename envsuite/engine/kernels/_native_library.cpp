@@ -14,7 +14,7 @@ TORCH_LIBRARY(envsuite, m) {
   m.def(
       "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
       "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
-      "float scale) -> Tensor");
+      "float scale, Tensor? final_norm=None, Tensor? lm_head=None, int lm_head_path=3, int vocab=0) -> Tensor");
   m.def(
       "decode_layers_team(Tensor[] weights, int[] paths, int width, int heads, int kv_heads, int head_dim, "
       "int intermediate) -> bool");

@@ -76,6 +76,12 @@ class CapturedLayers:
     team_by_bucket: tuple[bool, ...]
     """Per row bucket: whether ``decode_layers`` runs the stack as one team of threads (one parallel
     region for the step: every product on envsuite's panels) rather than op by op."""
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor
+    """The LM head's weight in its layout (the call returns the logits)."""
+    lm_head_codes: tuple[int, ...]
+    """Per row bucket: the LM head's :class:`ProductCode`."""
+    vocab: int
     heads: int
     kv_heads: int
     intermediate: int
@@ -91,13 +97,17 @@ class CapturedLayers:
     def of(
         cls,
         layers: Sequence[LayerTensors],
+        final_norm: torch.Tensor,
+        lm_head: Product,
+        *,
         heads: int,
         kv_heads: int,
         head_dim: int,
         eps: float,
         scale: float,
     ) -> CapturedLayers | None:
-        """The stack of ``layers``, or None where ``decode_layers`` does not cover it (module docstring)."""
+        """The stack of ``layers`` and the LM head, or None where ``decode_layers`` does not cover them
+        (module docstring)."""
         weights: list[torch.Tensor] = []
         products: list[Product] = []
         for layer in layers:
@@ -109,7 +119,11 @@ class CapturedLayers:
             qkv, o, mlp_in, down = four
             weights += [layer.input_norm, qkv.weight, o.weight, layer.post_norm, mlp_in.weight, down.weight]
             products += four
-        if not products or any(w.device.type != "cpu" or w.dtype != torch.float32 for w in weights):
+        if lm_head.bias is not None or not products:
+            return None
+        if any(
+            w.device.type != "cpu" or w.dtype != torch.float32 for w in [*weights, final_norm, lm_head.weight]
+        ):
             return None
         codes = tuple(
             [int(_CODE_OF_PATH[product.paths[bucket]]) for product in products]
@@ -125,7 +139,21 @@ class CapturedLayers:
             )
             for bucket_codes in codes
         )
-        return cls(weights, codes, team, heads, kv_heads, intermediate, eps, scale)
+        head_codes = tuple(int(_CODE_OF_PATH[path]) for path in lm_head.paths)
+        return cls(
+            weights,
+            codes,
+            team,
+            final_norm,
+            lm_head.weight,
+            head_codes,
+            lm_head.out_features,
+            heads,
+            kv_heads,
+            intermediate,
+            eps,
+            scale,
+        )
 
     def run(
         self,
@@ -135,8 +163,9 @@ class CapturedLayers:
         mask_B_L: torch.Tensor | None,
         cache_layers: Sequence[object],
     ) -> torch.Tensor | None:
-        """The residual stream after every layer ``(B, 1, hidden)``, the new position appended to every
-        cache layer; None (nothing written, nothing appended) where the cache is not one it can write."""
+        """The next-token logits ``(B, V)`` after every layer, the final norm and the LM head, the new
+        position appended to every cache layer; None (nothing written, nothing appended) where the cache
+        is not one it can write."""
         batch = hidden_B1D.shape[0]
         keys, values, columns = [], [], set()
         for layer in cache_layers:
@@ -159,7 +188,7 @@ class CapturedLayers:
             sin,
             mask_B_L,
             self.weights,
-            self.codes_by_bucket[bucket_index(batch)],
+            self.codes_by_bucket[bucket := bucket_index(batch)],
             keys,
             values,
             start,
@@ -169,6 +198,10 @@ class CapturedLayers:
             self.intermediate,
             self.eps,
             self.scale,
+            self.final_norm,
+            self.lm_head,
+            self.lm_head_codes[bucket],
+            self.vocab,
         )
         for layer in cache_layers:
             assert isinstance(layer, GrowableLayer)

@@ -182,7 +182,14 @@ class LlamaDecoder:
         """The layer stack as one native call (None: the step runs its layers operation by operation)."""
         if captured and self.native_silu:
             self.captured = CapturedLayers.of(
-                self.layers, self.heads, self.kv_heads, self.head_dim, self.eps, self.scaling
+                self.layers,
+                self.final_norm,
+                self.lm_head,
+                heads=self.heads,
+                kv_heads=self.kv_heads,
+                head_dim=self.head_dim,
+                eps=self.eps,
+                scale=self.scaling,
             )
 
     def step(
@@ -212,15 +219,13 @@ class LlamaDecoder:
         # One mask for every layer; with no padding at all none is needed (a one-token query attends
         # to every cached position).
         mask = self.attention_mask(mask_B_L)
-        stack = None
         if self.captured is not None and not tails:
-            stack = self.captured.run(hidden, cos, sin, mask, cache_layers)
-        if stack is not None:
-            hidden = stack
-        else:
-            fed = self._fed_tails(tails, mask_B_L, batch)
-            for weights, layer in zip(self.layers, cache_layers, strict=True):
-                hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
+            logits = self.captured.run(hidden, cos, sin, mask, cache_layers)
+            if logits is not None:
+                return logits
+        fed = self._fed_tails(tails, mask_B_L, batch)
+        for weights, layer in zip(self.layers, cache_layers, strict=True):
+            hidden = self._layer(hidden, weights, cos, sin, mask, layer, batch, fed)
         hidden = self._rms_norm(hidden[:batch], self.final_norm)
         return self.lm_head(hidden)[:, -1, :]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from envsuite.engine.kernels import ROW_BUCKETS
 from envsuite.engine.sampling._token_choice import StopMatcher
 
 
@@ -179,13 +180,12 @@ class DecodeStepPlan:
         if not self.lean:
             step = "transformers' forward (no lean step for this model or configuration)"
         elif self.captured and self.team_rows:
-            buckets = ", ".join(f"<={rows}" for rows in self.team_rows)
             step = (
-                "the lean step, its layers as one native call (decode_layers), one parallel region per step "
-                f"at {buckets} rows"
+                "the lean step, its layers and LM head as one native call (decode_layers), one parallel "
+                f"region per step at {_row_counts(self.team_rows)} rows"
             )
         elif self.captured:
-            step = "the lean step, its layers as one native call (decode_layers)"
+            step = "the lean step, its layers and LM head as one native call (decode_layers)"
         elif self.native_kernels:
             step = "the lean step, layer by layer through envsuite's native kernels"
         else:
@@ -196,3 +196,10 @@ class DecodeStepPlan:
             else "torch's operations (choose_tokens)"
         )
         return f"decode step: {step}\nnext-token choice: {sampling}"
+
+
+def _row_counts(buckets: tuple[int, ...]) -> str:
+    """Row buckets as row counts: ``1-256`` when they run from the first bucket on, else each one."""
+    if buckets == ROW_BUCKETS[: len(buckets)]:
+        return f"1-{buckets[-1]}"
+    return ", ".join(f"up to {rows}" for rows in buckets)
