@@ -62,9 +62,14 @@ def _onednn_gflops(repeats: int, n: int = 2048) -> float:
     return 2 * n**3 / _best_seconds(product, repeats) / 1e9
 
 
+def read_rate(big: torch.Tensor, repeats: int = 3) -> float:
+    """GB/s of summing ``big`` (a filled fp32 tensor much larger than the caches), best of ``repeats``."""
+    return big.numel() * big.element_size() / _best_seconds(big.sum, repeats) / 1e9
+
+
 def _read_gbps(repeats: int) -> float:
     big = torch.ones(512 * 1024 * 1024 // 4)  # filled, so every page is real memory
-    return big.numel() * 4 / _best_seconds(big.sum, repeats) / 1e9
+    return read_rate(big, repeats)
 
 
 def measure_machine(repeats: int = 8) -> Machine:

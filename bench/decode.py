@@ -11,7 +11,11 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
 1. **Roofline**, measured in the same run: the fp32 matmul peak (best of several 2048^3 products) and
    the memory read bandwidth (summing a 512 MiB tensor). A step needs ``2 * P * B`` FLOPs (``P`` = the
    matmul weights, LM head included) and must read the ``4 * P`` bytes of weights plus the rows' KV
-   cache, so its floor is ``max(flops / peak, bytes / bandwidth)``.
+   cache, so its floor is ``max(flops / peak, bytes / bandwidth)``. The bandwidth is probed again at
+   the start of every alternation round (best of 3 sums), and each batch size's roofline takes the
+   median of its rounds' probes: this VM's bandwidth moves between ~40 and ~83 GB/s within minutes,
+   so one probe at the start described the machine of another moment (runs before 2026-11-26 used
+   it; the JSON keeps that roofline too, ``start_roofline_ms``).
 2. **Calibration**: the engine's kernel plan for the model (``envsuite.engine.kernels``), measured in
    this run into ``--kernel-cache`` (default: a fresh directory under ``artifacts/``, so the choice is
    made on this machine as it is now, not read from an older cache); its time is reported (what the
@@ -55,7 +59,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,7 @@ MODEL = "smollm2-135m-instruct"
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from _machine import Machine, cpu_name, load_average, measure_machine  # noqa: E402
+from _machine import Machine, cpu_name, load_average, measure_machine, read_rate  # noqa: E402
 
 WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise", "calibrated")
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
@@ -96,6 +100,11 @@ class CurvePoint:
     llama_ms: dict[str, float]
     """llama.cpp's median ms per step, timed in the same alternation ("f16", "f32": its KV cache type);
     empty without ``--llama-cpp``."""
+    read_gbps: float
+    """The memory read bandwidth this point's roofline uses: the median of the probes taken in its
+    rounds (one per round, beside the steps)."""
+    start_roofline_ms: float
+    """The roofline from the run's one probe at the start (how runs before 2026-11-26 computed it)."""
 
     def share(self, way: str = "calibrated") -> float:
         """The roofline's share of ``way``'s step (1.0: at the machine's limit)."""
@@ -215,6 +224,8 @@ def curve_point(
     any_model = ways["linear"].model
     vocab = int(any_model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
+    probe = torch.ones(512 * 1024 * 1024 // 4)  # the machine probe's tensor (bench/_machine.py)
+    read_gbps: list[float] = []
     with torch.inference_mode():
         batches = {name: prefill(way.model, prompts, False).batch for name, way in ways.items()}
         rows = _rows(batch)
@@ -223,19 +234,22 @@ def curve_point(
         times: dict[str, list[float]] = {name: [] for name in ways}
         llama_times: dict[str, list[float]] = {kv: [] for kv in llamas or {}}
         for _ in range(args.repeats):
+            read_gbps.append(read_rate(probe))
             for name, way in ways.items():
                 step = functools.partial(_step, way.model, batches[name], way.decoder, rows)
                 times[name].append(_median_ms(step, args.steps))
             for kv, llama in (llamas or {}).items():
                 llama_times[kv].append(llama.batched_ms(prompts, args.steps))
         positions = batches["linear"].length
-    roofline = roofline_ms(params, any_model, machine, batch, positions)
+    here = replace(machine, read_gbps=statistics.median(read_gbps))
     return CurvePoint(
         batch,
         {n: statistics.median(t) for n, t in times.items()},
-        roofline,
+        roofline_ms(params, any_model, here, batch, positions),
         positions,
         {kv: statistics.median(t) for kv, t in llama_times.items()},
+        here.read_gbps,
+        roofline_ms(params, any_model, machine, batch, positions),
     )
 
 
@@ -363,7 +377,9 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     batches = [p.batch for p in points]
     for way in WAYS:
         ax.plot(batches, [p.ms[way] for p in points], "o-", label=f"envsuite, {WAY_LABELS[way]}")
-    ax.plot(batches, [p.roofline_ms for p in points], "k--", label="roofline (this machine)")
+    ax.plot(
+        batches, [p.roofline_ms for p in points], "k--", label="roofline (bandwidth probed beside each point)"
+    )
     if llama:
         for kv_cache in ("F16", "F32"):
             curve = sorted(llama[f"kv_{kv_cache.lower()}"]["curve_ms"].items())
@@ -390,7 +406,8 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
 def _print_point(point: CurvePoint, llama: dict[str, Any] | None) -> None:
     cells = "  ".join(f"{way} {point.ms[way]:6.1f}" for way in WAYS)
     line = (
-        f"batch {point.batch:3d}: {cells}  roofline {point.roofline_ms:5.1f} ms ({point.share():.0%} of it)"
+        f"batch {point.batch:3d}: {cells}  roofline {point.roofline_ms:5.1f} ms ({point.share():.0%} of it; "
+        f"{point.read_gbps:.1f} GB/s beside it)"
     )
     if llama is not None:
         line += "  llama.cpp F16/F32 KV " + "/".join(

@@ -1,0 +1,95 @@
+"""The captured decode step as one team of threads against the same step op by op, in one process.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -P bench/decode_team.py [--rows 1,4,16,64] [--rounds 8] [--steps 10]
+        [--json PATH]
+
+``torch.ops.envsuite.decode_layers`` runs a step's layers and LM head as one parallel region (its
+threads meeting at barriers between phases) where every product is on envsuite's panels, else op by op
+(each kernel its own ``at::parallel_for``); ``ENVSUITE_DECODE_TEAM=0`` forces the second. This script
+decodes SmolLM2-135M-Instruct (fp32, the engine's calibrated layout, all torch threads) both ways on
+two prefilled batches of the same prompts, alternating ``--rounds`` times per row count (``--steps``
+steps a round, median ms per step), so a drift in the machine's speed touches both alike, and reports
+each round's ratio (team / op by op) and their median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from _host import cpu_name  # noqa: E402
+from decode import _prompts, _rows, _step, build_way  # noqa: E402
+
+from envsuite.engine.sampling._kv_batch import prefill  # noqa: E402
+
+SWITCH = "ENVSUITE_DECODE_TEAM"
+WAYS = {"by_op": "0", "team": "1"}
+
+
+def timed_round(step: Callable[[], None], steps: int) -> float:
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1,4,16,64")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--json", type=Path, default=Path("artifacts/decode_team.json"))
+    args = parser.parse_args()
+    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    way = build_way("calibrated", Path("artifacts") / f"kernel-cache-{os.getpid()}")
+    assert way.decoder.captured is not None, "the captured step needs the native kernels"
+    result: dict[str, object] = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "rows": {}}
+    before = os.environ.get(SWITCH)
+    try:
+        with torch.inference_mode():
+            for rows in (int(r) for r in args.rows.split(",")):
+                prompts = _prompts(rows, 48, int(way.model.config.vocab_size), seed=rows)
+                batches = {name: prefill(way.model, prompts, False).batch for name in WAYS}
+                samplings = _rows(rows)
+                ms: dict[str, list[float]] = {name: [] for name in WAYS}
+                for _ in range(args.rounds):
+                    for name, value in WAYS.items():
+                        os.environ[SWITCH] = value
+                        step = functools.partial(_step, way.model, batches[name], way.decoder, samplings)
+                        ms[name].append(timed_round(step, args.steps))
+                ratios = [team / by_op for team, by_op in zip(ms["team"], ms["by_op"], strict=True)]
+                result["rows"][str(rows)] = {"ms": ms, "ratios": ratios}  # type: ignore[index]
+                print(
+                    f"{rows:3d} rows: by op {statistics.median(ms['by_op']):6.2f} ms, team "
+                    f"{statistics.median(ms['team']):6.2f} ms; team / by op per round "
+                    f"{min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f}",
+                    flush=True,
+                )
+    finally:
+        if before is None:
+            os.environ.pop(SWITCH, None)
+        else:
+            os.environ[SWITCH] = before
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
