@@ -19,6 +19,7 @@ from envsuite.engine.kernels import native_kernels
 
 LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 3, 80, 6, 2, 16, 280
 PANELS = 3  # ProductCode.PANELS (envsuite/engine/sampling/_captured_step.py)
+VOCAB = 250  # not a multiple of 16: the logits are the panels' first 250 columns
 
 
 @pytest.fixture(autouse=True)
@@ -51,19 +52,25 @@ class Stack:
     start: int
     end: int
 
-    def run(self, team: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The residual stream after the stack, and every layer's keys and values (their copies)."""
+    def call(
+        self,
+        weights: list[torch.Tensor] | None = None,
+        paths: list[int] | None = None,
+        head: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``decode_layers`` on copies of the caches (``weights`` and ``paths``: the stack's own, all on
+        panels, unless given; ``head``: the final norm, the LM head and its path, or None): its result,
+        and every layer's keys and values after it."""
         keys = [k.clone() for k in self.keys]
         values = [v.clone() for v in self.values]
-        monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
-        assert _runs_as_team(self.weights, [PANELS] * (4 * LAYERS)) == team
+        norm, lm_head, code = head if head is not None else (None, None, PANELS)
         out = torch.ops.envsuite.decode_layers(
             self.hidden,
             self.cos,
             self.sin,
             self.mask,
-            self.weights,
-            [PANELS] * (4 * LAYERS),
+            self.weights if weights is None else weights,
+            [PANELS] * (4 * LAYERS) if paths is None else paths,
             keys,
             values,
             self.start,
@@ -73,8 +80,18 @@ class Stack:
             INTERMEDIATE,
             1e-5,
             HEAD_DIM**-0.5,
+            norm,
+            lm_head,
+            code,
+            VOCAB if head is not None else 0,
         )
         return out, keys + values
+
+    def run(self, team: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The residual stream after the stack as a team or op by op, and the caches after it."""
+        monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
+        assert _runs_as_team(self.weights, [PANELS] * (4 * LAYERS)) == team
+        return self.call()
 
 
 def _runs_as_team(weights: list[torch.Tensor], paths: list[int]) -> bool:
@@ -132,9 +149,6 @@ def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: 
             assert by_op.shape == (rows, 1, WIDTH) and torch.isfinite(by_op).all()
 
 
-VOCAB = 250  # not a multiple of 16: the logits are the panels' first 250 columns
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("rows", [1, 12])
 def test_with_the_lm_head_the_team_gives_the_ops_logits(
@@ -153,27 +167,7 @@ def test_with_the_lm_head_the_team_gives_the_ops_logits(
         for code, head in heads.items():
             for team in (False, True):
                 monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
-                logits[code, team] = torch.ops.envsuite.decode_layers(
-                    stack.hidden,
-                    stack.cos,
-                    stack.sin,
-                    stack.mask,
-                    stack.weights,
-                    [PANELS] * (4 * LAYERS),
-                    [k.clone() for k in stack.keys],
-                    [v.clone() for v in stack.values],
-                    stack.start,
-                    stack.end,
-                    HEADS,
-                    KV_HEADS,
-                    INTERMEDIATE,
-                    1e-5,
-                    HEAD_DIM**-0.5,
-                    norm,
-                    head,
-                    code,
-                    VOCAB,
-                )
+                logits[code, team], _ = stack.call(head=(norm, head, code))
         hidden, _ = stack.run(team=False, monkeypatch=monkeypatch)
     assert logits[PANELS, True].shape == (rows, VOCAB) and logits[PANELS, True].is_contiguous()
     assert torch.equal(logits[PANELS, True], logits[PANELS, False])
@@ -211,21 +205,5 @@ def test_a_stack_the_team_does_not_cover_runs_op_by_op(monkeypatch: pytest.Monke
     paths = [PANELS] * (4 * LAYERS)
     paths[1::4] = [0] * LAYERS  # F_LINEAR for every o product
     assert not _runs_as_team(plain, paths)
-    out = torch.ops.envsuite.decode_layers(
-        stack.hidden,
-        stack.cos,
-        stack.sin,
-        stack.mask,
-        plain,
-        paths,
-        [k.clone() for k in stack.keys],
-        [v.clone() for v in stack.values],
-        stack.start,
-        stack.end,
-        HEADS,
-        KV_HEADS,
-        INTERMEDIATE,
-        1e-5,
-        HEAD_DIM**-0.5,
-    )
+    out, _ = stack.call(weights=plain, paths=paths)
     torch.testing.assert_close(out, team, rtol=1e-5, atol=1e-5)
