@@ -9,7 +9,9 @@ threads meeting at barriers between phases) where every product is on envsuite's
 decodes SmolLM2-135M-Instruct (fp32, the engine's calibrated layout, all torch threads) both ways on
 two prefilled batches of the same prompts, alternating ``--rounds`` times per row count (``--steps``
 steps a round, median ms per step), so a drift in the machine's speed touches both alike, and reports
-each round's ratio (team / op by op) and their median.
+each round's ratio (team / op by op) and their median. Then, per row count, it runs ``--steps`` more team
+steps with ``ENVSUITE_DECODE_TEAM_WAITS=1`` and reports how long each thread waited at the team's
+barriers per step (``torch.ops.envsuite.decode_layers_waits``): how evenly the step's work is shared out.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from decode import _prompts, _rows, _step, build_way  # noqa: E402
 from envsuite.engine.sampling._kv_batch import prefill  # noqa: E402
 
 SWITCH = "ENVSUITE_DECODE_TEAM"
+WAITS = "ENVSUITE_DECODE_TEAM_WAITS"
 WAYS = {"by_op": "0", "team": "1"}
 
 
@@ -47,6 +50,19 @@ def timed_round(step: Callable[[], None], steps: int) -> float:
         step()
         times.append(time.perf_counter() - started)
     return 1000 * statistics.median(times)
+
+
+def barrier_waits_us(step: Callable[[], None], steps: int) -> list[float]:
+    """Per thread, microseconds a team step spent waiting at barriers, averaged over ``steps`` steps."""
+    os.environ[SWITCH], os.environ[WAITS] = "1", "1"
+    try:
+        torch.ops.envsuite.decode_layers_waits(True)
+        for _ in range(steps):
+            step()
+        ns, calls = torch.ops.envsuite.decode_layers_waits(True)
+    finally:
+        os.environ.pop(WAITS)
+    return [value / 1000 / max(calls, 1) for value in ns.tolist()]
 
 
 def main() -> None:
@@ -74,11 +90,15 @@ def main() -> None:
                         step = functools.partial(_step, way.model, batches[name], way.decoder, samplings)
                         ms[name].append(timed_round(step, args.steps))
                 ratios = [team / by_op for team, by_op in zip(ms["team"], ms["by_op"], strict=True)]
-                result["rows"][str(rows)] = {"ms": ms, "ratios": ratios}  # type: ignore[index]
+                waits_us = barrier_waits_us(
+                    functools.partial(_step, way.model, batches["team"], way.decoder, samplings), args.steps
+                )
+                result["rows"][str(rows)] = {"ms": ms, "ratios": ratios, "barrier_waits_us": waits_us}  # type: ignore[index]
                 print(
                     f"{rows:3d} rows: by op {statistics.median(ms['by_op']):6.2f} ms, team "
                     f"{statistics.median(ms['team']):6.2f} ms; team / by op per round "
-                    f"{min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f}",
+                    f"{min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f}; "
+                    f"waits at barriers per step {' / '.join(f'{us:.0f}' for us in waits_us)} us",
                     flush=True,
                 )
     finally:

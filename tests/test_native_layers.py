@@ -207,3 +207,21 @@ def test_a_stack_the_team_does_not_cover_runs_op_by_op(monkeypatch: pytest.Monke
     assert not _runs_as_team(plain, paths)
     out, _ = stack.call(weights=plain, paths=paths)
     torch.testing.assert_close(out, team, rtol=1e-5, atol=1e-5)
+
+
+def test_the_team_counts_its_waits_at_barriers_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ENVSUITE_DECODE_TEAM_WAITS=1``: every team call adds each thread's time at the barriers to
+    ``decode_layers_waits`` (read and reset there); without it, or op by op, nothing is counted."""
+    stack = _stack(rows=2, masked=False, seed=5)
+    torch.ops.envsuite.decode_layers_waits(True)
+    with _threads(2):
+        stack.run(team=True, monkeypatch=monkeypatch)  # not asked
+        monkeypatch.setenv("ENVSUITE_DECODE_TEAM_WAITS", "1")
+        stack.run(team=False, monkeypatch=monkeypatch)  # op by op: no barriers
+        assert torch.ops.envsuite.decode_layers_waits(False)[1] == 0
+        for _ in range(3):
+            stack.run(team=True, monkeypatch=monkeypatch)
+    ns, calls = torch.ops.envsuite.decode_layers_waits(True)
+    assert calls == 3 and ns.dtype == torch.int64 and len(ns) >= 2
+    assert (ns >= 0).all() and ns.sum() > 0  # 3 layers x 9 barriers a call: someone waited
+    assert torch.ops.envsuite.decode_layers_waits(True)[1] == 0  # reset

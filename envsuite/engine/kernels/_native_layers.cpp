@@ -18,8 +18,10 @@
 #include <ATen/core/stack.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -175,6 +177,22 @@ class SpinBarrier {
   alignas(64) std::atomic<int64_t> phase_{0};
 };
 
+// Where the team's threads waited (ENVSUITE_DECODE_TEAM_WAITS=1; else no clock is read): per thread,
+// the time from arriving at a barrier to its release, summed over the calls since the last
+// decode_layers_waits(reset=True). How evenly a change shares out the work, measured on the real step.
+struct Waits {
+  std::mutex mutex;
+  std::vector<int64_t> ns;  // per thread
+  int64_t calls = 0;
+};
+Waits& waits() {
+  static Waits registry;
+  return registry;
+}
+struct alignas(64) WaitCounter {
+  int64_t ns = 0;  // one cache line per thread: the threads add to their own without sharing a line
+};
+
 // [n * t / threads, n * (t + 1) / threads): thread t's share of n items.
 struct Share {
   int64_t begin, end;
@@ -215,6 +233,18 @@ struct TeamStep {
   const float* final_norm;             // with the LM head's product (else null)
   SpinBarrier barrier;
   int64_t threads;
+  std::vector<WaitCounter> waited;  // per thread, when timed (else empty)
+
+  // The threads meet between two phases (the time thread t waits counted when timed).
+  void meet(int64_t t) {
+    if (waited.empty()) {
+      barrier.arrive_and_wait();
+      return;
+    }
+    const auto arrived = std::chrono::steady_clock::now();
+    barrier.arrive_and_wait();
+    waited[t].ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived).count();
+  }
 
   // Thread t's share of product i, each item's columns added to the residual stream if `residual`.
   void product(int64_t i, int64_t t, bool residual) {
@@ -231,9 +261,9 @@ struct TeamStep {
     const LayerView& view = views[l];
     const Share rows(B, t, threads);
     rms_norm_rows(hidden, view.input_norm, x, width, eps, rows.begin, rows.end);
-    barrier.arrive_and_wait();
+    meet(t);
     product(4 * l, t, false);
-    barrier.arrive_and_wait();
+    meet(t);
     rotary_rows(qkv, cos, sin, q, k, v, heads, kv_heads, D, rows.begin, rows.end);
     // the new position's keys and values into the cache's column `end`
     for (int64_t b = rows.begin; b < rows.end; ++b)
@@ -242,20 +272,20 @@ struct TeamStep {
         std::memcpy(view.keys + b * view.k_row + h * view.k_head + end * view.k_pos, k + from, D * sizeof(float));
         std::memcpy(view.values + b * view.v_row + h * view.v_head + end * view.v_pos, v + from, D * sizeof(float));
       }
-    barrier.arrive_and_wait();
+    meet(t);
     const DecodeAttention attention{q,     view.keys + start * view.k_pos, view.values + start * view.v_pos,
                                     mask,  view.k_row,  view.k_head, view.k_pos, view.v_row, view.v_head,
                                     view.v_pos, B, kv_heads, G, D, L, scale, attn};
     const Share items(B * kv_heads, t, threads);
     for (int64_t item = items.begin; item < items.end; ++item)
       attention.item(item, item + 1 < items.end ? item + 1 : -1, scores.data());
-    barrier.arrive_and_wait();
+    meet(t);
     product(4 * l + 1, t, true);
-    barrier.arrive_and_wait();
+    meet(t);
     rms_norm_rows(hidden, view.post_norm, x, width, eps, rows.begin, rows.end);
-    barrier.arrive_and_wait();
+    meet(t);
     product(4 * l + 2, t, false);
-    barrier.arrive_and_wait();
+    meet(t);
     // SiLU(gate) * up in spans of 256 of each row's I values
     constexpr int64_t SPAN = 256;
     const int64_t spans = (I + SPAN - 1) / SPAN;
@@ -265,9 +295,9 @@ struct TeamStep {
       const float* g = gate_up + b * gate_up_ld;
       silu_mul_span(g, g + I, mlp + b * I, i0, std::min(I, i0 + SPAN), I);
     }
-    barrier.arrive_and_wait();
+    meet(t);
     product(4 * l + 3, t, true);
-    barrier.arrive_and_wait();
+    meet(t);
   }
 
   void run(int64_t t) {
@@ -276,7 +306,7 @@ struct TeamStep {
     if (final_norm != nullptr) {
       const Share rows(B, t, threads);
       rms_norm_rows(hidden, final_norm, x, width, eps, rows.begin, rows.end);
-      barrier.arrive_and_wait();
+      meet(t);
       product(4 * layers, t, false);
     }
   }
@@ -383,6 +413,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     step.runs.emplace_back(threads);
     step.runs.back().reset(p.items());
   }
+  const char* timed = std::getenv("ENVSUITE_DECODE_TEAM_WAITS");
+  if (timed != nullptr && std::strcmp(timed, "1") == 0) step.waited.resize(threads);
 #pragma omp parallel num_threads(threads)
   {
     // The runtime may give fewer threads than asked (nested regions, limits): the barrier counts the
@@ -395,6 +427,13 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     }  // (the end of a single is a barrier)
     step.run(t);
   }
+  if (!step.waited.empty()) {
+    Waits& registry = waits();
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    if ((int64_t)registry.ns.size() < threads) registry.ns.resize(threads, 0);
+    for (int64_t t = 0; t < threads; ++t) registry.ns[t] += step.waited[t].ns;
+    registry.calls += 1;
+  }
   if (team_head) return logits_ld == head->vocab ? logits : logits.narrow(1, 0, head->vocab).contiguous();
   if (head.has_value()) return head_by_op(hidden, *head, eps);
   return hidden.view({B, 1, width});
@@ -406,6 +445,18 @@ bool team_allowed() {
 }
 
 }  // namespace
+
+std::tuple<at::Tensor, int64_t> decode_layers_waits(bool reset) {
+  Waits& registry = waits();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  at::Tensor ns = at::tensor(at::ArrayRef<int64_t>(registry.ns), at::kLong);
+  const int64_t calls = registry.calls;
+  if (reset) {
+    registry.ns.assign(registry.ns.size(), 0);
+    registry.calls = 0;
+  }
+  return {ns, calls};
+}
 
 bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
