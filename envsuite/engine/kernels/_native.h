@@ -155,6 +155,8 @@ struct DecodeAttention {
   // `item`, asking for item `next`'s keys and values meanwhile (-1: none); scores: G * L floats of room.
   void item(int64_t item, int64_t next, float* scores) const;
 };
+// Whether DecodeAttention takes heads of D floats, G query heads per key/value head.
+bool decode_attention_fits(int64_t D, int64_t G);
 
 // ------------------------------------------------------------------------------------------ the ops
 

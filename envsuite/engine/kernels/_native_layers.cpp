@@ -59,27 +59,35 @@ at::Tensor onednn_product(const at::Tensor& x, const at::Tensor& w) {
   return stack.back().toTensor();
 }
 
-// dst += src over B x width floats, both contiguous: the residual add without a dispatch (one rounding
-// per element, as torch's add_).
+// Rows [0, B) x columns [c0, c1) of dst (row stride ldd) += src (row stride lds): a residual add without
+// a dispatch (one rounding per element, as torch's add_). By op: a whole product at once; in the team:
+// a product's item, by the thread that computed it.
+void add_columns(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t B, int64_t c0, int64_t c1) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = c0; c < c1; ++c) dst[b * ldd + c] += src[b * lds + c];
+}
+
+// dst (B, width) += src, contiguous.
 void add_rows(at::Tensor& dst, const at::Tensor& src_in) {
   const at::Tensor src = src_in.contiguous();
   TORCH_CHECK(src.numel() == dst.numel(), "decode_layers: a product of the wrong width");
-  float* d = dst.mutable_data_ptr<float>();
-  const float* s = src.const_data_ptr<float>();
-  const int64_t n = dst.numel(), nv = n - n % P;
-  for (int64_t i = 0; i < nv; i += P) store(d + i, load(d + i) + load(s + i));
-  for (int64_t i = nv; i < n; ++i) d[i] += s[i];
+  const int64_t n = dst.numel();
+  add_columns(dst.mutable_data_ptr<float>(), n, src.const_data_ptr<float>(), n, 1, 0, n);
+}
+
+// The new position's heads of rows [begin, end) (heads: (B, KV, D) contiguous) into a cache buffer's
+// column: `column` points at row 0, head 0 of it; rows and heads `row` and `head` floats apart.
+void write_rows(float* column, int64_t row, int64_t head, const float* heads, int64_t KV, int64_t D, int64_t begin,
+                int64_t end) {
+  for (int64_t b = begin; b < end; ++b)
+    for (int64_t h = 0; h < KV; ++h) std::memcpy(column + b * row + h * head, heads + (b * KV + h) * D, D * sizeof(float));
 }
 
 // The new position's heads (B, KV, 1, D), contiguous, into column `column` of rows [0, B) of a cache
-// buffer (rows, KV, columns, D) with unit stride in D: a copy per (row, head), without a dispatch.
+// buffer (rows, KV, columns, D) with unit stride in D, without a dispatch.
 void write_column(const at::Tensor& buffer, const at::Tensor& heads, int64_t column) {
-  const int64_t B = heads.size(0), KV = heads.size(1), D = heads.size(3);
-  const float* src = heads.const_data_ptr<float>();
-  float* dst = buffer.mutable_data_ptr<float>() + column * buffer.stride(2);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < KV; ++h)
-      std::memcpy(dst + b * buffer.stride(0) + h * buffer.stride(1), src + (b * KV + h) * D, D * sizeof(float));
+  write_rows(buffer.mutable_data_ptr<float>() + column * buffer.stride(2), buffer.stride(0), buffer.stride(1),
+             heads.const_data_ptr<float>(), heads.size(1), heads.size(3), 0, heads.size(0));
 }
 
 at::Tensor product(const at::Tensor& x, const at::Tensor& w, int64_t code, int64_t N) {
@@ -199,13 +207,6 @@ struct Share {
   Share(int64_t n, int64_t t, int64_t threads) : begin(n * t / threads), end(n * (t + 1) / threads) {}
 };
 
-// Rows [0, B) x columns [c0, c1) of dst (row stride ldd) += src (row stride lds): the residual add of a
-// product's item, done by the thread that computed it (one rounding per element, as add_rows).
-void add_columns(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t B, int64_t c0, int64_t c1) {
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = c0; c < c1; ++c) dst[b * ldd + c] += src[b * lds + c];
-}
-
 // One layer's norm weights and cache buffers, read before the threads start (nothing in the parallel
 // region may throw).
 struct LayerView {
@@ -227,7 +228,7 @@ struct TeamStep {
   std::vector<LayerView> views;
   float* hidden;  // (B, width), the residual stream
   float *x, *qkv, *q, *k, *v, *attn, *narrow_out, *gate_up, *mlp;
-  int64_t gate_up_ld, narrow_ld;
+  int64_t gate_up_ld;
   std::vector<PanelProduct> products;  // per layer: qkv, o, gate/up, down; then the LM head's if any
   std::vector<StealingRuns> runs;      // one per product
   const float* final_norm;             // with the LM head's product (else null)
@@ -249,11 +250,10 @@ struct TeamStep {
   // Thread t's share of product i, each item's columns added to the residual stream if `residual`.
   void product(int64_t i, int64_t t, bool residual) {
     const PanelProduct& p = products[i];
-    const int64_t N = width;
     const int64_t columns = P * p.per_item;
     for (int64_t item = runs[i].take(t); item >= 0; item = runs[i].take(t)) {
       p.item(item);
-      if (residual) add_columns(hidden, width, p.out, p.ldo, B, columns * item, std::min(N, columns * (item + 1)));
+      if (residual) add_columns(hidden, width, p.out, p.ldo, B, columns * item, std::min(width, columns * (item + 1)));
     }
   }
 
@@ -266,12 +266,8 @@ struct TeamStep {
     meet(t);
     rotary_rows(qkv, cos, sin, q, k, v, heads, kv_heads, D, rows.begin, rows.end);
     // the new position's keys and values into the cache's column `end`
-    for (int64_t b = rows.begin; b < rows.end; ++b)
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        const int64_t from = (b * kv_heads + h) * D;
-        std::memcpy(view.keys + b * view.k_row + h * view.k_head + end * view.k_pos, k + from, D * sizeof(float));
-        std::memcpy(view.values + b * view.v_row + h * view.v_head + end * view.v_pos, v + from, D * sizeof(float));
-      }
+    write_rows(view.keys + end * view.k_pos, view.k_row, view.k_head, k, kv_heads, D, rows.begin, rows.end);
+    write_rows(view.values + end * view.v_pos, view.v_row, view.v_head, v, kv_heads, D, rows.begin, rows.end);
     meet(t);
     const DecodeAttention attention{q,     view.keys + start * view.k_pos, view.values + start * view.v_pos,
                                     mask,  view.k_row,  view.k_head, view.k_pos, view.v_row, view.v_head,
@@ -323,11 +319,9 @@ bool panels_of(const at::Tensor& w, int64_t K, int64_t N) {
 // its rows unpadded).
 bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads, int64_t kv_heads,
                int64_t D, int64_t intermediate) {
-  if (at::in_parallel_region() || D % P != 0 || D > 8 * P || heads % kv_heads != 0 || heads / kv_heads > 64)
-    return false;
+  if (at::in_parallel_region() || heads % kv_heads != 0 || !decode_attention_fits(D, heads / kv_heads)) return false;
   for (int64_t code : paths)
     if (code != PANELS) return false;
-  const auto panels = panels_of;
   auto norm = [width](const at::Tensor& w) {
     return w.numel() == width && w.is_contiguous() && w.scalar_type() == at::kFloat;
   };
@@ -335,9 +329,9 @@ bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int
   const int64_t gate_up_panels = weights[4].size(0);
   for (size_t l = 0; l < weights.size() / 6; ++l) {
     const at::Tensor* w = weights.data() + 6 * l;
-    if (!norm(w[0]) || !norm(w[3]) || !panels(w[1], width, qkv) || qkv % P != 0 ||
-        !panels(w[2], heads * D, width) || !panels(w[4], width, 2 * intermediate) ||
-        w[4].size(0) != gate_up_panels || !panels(w[5], intermediate, width))
+    if (!norm(w[0]) || !norm(w[3]) || !panels_of(w[1], width, qkv) || qkv % P != 0 ||
+        !panels_of(w[2], heads * D, width) || !panels_of(w[4], width, 2 * intermediate) ||
+        w[4].size(0) != gate_up_panels || !panels_of(w[5], intermediate, width))
       return false;
   }
   return true;
@@ -383,7 +377,7 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
                 (float)eps, (float)scale, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
                 mask.defined() ? mask.const_data_ptr<bool>() : nullptr, {},
                 hidden.mutable_data_ptr<float>(), buffers[0], buffers[1], buffers[2], buffers[3], buffers[4],
-                buffers[5], buffers[6], buffers[7], buffers[8], gate_up_ld, narrow_ld, {}, {},
+                buffers[5], buffers[6], buffers[7], buffers[8], gate_up_ld, {}, {},
                 team_head ? head->norm.const_data_ptr<float>() : nullptr, SpinBarrier(threads), threads};
   at::Tensor logits = team_head ? at::empty({B, logits_ld}, options) : at::Tensor();
   for (int64_t l = 0; l < layers; ++l) {
@@ -500,14 +494,13 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
                     end < v.size(2) && start <= end && k.size(3) == D && v.size(3) == D,
                 "decode_layers: layer ", l, "'s cache has no free column ", end, " for ", B, " rows");
   }
-  static const char* no_team = nullptr;
   std::optional<Head> head;
   if (lm_head.has_value() && lm_head->defined()) {
     TORCH_CHECK(final_norm.has_value() && final_norm->defined() && vocab > 0,
                 "decode_layers: an LM head needs the final norm and its vocabulary size");
     head = Head{*final_norm, *lm_head, lm_head_path, vocab};
   }
-  if (team_allowed() && team_fits(weights, paths, width, heads, kv_heads, D, intermediate))
+  if (decode_layers_team(weights, paths, width, heads, kv_heads, D, intermediate))
     return layers_as_team(hidden, cos, sin, mask, weights, keys, values, start, end, heads, kv_heads, intermediate,
                           eps, scale, head);
   at::Tensor out = layers_by_op(hidden, cos, sin, mask, weights, paths, keys, values, start, end, heads, kv_heads,

@@ -288,7 +288,7 @@ void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
 // G x L scores, a softmax per query (max subtracted), the weighted sum of values. Rows fully masked
 // give zeros (the engine never has one: a row's own new position is always real). Head sizes of 16 to
 // 128 floats in steps of 16, at most 64 query heads per key/value head.
-static bool decode_attention_fits(int64_t D, int64_t G) { return D % P == 0 && D > 0 && D <= 8 * P && G <= 64; }
+bool decode_attention_fits(int64_t D, int64_t G) { return D % P == 0 && D > 0 && D <= 8 * P && G <= 64; }
 
 at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& mask_in, double scale) {
