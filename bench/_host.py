@@ -36,3 +36,13 @@ def cpu_name() -> str:
     """The CPU as docs name it: model name, family/model, and the widest vector unit."""
     cpu = cpu_identity()
     return f"{cpu.model_name} (family {cpu.family}, model {cpu.model}, {cpu.vector_unit}), {cpu.logical_cpus} CPUs"
+
+
+def require_native_kernels() -> None:
+    """Build or load envsuite's native CPU kernels, or exit saying why they are not here (the benches of
+    those kernels have nothing to measure without them)."""
+    from envsuite.engine.kernels import native_kernels  # torch: only for the benches that need it
+
+    status = native_kernels()
+    if not status.available:
+        raise SystemExit(f"the native kernels are not built here: {status.reason}")

@@ -28,11 +28,9 @@ from typing import Any
 
 import torch
 
-from envsuite.engine.kernels import native_kernels
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _host import cpu_name
+from _host import cpu_name, require_native_kernels
 
 KV_HEADS, GROUP, HEAD_DIM, LAYERS = 3, 3, 64, 30
 
@@ -86,9 +84,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", type=Path, default=Path("artifacts/decode_attention.json"))
     args = parser.parse_args()
-    status = native_kernels()
-    if not status.available:
-        raise SystemExit(f"the native kernels are not built here: {status.reason}")
+    require_native_kernels()
     rows = args.rows
     batches = {
         "bench-like": padded_mask([80 - (row * 5) % 17 for row in range(rows)], 80),

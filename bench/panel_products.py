@@ -25,11 +25,9 @@ from pathlib import Path
 
 import torch
 
-from envsuite.engine.kernels import native_kernels
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _host import cpu_name
+from _host import cpu_name, require_native_kernels
 
 SHAPES = ((3072, 576), (576, 1536), (960, 576))
 """(out_features, in_features) of SmolLM2-135M's gate/up, down and query/key/value products."""
@@ -54,9 +52,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=12)
     parser.add_argument("--json", type=Path, default=Path("artifacts/panel_products.json"))
     args = parser.parse_args()
-    status = native_kernels()
-    if not status.available:
-        raise SystemExit(f"the native kernels are not built here: {status.reason}")
+    require_native_kernels()
     generator = torch.Generator().manual_seed(0)
     cold = {
         shape: [
