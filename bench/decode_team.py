@@ -9,9 +9,11 @@ threads meeting at barriers between phases) where every product is on envsuite's
 decodes SmolLM2-135M-Instruct (fp32, the engine's calibrated layout, all torch threads) both ways on
 two prefilled batches of the same prompts, alternating ``--rounds`` times per row count (``--steps``
 steps a round, median ms per step), so a drift in the machine's speed touches both alike, and reports
-each round's ratio (team / op by op) and their median. Then, per row count, it runs ``--steps`` more team
-steps with ``ENVSUITE_DECODE_TEAM_WAITS=1`` and reports how long each thread waited at the team's
-barriers per step (``torch.ops.envsuite.decode_layers_waits``): how evenly the step's work is shared out.
+each round's ratio (team / op by op) and their median (``--rounds 0``: no alternation). Then, per row
+count, it runs ``--steps`` more team steps with ``ENVSUITE_DECODE_TEAM_CLOCK=1`` and reports where the
+team's time went (``envsuite.engine.kernels.read_team_clock``): per phase of the step (summed over the
+layers), each thread's time working in it and waiting at the barrier that ends it, us per step. Which
+phase to speed up, and how evenly the step's work is shared out.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ sys.path.insert(0, str(BENCH_DIR))
 from _host import cpu_name  # noqa: E402
 from decode import _prompts, _rows, _step, build_way  # noqa: E402
 
+from envsuite.engine.kernels import CLOCK_ENV, TEAM_PHASES, TeamClock, read_team_clock  # noqa: E402
 from envsuite.engine.sampling._kv_batch import prefill  # noqa: E402
 
 SWITCH = "ENVSUITE_DECODE_TEAM"
-WAITS = "ENVSUITE_DECODE_TEAM_WAITS"
 WAYS = {"by_op": "0", "team": "1"}
 
 
@@ -52,17 +54,33 @@ def timed_round(step: Callable[[], None], steps: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def barrier_waits_us(step: Callable[[], None], steps: int) -> list[float]:
-    """Per thread, microseconds a team step spent waiting at barriers, averaged over ``steps`` steps."""
-    os.environ[SWITCH], os.environ[WAITS] = "1", "1"
+def team_clock(step: Callable[[], None], steps: int) -> TeamClock:
+    """The team's phase clock over ``steps`` steps."""
+    os.environ[SWITCH], os.environ[CLOCK_ENV] = "1", "1"
     try:
-        torch.ops.envsuite.decode_layers_waits(True)
+        read_team_clock(reset=True)
         for _ in range(steps):
             step()
-        ns, calls = torch.ops.envsuite.decode_layers_waits(True)
+        return read_team_clock(reset=True)
     finally:
-        os.environ.pop(WAITS)
-    return [value / 1000 / max(calls, 1) for value in ns.tolist()]
+        os.environ.pop(CLOCK_ENV)
+
+
+def clock_lines(clock: TeamClock) -> list[str]:
+    """One line per phase: each thread's working / waiting us per step."""
+    lines = []
+    for phase in TEAM_PHASES:
+        cells = "  ".join(
+            f"{clock.working_us(t)[phase]:7.0f} / {clock.waiting_us(t)[phase]:5.0f}"
+            for t in range(clock.threads)
+        )
+        lines.append(f"    {phase:>10}: {cells}")
+    totals = "  ".join(
+        f"{sum(clock.working_us(t).values()):7.0f} / {sum(clock.waiting_us(t).values()):5.0f}"
+        for t in range(clock.threads)
+    )
+    lines.append(f"    {'step':>10}: {totals}")
+    return lines
 
 
 def main() -> None:
@@ -90,17 +108,29 @@ def main() -> None:
                         step = functools.partial(_step, way.model, batches[name], way.decoder, samplings)
                         ms[name].append(timed_round(step, args.steps))
                 ratios = [team / by_op for team, by_op in zip(ms["team"], ms["by_op"], strict=True)]
-                waits_us = barrier_waits_us(
+                clock = team_clock(
                     functools.partial(_step, way.model, batches["team"], way.decoder, samplings), args.steps
                 )
-                result["rows"][str(rows)] = {"ms": ms, "ratios": ratios, "barrier_waits_us": waits_us}  # type: ignore[index]
+                result["rows"][str(rows)] = {  # type: ignore[index]
+                    "ms": ms,
+                    "ratios": ratios,
+                    "clock_us": {
+                        "working": [clock.working_us(t) for t in range(clock.threads)],
+                        "waiting": [clock.waiting_us(t) for t in range(clock.threads)],
+                    },
+                }
+                if ratios:
+                    print(
+                        f"{rows:3d} rows: by op {statistics.median(ms['by_op']):6.2f} ms, team "
+                        f"{statistics.median(ms['team']):6.2f} ms; team / by op per round "
+                        f"{min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f}",
+                        flush=True,
+                    )
                 print(
-                    f"{rows:3d} rows: by op {statistics.median(ms['by_op']):6.2f} ms, team "
-                    f"{statistics.median(ms['team']):6.2f} ms; team / by op per round "
-                    f"{min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f}; "
-                    f"waits at barriers per step {' / '.join(f'{us:.0f}' for us in waits_us)} us",
+                    f"{rows:3d} rows, the team's phases, us per step working / waiting, per thread:",
                     flush=True,
                 )
+                print("\n".join(clock_lines(clock)), flush=True)
     finally:
         if before is None:
             os.environ.pop(SWITCH, None)

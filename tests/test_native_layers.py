@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from envsuite.engine.kernels import native_kernels
+from envsuite.engine.kernels import CLOCK_ENV, TEAM_PHASES, native_kernels, read_team_clock
 
 LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 3, 80, 6, 2, 16, 280
 PANELS = 3  # ProductCode.PANELS (envsuite/engine/sampling/_captured_step.py)
@@ -209,19 +209,30 @@ def test_a_stack_the_team_does_not_cover_runs_op_by_op(monkeypatch: pytest.Monke
     torch.testing.assert_close(out, team, rtol=1e-5, atol=1e-5)
 
 
-def test_the_team_counts_its_waits_at_barriers_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ENVSUITE_DECODE_TEAM_WAITS=1``: every team call adds each thread's time at the barriers to
-    ``decode_layers_waits`` (read and reset there); without it, or op by op, nothing is counted."""
+def test_the_team_clocks_its_phases_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ENVSUITE_DECODE_TEAM_CLOCK=1``: every team call adds each thread's time working in each phase
+    and waiting at the barrier that ends it (read and reset by ``read_team_clock``); without it, or op
+    by op, nothing is counted."""
     stack = _stack(rows=2, masked=False, seed=5)
-    torch.ops.envsuite.decode_layers_waits(True)
+    generator = torch.Generator().manual_seed(5)
+    norm = 1 + 0.1 * torch.randn(WIDTH, generator=generator)
+    head = (norm, torch.ops.envsuite.pack_panels(torch.randn(VOCAB, WIDTH, generator=generator)), PANELS)
+    read_team_clock(reset=True)
     with _threads(2):
         stack.run(team=True, monkeypatch=monkeypatch)  # not asked
-        monkeypatch.setenv("ENVSUITE_DECODE_TEAM_WAITS", "1")
+        monkeypatch.setenv(CLOCK_ENV, "1")
         stack.run(team=False, monkeypatch=monkeypatch)  # op by op: no barriers
-        assert torch.ops.envsuite.decode_layers_waits(False)[1] == 0
+        assert read_team_clock(reset=False).calls == 0
+        monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1")
         for _ in range(3):
-            stack.run(team=True, monkeypatch=monkeypatch)
-    ns, calls = torch.ops.envsuite.decode_layers_waits(True)
-    assert calls == 3 and ns.dtype == torch.int64 and len(ns) >= 2
-    assert (ns >= 0).all() and ns.sum() > 0  # 3 layers x 9 barriers a call: someone waited
-    assert torch.ops.envsuite.decode_layers_waits(True)[1] == 0  # reset
+            stack.call(head=head)
+    clock = read_team_clock(reset=True)
+    assert clock.calls == 3 and clock.ns.dtype == torch.int64 and clock.threads >= 2
+    assert clock.ns.shape[1:] == (len(TEAM_PHASES), 2) and (clock.ns >= 0).all()
+    for t in range(2):  # every thread worked in the products and the LM head (a thread may find no rows)
+        working = clock.working_us(t)
+        assert all(working[phase] > 0 for phase in ("q/k/v", "o", "gate/up", "down", "lm head"))
+        assert clock.waiting_us(t)["lm head"] == 0  # the region's end is not one of the team's barriers
+    waited = sum(sum(clock.waiting_us(t).values()) for t in range(2))
+    assert waited > 0  # 3 layers x 9 barriers: someone waited
+    assert read_team_clock(reset=True).calls == 0  # reset

@@ -51,6 +51,7 @@ from envsuite.engine.kernels._reordered import (
     reorder_frozen_linears,
     zero_filled_biases,
 )
+from envsuite.engine.kernels._team_clock import CLOCK_ENV, TEAM_PHASES, TeamClock, read_team_clock
 
 __all__ = [
     # linear layers through oneDNN (training and sampling)
@@ -95,6 +96,11 @@ __all__ = [
     "NativeKernels",
     "cpu_identity",
     "native_kernels",
+    # where the decode step's team of threads spends its time (a diagnostic)
+    "CLOCK_ENV",
+    "TEAM_PHASES",
+    "TeamClock",
+    "read_team_clock",
     # the products themselves
     "onednn_available",
     "onednn_fits",

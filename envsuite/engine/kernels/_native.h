@@ -176,7 +176,7 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
                          int64_t kv_heads, int64_t intermediate, double eps, double scale,
                          const std::optional<at::Tensor>& final_norm, const std::optional<at::Tensor>& lm_head,
                          int64_t lm_head_path, int64_t vocab);
-std::tuple<at::Tensor, int64_t> decode_layers_waits(bool reset);
+std::tuple<at::Tensor, int64_t> decode_layers_clock(bool reset);
 bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, int64_t intermediate);
 std::tuple<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, const at::Tensor& temperatures,

@@ -185,21 +185,31 @@ class SpinBarrier {
   alignas(64) std::atomic<int64_t> phase_{0};
 };
 
-// Where the team's threads waited (ENVSUITE_DECODE_TEAM_WAITS=1; else no clock is read): per thread,
-// the time from arriving at a barrier to its release, summed over the calls since the last
-// decode_layers_waits(reset=True). How evenly a change shares out the work, measured on the real step.
-struct Waits {
+// The phases of the team's step, in order (envsuite.engine.kernels.TEAM_PHASES names them).
+enum Phase : int64_t { INPUT_NORM, QKV, ROTARY, ATTENTION, O, POST_NORM, GATE_UP, SILU, DOWN, FINAL_NORM, LM_HEAD, PHASES };
+
+// Where the team's time goes (ENVSUITE_DECODE_TEAM_CLOCK=1; else no clock is read): per thread and phase,
+// the time working in it and the time waiting at the barrier that ends it, summed over the calls since
+// the last decode_layers_clock(reset=True). Which phase to speed up, and how evenly a change shares out
+// the work, measured on the real step.
+struct Clock {
   std::mutex mutex;
-  std::vector<int64_t> ns;  // per thread
+  std::vector<int64_t> ns;  // (threads, PHASES, 2): working, waiting
   int64_t calls = 0;
 };
-Waits& waits() {
-  static Waits registry;
+Clock& clock_registry() {
+  static Clock registry;
   return registry;
 }
-struct alignas(64) WaitCounter {
-  int64_t ns = 0;  // one cache line per thread: the threads add to their own without sharing a line
+struct alignas(64) ThreadClock {  // one thread's, on cache lines of its own
+  int64_t working[PHASES] = {};
+  int64_t waiting[PHASES] = {};
+  std::chrono::steady_clock::time_point last;
 };
+
+inline int64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
 
 // [n * t / threads, n * (t + 1) / threads): thread t's share of n items.
 struct Share {
@@ -234,17 +244,22 @@ struct TeamStep {
   const float* final_norm;             // with the LM head's product (else null)
   SpinBarrier barrier;
   int64_t threads;
-  std::vector<WaitCounter> waited;  // per thread, when timed (else empty)
+  std::vector<ThreadClock> clocks;  // per thread, when timed (else empty)
 
-  // The threads meet between two phases (the time thread t waits counted when timed).
-  void meet(int64_t t) {
-    if (waited.empty()) {
+  // Thread t ends `phase`: it meets the others at the barrier (its time in the phase and at the
+  // barrier counted when timed).
+  void meet(int64_t t, Phase phase) {
+    if (clocks.empty()) {
       barrier.arrive_and_wait();
       return;
     }
+    ThreadClock& clock = clocks[t];
     const auto arrived = std::chrono::steady_clock::now();
     barrier.arrive_and_wait();
-    waited[t].ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived).count();
+    const auto left = std::chrono::steady_clock::now();
+    clock.working[phase] += ns_between(clock.last, arrived);
+    clock.waiting[phase] += ns_between(arrived, left);
+    clock.last = left;
   }
 
   // Thread t's share of product i, each item's columns added to the residual stream if `residual`.
@@ -261,27 +276,27 @@ struct TeamStep {
     const LayerView& view = views[l];
     const Share rows(B, t, threads);
     rms_norm_rows(hidden, view.input_norm, x, width, eps, rows.begin, rows.end);
-    meet(t);
+    meet(t, INPUT_NORM);
     product(4 * l, t, false);
-    meet(t);
+    meet(t, QKV);
     rotary_rows(qkv, cos, sin, q, k, v, heads, kv_heads, D, rows.begin, rows.end);
     // the new position's keys and values into the cache's column `end`
     write_rows(view.keys + end * view.k_pos, view.k_row, view.k_head, k, kv_heads, D, rows.begin, rows.end);
     write_rows(view.values + end * view.v_pos, view.v_row, view.v_head, v, kv_heads, D, rows.begin, rows.end);
-    meet(t);
+    meet(t, ROTARY);
     const DecodeAttention attention{q,     view.keys + start * view.k_pos, view.values + start * view.v_pos,
                                     mask,  view.k_row,  view.k_head, view.k_pos, view.v_row, view.v_head,
                                     view.v_pos, B, kv_heads, G, D, L, scale, attn};
     const Share items(B * kv_heads, t, threads);
     for (int64_t item = items.begin; item < items.end; ++item)
       attention.item(item, item + 1 < items.end ? item + 1 : -1, scores.data());
-    meet(t);
+    meet(t, ATTENTION);
     product(4 * l + 1, t, true);
-    meet(t);
+    meet(t, O);
     rms_norm_rows(hidden, view.post_norm, x, width, eps, rows.begin, rows.end);
-    meet(t);
+    meet(t, POST_NORM);
     product(4 * l + 2, t, false);
-    meet(t);
+    meet(t, GATE_UP);
     // SiLU(gate) * up in spans of 256 of each row's I values
     constexpr int64_t SPAN = 256;
     const int64_t spans = (I + SPAN - 1) / SPAN;
@@ -291,19 +306,22 @@ struct TeamStep {
       const float* g = gate_up + b * gate_up_ld;
       silu_mul_span(g, g + I, mlp + b * I, i0, std::min(I, i0 + SPAN), I);
     }
-    meet(t);
+    meet(t, SILU);
     product(4 * l + 3, t, true);
-    meet(t);
+    meet(t, DOWN);
   }
 
   void run(int64_t t) {
     std::vector<float> scores(G * L);
+    if (!clocks.empty()) clocks[t].last = std::chrono::steady_clock::now();
     for (int64_t l = 0; l < layers; ++l) layer(l, t, scores);
     if (final_norm != nullptr) {
       const Share rows(B, t, threads);
       rms_norm_rows(hidden, final_norm, x, width, eps, rows.begin, rows.end);
-      meet(t);
+      meet(t, FINAL_NORM);
       product(4 * layers, t, false);
+      // (no barrier of ours ends the head: its wait is the region's end, not counted)
+      if (!clocks.empty()) clocks[t].working[LM_HEAD] += ns_between(clocks[t].last, std::chrono::steady_clock::now());
     }
   }
 };
@@ -407,8 +425,8 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     step.runs.emplace_back(threads);
     step.runs.back().reset(p.items());
   }
-  const char* timed = std::getenv("ENVSUITE_DECODE_TEAM_WAITS");
-  if (timed != nullptr && std::strcmp(timed, "1") == 0) step.waited.resize(threads);
+  const char* timed = std::getenv("ENVSUITE_DECODE_TEAM_CLOCK");
+  if (timed != nullptr && std::strcmp(timed, "1") == 0) step.clocks.resize(threads);
 #pragma omp parallel num_threads(threads)
   {
     // The runtime may give fewer threads than asked (nested regions, limits): the barrier counts the
@@ -421,11 +439,15 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
     }  // (the end of a single is a barrier)
     step.run(t);
   }
-  if (!step.waited.empty()) {
-    Waits& registry = waits();
+  if (!step.clocks.empty()) {
+    Clock& registry = clock_registry();
     std::lock_guard<std::mutex> lock(registry.mutex);
-    if ((int64_t)registry.ns.size() < threads) registry.ns.resize(threads, 0);
-    for (int64_t t = 0; t < threads; ++t) registry.ns[t] += step.waited[t].ns;
+    if ((int64_t)registry.ns.size() < threads * PHASES * 2) registry.ns.resize(threads * PHASES * 2, 0);
+    for (int64_t t = 0; t < threads; ++t)
+      for (int64_t phase = 0; phase < PHASES; ++phase) {
+        registry.ns[(t * PHASES + phase) * 2] += step.clocks[t].working[phase];
+        registry.ns[(t * PHASES + phase) * 2 + 1] += step.clocks[t].waiting[phase];
+      }
     registry.calls += 1;
   }
   if (team_head) return logits_ld == head->vocab ? logits : logits.narrow(1, 0, head->vocab).contiguous();
@@ -440,10 +462,11 @@ bool team_allowed() {
 
 }  // namespace
 
-std::tuple<at::Tensor, int64_t> decode_layers_waits(bool reset) {
-  Waits& registry = waits();
+std::tuple<at::Tensor, int64_t> decode_layers_clock(bool reset) {
+  Clock& registry = clock_registry();
   std::lock_guard<std::mutex> lock(registry.mutex);
-  at::Tensor ns = at::tensor(at::ArrayRef<int64_t>(registry.ns), at::kLong);
+  const int64_t threads = (int64_t)registry.ns.size() / (PHASES * 2);
+  at::Tensor ns = at::tensor(at::ArrayRef<int64_t>(registry.ns), at::kLong).view({threads, PHASES, 2});
   const int64_t calls = registry.calls;
   if (reset) {
     registry.ns.assign(registry.ns.size(), 0);

@@ -19,7 +19,7 @@ TORCH_LIBRARY(envsuite, m) {
       "decode_layers_team(Tensor[] weights, int[] paths, int width, int heads, int kv_heads, int head_dim, "
       "int intermediate) -> bool");
   // no tensor argument to dispatch on: one kernel for every key
-  m.def("decode_layers_waits(bool reset=True) -> (Tensor, int)", &envsuite::decode_layers_waits);
+  m.def("decode_layers_clock(bool reset=True) -> (Tensor, int)", &envsuite::decode_layers_clock);
   m.def("sample_rows(Tensor logits, Tensor temperatures, Tensor uniforms) -> (Tensor, Tensor)");
 }
 
