@@ -51,8 +51,12 @@ def _matmul_gflops(repeats: int, n: int = 2048) -> float:
     return 2 * n**3 / _best_seconds(lambda: left @ right, repeats) / 1e9
 
 
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def _onednn_gflops(repeats: int, n: int = 2048) -> float:
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+    if not _onednn_available():
         return 0.0
     left, right = torch.randn(n, n), torch.randn(n, n)
 
@@ -60,6 +64,24 @@ def _onednn_gflops(repeats: int, n: int = 2048) -> float:
         return torch.ops.mkldnn._linear_pointwise(left, right, None, "none", [], "")
 
     return 2 * n**3 / _best_seconds(product, repeats) / 1e9
+
+
+class PeakProbe:
+    """The fp32 matmul peak again, beside a measurement: the library that reached ``machine``'s peak
+    (oneDNN or MKL), on the same 2048^3 product, its matrices made once. A shared VM's compute moves
+    too (a neighbour on the sibling hyperthread): the bandwidth probe alone misses that."""
+
+    def __init__(self, machine: Machine, n: int = 2048) -> None:
+        self.n = n
+        self.left, self.right = torch.randn(n, n), torch.randn(n, n)
+        self.onednn = _onednn_available() and machine.onednn_gflops >= machine.mkl_gflops
+
+    def gflops(self, repeats: int = 2) -> float:
+        if self.onednn:
+            product = lambda: torch.ops.mkldnn._linear_pointwise(self.left, self.right, None, "none", [], "")  # noqa: E731
+        else:
+            product = lambda: self.left @ self.right  # noqa: E731
+        return 2 * self.n**3 / _best_seconds(product, repeats) / 1e9
 
 
 def read_rate(big: torch.Tensor, repeats: int = 3) -> float:

@@ -11,11 +11,15 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
 1. **Roofline**, measured in the same run: the fp32 matmul peak (best of several 2048^3 products) and
    the memory read bandwidth (summing a 512 MiB tensor). A step needs ``2 * P * B`` FLOPs (``P`` = the
    matmul weights, LM head included) and must read the ``4 * P`` bytes of weights plus the rows' KV
-   cache, so its floor is ``max(flops / peak, bytes / bandwidth)``. The bandwidth is probed again at
-   the start of every alternation round (best of 3 sums), and each batch size's roofline takes the
-   median of its rounds' probes: this VM's bandwidth moves between ~40 and ~83 GB/s within minutes,
-   so one probe at the start described the machine of another moment (runs before 2026-11-26 used
-   it; the JSON keeps that roofline too, ``start_roofline_ms``).
+   cache, so its floor is ``max(flops / peak, bytes / bandwidth)``. Both are probed again at the start
+   of every alternation round (best of 3 sums, best of 2 products), and each batch size's roofline
+   takes the median of its rounds' probes: this VM's bandwidth moves between ~40 and ~83 GB/s within
+   minutes, and its compute with it at times (a run whose probes read 74-76 GB/s had envsuite and
+   llama.cpp both ~10% slower at 16 and 32 rows than at 45 GB/s), so one probe at the start described
+   the machine of another moment. Runs before 2026-11-26 used that one probe; runs of 2026-11-26
+   probed the bandwidth beside each point but not the peak. The JSON keeps the run-start roofline,
+   ``start_roofline_ms``, and the one from the bandwidth probed beside with the start's peak,
+   ``bandwidth_only_roofline_ms``.
 2. **Calibration**: the engine's kernel plan for the model (``envsuite.engine.kernels``), measured in
    this run into ``--kernel-cache`` (default: a fresh directory under ``artifacts/``, so the choice is
    made on this machine as it is now, not read from an older cache); its time is reported (what the
@@ -75,7 +79,7 @@ MODEL = "smollm2-135m-instruct"
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from _machine import Machine, cpu_name, load_average, measure_machine, read_rate  # noqa: E402
+from _machine import Machine, PeakProbe, cpu_name, load_average, measure_machine, read_rate  # noqa: E402
 
 WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise", "calibrated")
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
@@ -105,6 +109,11 @@ class CurvePoint:
     rounds (one per round, beside the steps)."""
     start_roofline_ms: float
     """The roofline from the run's one probe at the start (how runs before 2026-11-26 computed it)."""
+    matmul_gflops: float
+    """The fp32 matmul peak this point's roofline uses: the median of the probes in its rounds."""
+    bandwidth_only_roofline_ms: float
+    """The roofline from the bandwidth probed beside the point and the run-start peak (how the runs of
+    2026-11-26 computed it)."""
 
     def share(self, way: str = "calibrated") -> float:
         """The roofline's share of ``way``'s step (1.0: at the machine's limit)."""
@@ -225,7 +234,9 @@ def curve_point(
     vocab = int(any_model.config.vocab_size)
     prompts = _prompts(batch, args.prompt_tokens, vocab, seed=batch)
     probe = torch.ones(512 * 1024 * 1024 // 4)  # the machine probe's tensor (bench/_machine.py)
+    peak = PeakProbe(machine)
     read_gbps: list[float] = []
+    gflops: list[float] = []
     with torch.inference_mode():
         batches = {name: prefill(way.model, prompts, False).batch for name, way in ways.items()}
         rows = _rows(batch)
@@ -235,13 +246,14 @@ def curve_point(
         llama_times: dict[str, list[float]] = {kv: [] for kv in llamas or {}}
         for _ in range(args.repeats):
             read_gbps.append(read_rate(probe))
+            gflops.append(peak.gflops())
             for name, way in ways.items():
                 step = functools.partial(_step, way.model, batches[name], way.decoder, rows)
                 times[name].append(_median_ms(step, args.steps))
             for kv, llama in (llamas or {}).items():
                 llama_times[kv].append(llama.batched_ms(prompts, args.steps))
         positions = batches["linear"].length
-    here = replace(machine, read_gbps=statistics.median(read_gbps))
+    here = replace(machine, read_gbps=statistics.median(read_gbps), matmul_gflops=statistics.median(gflops))
     return CurvePoint(
         batch,
         {n: statistics.median(t) for n, t in times.items()},
@@ -250,6 +262,8 @@ def curve_point(
         {kv: statistics.median(t) for kv, t in llama_times.items()},
         here.read_gbps,
         roofline_ms(params, any_model, machine, batch, positions),
+        here.matmul_gflops,
+        roofline_ms(params, any_model, replace(here, matmul_gflops=machine.matmul_gflops), batch, positions),
     )
 
 
@@ -378,7 +392,10 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     for way in WAYS:
         ax.plot(batches, [p.ms[way] for p in points], "o-", label=f"envsuite, {WAY_LABELS[way]}")
     ax.plot(
-        batches, [p.roofline_ms for p in points], "k--", label="roofline (bandwidth probed beside each point)"
+        batches,
+        [p.roofline_ms for p in points],
+        "k--",
+        label="roofline (bandwidth and peak probed beside each point)",
     )
     if llama:
         for kv_cache in ("F16", "F32"):
@@ -407,7 +424,7 @@ def _print_point(point: CurvePoint, llama: dict[str, Any] | None) -> None:
     cells = "  ".join(f"{way} {point.ms[way]:6.1f}" for way in WAYS)
     line = (
         f"batch {point.batch:3d}: {cells}  roofline {point.roofline_ms:5.1f} ms ({point.share():.0%} of it; "
-        f"{point.read_gbps:.1f} GB/s beside it)"
+        f"{point.read_gbps:.1f} GB/s, {point.matmul_gflops:.0f} GFLOP/s beside it)"
     )
     if llama is not None:
         line += "  llama.cpp F16/F32 KV " + "/".join(
