@@ -166,21 +166,13 @@ inline bool block_masked(const bool* mask) {
 // value row is read once for all G queries (vector registers: G x DV accumulators).
 template <int DV>
 void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
-                 int64_t G, int64_t L, float scale, float* scores, float* out, const float* next_k,
-                 const float* next_v, const bool* next_mask) {
+                 int64_t G, int64_t L, float scale, float* scores, float* out) {
   constexpr int64_t D = DV * P;
   const int64_t blocks_end = L - L % P;
-  // The next (row, head)'s keys and values are short streams elsewhere in the cache: asked for now, row
-  // by row beside this one's scores, they arrive while this head computes (the hardware prefetcher
-  // alone starts each stream cold).
-  if (next_k != nullptr)
-    for (int64_t l = 0; l < L; ++l) {
-      if (next_mask != nullptr && !next_mask[l]) continue;  // never read
-      for (int j = 0; j < DV; ++j) {
-        __builtin_prefetch(next_k + l * kl + j * P, 0, 2);
-        __builtin_prefetch(next_v + l * vl + j * P, 0, 2);
-      }
-    }
+  // No software prefetch of the next (row, head)'s keys and values: the hardware prefetcher follows
+  // these streams, and asking for a whole head ahead made the attention 10-12% slower on the AMD EPYC
+  // box (30 layers at 4-64 rows over 60-300 positions and on bench/decode_attention.py's continuous
+  // batching: docs/benchmarks.md).
   for (int64_t g = 0; g < G; ++g) {
     vec qv[DV];
     for (int j = 0; j < DV; ++j) qv[j] = load(q + g * D + j * P);
@@ -249,26 +241,17 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
 
 }  // namespace
 
-void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
+void DecodeAttention::item(int64_t item, float* scores) const {
   const int64_t b = item / H, h = item % H;
   const float* qh = q + (b * H + h) * G * D;
   const float* kh = k + b * k_row + h * k_head;
   const float* vh = v + b * v_row + h * v_head;
-  const float* next_k = nullptr;
-  const float* next_v = nullptr;
-  const bool* next_mask = nullptr;
-  if (next >= 0) {
-    const int64_t nb = next / H, nh = next % H;
-    next_k = k + nb * k_row + nh * k_head;
-    next_v = v + nb * v_row + nh * v_head;
-    next_mask = mask ? mask + nb * L : nullptr;
-  }
   const bool* row_mask = mask ? mask + b * L : nullptr;
   float* oh = out + (b * H + h) * G * D;
   switch (D / P) {
 #define ENVSUITE_HEAD_CASE(DV)                                                                                  \
   case DV:                                                                                                      \
-    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh, next_k, next_v, next_mask); \
+    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh);                            \
     break;
     ENVSUITE_HEAD_CASE(1)
     ENVSUITE_HEAD_CASE(2)
@@ -315,7 +298,7 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
                                   B, H, G, D, L, (float)scale, out.mutable_data_ptr<float>()};
   at::parallel_for(0, B * H, grain(4 * G * L * D), [&](int64_t begin, int64_t end) {
     std::vector<float> scores(G * L);
-    for (int64_t item = begin; item < end; ++item) attention.item(item, item + 1 < end ? item + 1 : -1, scores.data());
+    for (int64_t item = begin; item < end; ++item) attention.item(item, scores.data());
   });
   return out;
 }
