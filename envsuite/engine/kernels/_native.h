@@ -152,8 +152,8 @@ struct DecodeAttention {
   int64_t B, H, G, D, L;
   float scale;
   float* out;  // (B, H, G, D) contiguous
-  // `item`; scores: G * L floats of room.
-  void item(int64_t item, float* scores) const;
+  // `item`, asking for item `next`'s keys and values along the way (-1: none); scores: G * L floats.
+  void item(int64_t item, int64_t next, float* scores) const;
 };
 // Whether DecodeAttention takes heads of D floats, G query heads per key/value head.
 bool decode_attention_fits(int64_t D, int64_t G);

@@ -289,7 +289,7 @@ struct TeamStep {
                                     view.v_pos, B, kv_heads, G, D, L, scale, attn};
     const Share items(B * kv_heads, t, threads);
     for (int64_t item = items.begin; item < items.end; ++item)
-      attention.item(item, scores.data());
+      attention.item(item, item + 1 < items.end ? item + 1 : -1, scores.data());
     meet(t, ATTENTION);
     product(4 * l + 1, t, true);
     meet(t, O);

@@ -166,18 +166,31 @@ inline bool block_masked(const bool* mask) {
 // value row is read once for all G queries (vector registers: G x DV accumulators).
 template <int DV>
 void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
-                 int64_t G, int64_t L, float scale, float* scores, float* out) {
+                 int64_t G, int64_t L, float scale, float* scores, float* out, const float* next_k,
+                 const float* next_v, const bool* next_mask) {
   constexpr int64_t D = DV * P;
   const int64_t blocks_end = L - L % P;
-  // No software prefetch of the next (row, head)'s keys and values: the hardware prefetcher follows
-  // these streams, and asking for a whole head ahead made the attention 10-12% slower on the AMD EPYC
-  // box (30 layers at 4-64 rows over 60-300 positions and on bench/decode_attention.py's continuous
-  // batching: docs/benchmarks.md).
+  // The next (row, head)'s keys and values are short streams elsewhere in the cache (past this one's
+  // spare columns), asked for along this head's work: its keys' lines a share per block of scores, its
+  // values' lines one position per position of the weighted sum. Asked for all at this head's start
+  // (before 2026-11-26), the burst made attention 10-12% slower than no read-ahead at all; spread, the
+  // decode step measured 0.978-0.996 of no read-ahead (AMD EPYC box, 4-64 rows, in one process,
+  // docs/benchmarks.md).
+  const int64_t score_steps = G * ((L + P - 1) / P);
+  const int64_t keys_per_step = (L + score_steps - 1) / score_steps;
+  int64_t next_key = next_k != nullptr ? 0 : L;
+  auto ask_keys = [&]() {
+    for (const int64_t stop = std::min(L, next_key + keys_per_step); next_key < stop; ++next_key) {
+      if (next_mask != nullptr && !next_mask[next_key]) continue;  // never read
+      for (int j = 0; j < DV; ++j) __builtin_prefetch(next_k + next_key * kl + j * P, 0, 2);
+    }
+  };
   for (int64_t g = 0; g < G; ++g) {
     vec qv[DV];
     for (int j = 0; j < DV; ++j) qv[j] = load(q + g * D + j * P);
     float* s = scores + g * L;
     for (int64_t l0 = 0; l0 < blocks_end; l0 += P) {
+      ask_keys();
       if (mask && block_masked(mask + l0)) continue;  // the mask pass below sets its 16 scores
       vec acc[P];
       for (int i = 0; i < P; ++i) {
@@ -188,6 +201,7 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
       }
       store(s + l0, transposed_sums(acc) * scale);
     }
+    if (blocks_end < L) ask_keys();
     for (int64_t l = blocks_end; l < L; ++l) {
       const float* key = k + l * kl;
       vec dot = qv[0] * load(key);
@@ -226,6 +240,8 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
     const int64_t gs = std::min<int64_t>(4, G - g0);
     vec acc[4][DV] = {};
     for (int64_t l = 0; l < L; ++l) {
+      if (g0 == 0 && next_v != nullptr && (next_mask == nullptr || next_mask[l]))
+        for (int j = 0; j < DV; ++j) __builtin_prefetch(next_v + l * vl + j * P, 0, 2);
       if (mask && !mask[l]) continue;
       vec vv[DV];
       for (int j = 0; j < DV; ++j) vv[j] = load(v + l * vl + j * P);
@@ -241,17 +257,26 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
 
 }  // namespace
 
-void DecodeAttention::item(int64_t item, float* scores) const {
+void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
   const int64_t b = item / H, h = item % H;
   const float* qh = q + (b * H + h) * G * D;
   const float* kh = k + b * k_row + h * k_head;
   const float* vh = v + b * v_row + h * v_head;
+  const float* next_k = nullptr;
+  const float* next_v = nullptr;
+  const bool* next_mask = nullptr;
+  if (next >= 0) {
+    const int64_t nb = next / H, nh = next % H;
+    next_k = k + nb * k_row + nh * k_head;
+    next_v = v + nb * v_row + nh * v_head;
+    next_mask = mask ? mask + nb * L : nullptr;
+  }
   const bool* row_mask = mask ? mask + b * L : nullptr;
   float* oh = out + (b * H + h) * G * D;
   switch (D / P) {
 #define ENVSUITE_HEAD_CASE(DV)                                                                                  \
   case DV:                                                                                                      \
-    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh);                            \
+    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh, next_k, next_v, next_mask); \
     break;
     ENVSUITE_HEAD_CASE(1)
     ENVSUITE_HEAD_CASE(2)
@@ -298,7 +323,7 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& k, const a
                                   B, H, G, D, L, (float)scale, out.mutable_data_ptr<float>()};
   at::parallel_for(0, B * H, grain(4 * G * L * D), [&](int64_t begin, int64_t end) {
     std::vector<float> scores(G * L);
-    for (int64_t item = begin; item < end; ++item) attention.item(item, scores.data());
+    for (int64_t item = begin; item < end; ++item) attention.item(item, item + 1 < end ? item + 1 : -1, scores.data());
   });
   return out;
 }
