@@ -35,10 +35,13 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    native kernels for everything (products, norms, attention), its layers run operation by operation
    from Python (``captured_step=False``), and the same as one native call per step (the default now:
    ``_captured_step``).
-4. **Where the time goes** at batch 32: the default step's parts replayed alone on the live cache and
-   the real weights (the layer products, the LM head, attention, sampling); the remainder is norms,
-   rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer products next
-   to it.
+4. **Where the time goes**: the default's timed steps run with the team's phase clock on
+   (``envsuite.engine.kernels.read_team_clock``; steps 0.997-0.999 of unclocked ones), so each
+   point's split (the JSON's ``team_phases_ms``) is of the very steps it timed: this VM's speed
+   changes within seconds. And at
+   batch 32: the default step's parts replayed alone on the live cache and the real weights (the layer
+   products, the LM head, attention, sampling); the remainder is norms, rotary embeddings,
+   activations, KV appends and Python dispatch. The other ways' layer products next to it.
 5. With ``--llama-cpp`` (needs ``llama-cpp-python``, built from source: bench/_llama_cpp.py): llama.cpp
    on the same workload, the same weights at the same precision (the shipped Q4_1 GGUF de-quantized to
    an F32 GGUF, which is exactly what envsuite converts to fp32 safetensors), with llama.cpp's default
@@ -55,6 +58,7 @@ Writes a JSON of every number and a PNG of ms per step against batch size with t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -62,15 +66,24 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from envsuite.backends.local import load_sampling_model
-from envsuite.engine.kernels import KernelPlan, Product, kernel_plan, lay_out_frozen_linears
+from envsuite.engine.kernels import (
+    CLOCK_ENV,
+    TEAM_PHASES,
+    KernelPlan,
+    Product,
+    TeamClock,
+    kernel_plan,
+    lay_out_frozen_linears,
+    read_team_clock,
+)
 from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
@@ -114,6 +127,10 @@ class CurvePoint:
     bandwidth_only_roofline_ms: float
     """The roofline from the bandwidth probed beside the point and the run-start peak (how the runs of
     2026-11-26 computed it)."""
+    team_phases_ms: dict[str, float] = field(default_factory=dict)
+    """Where the default's timed steps spent their time, from the team's phase clock: per phase of
+    :data:`TEAM_PHASES`, working plus waiting at its barrier, ms per step, averaged over the threads and
+    the rounds (empty where the step did not run as a team). Which phase a slow point lost its time in."""
 
     def share(self, way: str = "calibrated") -> float:
         """The roofline's share of ``way``'s step (1.0: at the machine's limit)."""
@@ -218,6 +235,40 @@ def roofline_ms(params: int, model: Any, machine: Machine, batch: int, positions
     return 1000 * max(flops / (machine.matmul_gflops * 1e9), read / (machine.read_gbps * 1e9))
 
 
+@contextlib.contextmanager
+def phase_clock() -> Iterator[None]:
+    """The decode team's phase clock on (``ENVSUITE_DECODE_TEAM_CLOCK=1``): two clock reads per phase
+    and thread (steps 0.997-0.999 of unclocked ones at 1 and 16 rows); read the sums with
+    ``read_team_clock``."""
+    os.environ[CLOCK_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(CLOCK_ENV)
+
+
+def team_clock(step: Callable[[], None], steps: int) -> TeamClock:
+    """The decode team's phase clock over ``steps`` steps."""
+    read_team_clock(reset=True)
+    with phase_clock():
+        for _ in range(steps):
+            step()
+    return read_team_clock(reset=True)
+
+
+def phase_ms(clock: TeamClock) -> dict[str, float]:
+    """Per phase, working plus waiting, ms per step, averaged over the threads."""
+    if not clock.calls:
+        return {}
+    threads = range(clock.threads)
+    return {
+        phase: sum(clock.working_us(t)[phase] + clock.waiting_us(t)[phase] for t in threads)
+        / 1000
+        / clock.threads
+        for phase in TEAM_PHASES
+    }
+
+
 def curve_point(
     ways: dict[str, Way],
     params: int,
@@ -244,15 +295,19 @@ def curve_point(
             _step(way.model, batches[name], way.decoder, rows)
         times: dict[str, list[float]] = {name: [] for name in ways}
         llama_times: dict[str, list[float]] = {kv: [] for kv in llamas or {}}
+        read_team_clock(reset=True)
         for _ in range(args.repeats):
             read_gbps.append(read_rate(probe))
             gflops.append(peak.gflops())
             for name, way in ways.items():
                 step = functools.partial(_step, way.model, batches[name], way.decoder, rows)
-                times[name].append(_median_ms(step, args.steps))
+                # the default's timed steps carry the phase clock: its split is of these very steps
+                with phase_clock() if name == "calibrated" else contextlib.nullcontext():
+                    times[name].append(_median_ms(step, args.steps))
             for kv, llama in (llamas or {}).items():
                 llama_times[kv].append(llama.batched_ms(prompts, args.steps))
         positions = batches["linear"].length
+        clock = read_team_clock(reset=True)
     here = replace(machine, read_gbps=statistics.median(read_gbps), matmul_gflops=statistics.median(gflops))
     return CurvePoint(
         batch,
@@ -264,6 +319,7 @@ def curve_point(
         roofline_ms(params, any_model, machine, batch, positions),
         here.matmul_gflops,
         roofline_ms(params, any_model, replace(here, matmul_gflops=machine.matmul_gflops), batch, positions),
+        phase_ms(clock),
     )
 
 
@@ -420,6 +476,22 @@ def plot(points: list[CurvePoint], machine: Machine, llama: dict[str, Any] | Non
     fig.savefig(path, dpi=120)
 
 
+PRODUCT_PHASES = ("q/k/v", "o", "gate/up", "down")
+
+
+def _print_phases(point: CurvePoint) -> None:
+    phases = point.team_phases_ms
+    if not phases:
+        return
+    products = sum(phases[p] for p in PRODUCT_PHASES)
+    rest = sum(phases.values()) - products - phases["attention"] - phases["lm head"]
+    print(
+        f"batch {point.batch:3d}, the default step's team: layer products {products:.1f} ms, LM head "
+        f"{phases['lm head']:.1f}, attention {phases['attention']:.1f}, norms/rotary/SiLU/barriers {rest:.1f}",
+        flush=True,
+    )
+
+
 def _print_point(point: CurvePoint, llama: dict[str, Any] | None) -> None:
     cells = "  ".join(f"{way} {point.ms[way]:6.1f}" for way in WAYS)
     line = (
@@ -481,6 +553,8 @@ def main() -> None:
             sides.close()
     for point in points:
         _print_point(point, None)
+    for point in points:
+        _print_phases(point)
     parts = breakdown(ways, 32, args)
     print(f"where the time goes at batch 32 (default step {parts.step_ms:.1f} ms):")
     for name in ("layer_matmuls", "lm_head", "attention", "sampling"):

@@ -34,9 +34,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from _host import cpu_name  # noqa: E402
-from decode import _prompts, _rows, _step, build_way  # noqa: E402
+from decode import _prompts, _rows, _step, build_way, team_clock  # noqa: E402
 
-from envsuite.engine.kernels import CLOCK_ENV, TEAM_PHASES, TeamClock, read_team_clock  # noqa: E402
+from envsuite.engine.kernels import TEAM_PHASES, TeamClock  # noqa: E402
 from envsuite.engine.sampling._kv_batch import prefill  # noqa: E402
 
 SWITCH = "ENVSUITE_DECODE_TEAM"
@@ -52,18 +52,6 @@ def timed_round(step: Callable[[], None], steps: int) -> float:
         step()
         times.append(time.perf_counter() - started)
     return 1000 * statistics.median(times)
-
-
-def team_clock(step: Callable[[], None], steps: int) -> TeamClock:
-    """The team's phase clock over ``steps`` steps."""
-    os.environ[SWITCH], os.environ[CLOCK_ENV] = "1", "1"
-    try:
-        read_team_clock(reset=True)
-        for _ in range(steps):
-            step()
-        return read_team_clock(reset=True)
-    finally:
-        os.environ.pop(CLOCK_ENV)
 
 
 def clock_lines(clock: TeamClock) -> list[str]:
@@ -108,6 +96,7 @@ def main() -> None:
                         step = functools.partial(_step, way.model, batches[name], way.decoder, samplings)
                         ms[name].append(timed_round(step, args.steps))
                 ratios = [team / by_op for team, by_op in zip(ms["team"], ms["by_op"], strict=True)]
+                os.environ[SWITCH] = "1"
                 clock = team_clock(
                     functools.partial(_step, way.model, batches["team"], way.decoder, samplings), args.steps
                 )
