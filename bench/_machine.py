@@ -46,9 +46,20 @@ def _best_seconds(fn: object, repeats: int) -> float:
     return best
 
 
+def _product_gflops(left: torch.Tensor, right: torch.Tensor, onednn: bool, repeats: int) -> float:
+    """GFLOP/s of ``left @ right`` (square), best of ``repeats``: through oneDNN's linear op (the one the
+    lean decode step uses) or ``torch.mm`` (MKL's sgemm in torch's x86 builds)."""
+
+    def product() -> object:
+        if onednn:
+            return torch.ops.mkldnn._linear_pointwise(left, right, None, "none", [], "")
+        return left @ right
+
+    return 2 * left.shape[0] ** 3 / _best_seconds(product, repeats) / 1e9
+
+
 def _matmul_gflops(repeats: int, n: int = 2048) -> float:
-    left, right = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n**3 / _best_seconds(lambda: left @ right, repeats) / 1e9
+    return _product_gflops(torch.randn(n, n), torch.randn(n, n), False, repeats)
 
 
 def _onednn_available() -> bool:
@@ -58,12 +69,7 @@ def _onednn_available() -> bool:
 def _onednn_gflops(repeats: int, n: int = 2048) -> float:
     if not _onednn_available():
         return 0.0
-    left, right = torch.randn(n, n), torch.randn(n, n)
-
-    def product() -> object:
-        return torch.ops.mkldnn._linear_pointwise(left, right, None, "none", [], "")
-
-    return 2 * n**3 / _best_seconds(product, repeats) / 1e9
+    return _product_gflops(torch.randn(n, n), torch.randn(n, n), True, repeats)
 
 
 class PeakProbe:
@@ -72,16 +78,11 @@ class PeakProbe:
     too (a neighbour on the sibling hyperthread): the bandwidth probe alone misses that."""
 
     def __init__(self, machine: Machine, n: int = 2048) -> None:
-        self.n = n
         self.left, self.right = torch.randn(n, n), torch.randn(n, n)
         self.onednn = _onednn_available() and machine.onednn_gflops >= machine.mkl_gflops
 
     def gflops(self, repeats: int = 2) -> float:
-        if self.onednn:
-            product = lambda: torch.ops.mkldnn._linear_pointwise(self.left, self.right, None, "none", [], "")  # noqa: E731
-        else:
-            product = lambda: self.left @ self.right  # noqa: E731
-        return 2 * self.n**3 / _best_seconds(product, repeats) / 1e9
+        return _product_gflops(self.left, self.right, self.onednn, repeats)
 
 
 def read_rate(big: torch.Tensor, repeats: int = 3) -> float:

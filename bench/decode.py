@@ -38,10 +38,10 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
 4. **Where the time goes**: the default's timed steps run with the team's phase clock on
    (``envsuite.engine.kernels.read_team_clock``; steps 0.997-0.999 of unclocked ones), so each
    point's split (the JSON's ``team_phases_ms``) is of the very steps it timed: this VM's speed
-   changes within seconds. And at
-   batch 32: the default step's parts replayed alone on the live cache and the real weights (the layer
-   products, the LM head, attention, sampling); the remainder is norms, rotary embeddings,
-   activations, KV appends and Python dispatch. The other ways' layer products next to it.
+   changes within seconds. And at batch 32: the default step's parts replayed alone on the live cache
+   and the real weights (the layer products, the LM head, attention, sampling); the remainder is
+   norms, rotary embeddings, activations, KV appends and Python dispatch. The other ways' layer
+   products next to it.
 5. With ``--llama-cpp`` (needs ``llama-cpp-python``, built from source: bench/_llama_cpp.py): llama.cpp
    on the same workload, the same weights at the same precision (the shipped Q4_1 GGUF de-quantized to
    an F32 GGUF, which is exactly what envsuite converts to fp32 safetensors), with llama.cpp's default

@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +33,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from _host import cpu_name  # noqa: E402
-from decode import _prompts, _rows, _step, build_way, team_clock  # noqa: E402
+from decode import _median_ms, _prompts, _rows, _step, build_way, team_clock  # noqa: E402
 
 from envsuite.engine.kernels import TEAM_PHASES, TeamClock  # noqa: E402
 from envsuite.engine.sampling._kv_batch import prefill  # noqa: E402
@@ -44,14 +43,10 @@ WAYS = {"by_op": "0", "team": "1"}
 
 
 def timed_round(step: Callable[[], None], steps: int) -> float:
+    """Median ms of ``steps`` steps after two unmeasured ones."""
     for _ in range(2):
         step()
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
+    return _median_ms(step, steps)
 
 
 def clock_lines(clock: TeamClock) -> list[str]:

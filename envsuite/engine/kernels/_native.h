@@ -126,6 +126,7 @@ struct PanelProduct {
   const float* panels;
   float* out;  // M x ldo, ldo = npanels * 16 (the padding columns are written too)
   int64_t M, K, npanels, ldo, chunk, blocks, per_item;
+  int64_t blocks_ahead;  // how many k blocks ahead its items ask for weights (_native_products.cpp)
 };
 
 // A tensor for weights a decode step streams (_native_memory.cpp): of 64 KB or more, on transparent huge

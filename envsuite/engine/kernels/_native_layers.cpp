@@ -332,6 +332,11 @@ bool panels_of(const at::Tensor& w, int64_t K, int64_t N) {
          w.is_contiguous() && w.scalar_type() == at::kFloat;
 }
 
+// Whether `w` is an RMS norm's weight of `width` contiguous fp32 values.
+bool norm_of(const at::Tensor& w, int64_t width) {
+  return w.numel() == width && w.is_contiguous() && w.scalar_type() == at::kFloat;
+}
+
 // Whether the team runs this stack: every product on panels of the shapes a Llama layer has, head
 // sizes decode_attention takes, and fused q/k/v columns that fill their panels (the rotary pass reads
 // its rows unpadded).
@@ -340,14 +345,11 @@ bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int
   if (at::in_parallel_region() || heads % kv_heads != 0 || !decode_attention_fits(D, heads / kv_heads)) return false;
   for (int64_t code : paths)
     if (code != PANELS) return false;
-  auto norm = [width](const at::Tensor& w) {
-    return w.numel() == width && w.is_contiguous() && w.scalar_type() == at::kFloat;
-  };
   const int64_t qkv = (heads + 2 * kv_heads) * D;
   const int64_t gate_up_panels = weights[4].size(0);
   for (size_t l = 0; l < weights.size() / 6; ++l) {
     const at::Tensor* w = weights.data() + 6 * l;
-    if (!norm(w[0]) || !norm(w[3]) || !panels_of(w[1], width, qkv) || qkv % P != 0 ||
+    if (!norm_of(w[0], width) || !norm_of(w[3], width) || !panels_of(w[1], width, qkv) || qkv % P != 0 ||
         !panels_of(w[2], heads * D, width) || !panels_of(w[4], width, 2 * intermediate) ||
         w[4].size(0) != gate_up_panels || !panels_of(w[5], intermediate, width))
       return false;
@@ -376,8 +378,7 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
   // One allocation for every buffer between phases (offsets in floats, each a multiple of 16)
   const int64_t qkv_width = (heads + 2 * kv_heads) * D;
   // The LM head runs in the team where it is on panels too (its rows fill the logits buffer).
-  const bool team_head = head.has_value() && head->code == PANELS && head->norm.numel() == width &&
-                         head->norm.is_contiguous() && head->norm.scalar_type() == at::kFloat &&
+  const bool team_head = head.has_value() && head->code == PANELS && norm_of(head->norm, width) &&
                          panels_of(head->weight, width, head->vocab);
   const int64_t logits_ld = team_head ? head->weight.size(0) * P : 0;
   const int64_t sizes[] = {B * width, B * qkv_width, B * heads * D, B * kv_heads * D, B * kv_heads * D,
