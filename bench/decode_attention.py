@@ -8,7 +8,10 @@ cache), fp32, all of torch's threads. Two batches:
 * **bench-like**: 80 columns, every row 63-80 tokens long (left padding of up to 17), as
   bench/decode.py's prompts leave it;
 * **continuous batching**: 512 columns, one row 512 tokens long and the others 40-443 (rows that
-  joined a running batch later, or turns of different lengths, are padded up to the longest row).
+  joined a running batch later, or turns of different lengths, are padded up to the longest row);
+* **in cache**: 140 columns (8 blocks of 16 and a last one of 12), no padding, one layer's cache
+  read by all 30 layers: the kernel's own work, with keys and values in the CPU's caches rather than
+  streamed from memory.
 
 Per batch, the median over ``--repeats`` of the 30 layers' attention: ``torch.ops.envsuite.decode_attention``
 (scores 16 keys at a time; blocks of 16 keys a row's mask covers whole are not read) and
@@ -43,14 +46,16 @@ def padded_mask(lengths: list[int], columns: int) -> torch.Tensor:
     return mask
 
 
-def time_batch(mask: torch.Tensor, repeats: int) -> dict[str, float]:
+def time_batch(mask: torch.Tensor, repeats: int, caches: int = LAYERS) -> dict[str, float]:
+    """The 30 layers' attention over ``caches`` distinct caches (taken in turn)."""
     rows, columns = mask.shape
     generator = torch.Generator().manual_seed(columns)
     query = torch.randn(rows, KV_HEADS, GROUP, HEAD_DIM, generator=generator)
-    layers = [
+    distinct = [
         tuple(torch.randn(rows, KV_HEADS, columns, HEAD_DIM, generator=generator) for _ in range(2))
-        for _ in range(LAYERS)
+        for _ in range(caches)
     ]
+    layers = [distinct[layer % caches] for layer in range(LAYERS)]
     scale = HEAD_DIM**-0.5
     sdpa_mask = mask[:, None, None, :]
     native = torch.ops.envsuite.decode_attention(query, *layers[0], mask, scale)
@@ -86,9 +91,10 @@ def main() -> None:
     args = parser.parse_args()
     require_native_kernels()
     rows = args.rows
-    batches = {
-        "bench-like": padded_mask([80 - (row * 5) % 17 for row in range(rows)], 80),
-        "continuous batching": padded_mask([512] + [40 + 13 * row for row in range(1, rows)], 512),
+    batches = {  # name: (mask, distinct caches)
+        "bench-like": (padded_mask([80 - (row * 5) % 17 for row in range(rows)], 80), LAYERS),
+        "continuous batching": (padded_mask([512] + [40 + 13 * row for row in range(1, rows)], 512), LAYERS),
+        "in cache": (padded_mask([140] * rows, 140), 1),
     }
     result: dict[str, Any] = {
         "cpu": cpu_name(),
@@ -97,8 +103,8 @@ def main() -> None:
         "batches": {},
     }
     print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
-    for name, mask in batches.items():
-        ms = time_batch(mask, args.repeats)
+    for name, (mask, caches) in batches.items():
+        ms = time_batch(mask, args.repeats, caches)
         live = float(mask.float().mean())
         result["batches"][name] = {"columns": mask.shape[1], "live_share": live, **ms}
         print(

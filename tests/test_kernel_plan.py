@@ -174,7 +174,9 @@ def test_the_engine_runs_what_the_calibration_chose() -> None:
     cache_file = plan.calibration.cache_file
     stored = json.loads(cache_file.read_text())
     assert stored["key"] == asdict(MachineKey.here())
-    assert set(stored["shapes"]) == {f"{k}x{n}" for k, n in plan.timings}
+    # The file keeps every shape measured under this key, other models' too (the session's tests share
+    # it, and which of them calibrates first depends on the order they run in): this model's are there.
+    assert {f"{k}x{n}" for k, n in plan.timings} <= set(stored["shapes"])
 
 
 def test_a_calibration_is_reused_only_on_the_same_machine_key(tmp_path: Path) -> None:

@@ -88,6 +88,19 @@ inline float hsum(vec v) {
   return v[0];
 }
 
+// The largest of a vector's lanes, as a tree like hsum's.
+inline float hmax(vec v) {
+  vec w = ENVSUITE_SHUFFLE(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v = w > v ? w : v;
+  w = ENVSUITE_SHUFFLE(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  v = w > v ? w : v;
+  w = ENVSUITE_SHUFFLE(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  v = w > v ? w : v;
+  w = ENVSUITE_SHUFFLE(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  v = w > v ? w : v;
+  return v[0];
+}
+
 // Work below which at::parallel_for stays on one thread (a parallel region costs a few microseconds).
 inline int64_t grain(int64_t flops_per_item) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, flops_per_item)); }
 
