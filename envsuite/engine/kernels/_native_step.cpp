@@ -167,22 +167,23 @@ inline bool block_masked(const bool* mask) {
 template <int DV>
 void attend_head(const float* q, const float* k, int64_t kl, const float* v, int64_t vl, const bool* mask,
                  int64_t G, int64_t L, float scale, float* scores, float* out, const float* next_k,
-                 const float* next_v, const bool* next_mask) {
+                 const bool* next_mask) {
   constexpr int64_t D = DV * P;
   const int64_t blocks_end = L - L % P;
-  // The next (row, head)'s keys and values are short streams elsewhere in the cache (past this one's
-  // spare columns), asked for along this head's work: its keys' lines a share per block of scores, its
-  // values' lines one position per position of the weighted sum. Asked for all at this head's start
-  // (before 2026-11-26), the burst made attention 10-12% slower than no read-ahead at all; spread, the
-  // decode step measured 0.978-0.996 of no read-ahead (AMD EPYC box, 4-64 rows, in one process,
-  // docs/benchmarks.md).
+  // Read-ahead, so that each stream is asked for while the core computes on data it already holds:
+  // this head's values, a share of positions per block of scores (the scores' later passes run on keys
+  // in L1); the next (row, head)'s keys, one position per position of the weighted sum (they lie past
+  // this head's spare columns, where no hardware prefetcher follows). Measured on the AMD EPYC box
+  // (docs/benchmarks.md): a burst at each head's start was 10-12% slower than none; the next head's
+  // keys and values spread over this head's scores and sum, 0.978-0.996 of none (the step, 4-64 rows);
+  // this split against that, in one process: 0.961-0.993 at 16 rows, 0.987-0.989 at 32-64, 1.002 at 8.
   const int64_t score_steps = G * ((L + P - 1) / P);
-  const int64_t keys_per_step = (L + score_steps - 1) / score_steps;
-  int64_t next_key = next_k != nullptr ? 0 : L;
-  auto ask_keys = [&]() {
-    for (const int64_t stop = std::min(L, next_key + keys_per_step); next_key < stop; ++next_key) {
-      if (next_mask != nullptr && !next_mask[next_key]) continue;  // never read
-      for (int j = 0; j < DV; ++j) __builtin_prefetch(next_k + next_key * kl + j * P, 0, 2);
+  const int64_t values_per_step = (L + score_steps - 1) / score_steps;
+  int64_t asked = 0;
+  auto ask_values = [&]() {
+    for (const int64_t stop = std::min(L, asked + values_per_step); asked < stop; ++asked) {
+      if (mask != nullptr && !mask[asked]) continue;  // never read
+      for (int j = 0; j < DV; ++j) __builtin_prefetch(v + asked * vl + j * P, 0, 2);
     }
   };
   for (int64_t g = 0; g < G; ++g) {
@@ -190,7 +191,7 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
     for (int j = 0; j < DV; ++j) qv[j] = load(q + g * D + j * P);
     float* s = scores + g * L;
     for (int64_t l0 = 0; l0 < blocks_end; l0 += P) {
-      ask_keys();
+      ask_values();
       if (mask && block_masked(mask + l0)) continue;  // the mask pass below sets its 16 scores
       vec acc[P];
       for (int i = 0; i < P; ++i) {
@@ -202,7 +203,7 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
       store(s + l0, transposed_sums(acc) * scale);
     }
     if (blocks_end < L) {  // the last L % 16 keys as a block whose missing keys score 0 (not stored)
-      ask_keys();
+      ask_values();
       vec acc[P];
       for (int i = 0; i < P; ++i) {
         acc[bit_reversed[i]] = vec{};
@@ -255,8 +256,8 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
     const int64_t gs = std::min<int64_t>(4, G - g0);
     vec acc[4][DV] = {};
     for (int64_t l = 0; l < L; ++l) {
-      if (g0 == 0 && next_v != nullptr && (next_mask == nullptr || next_mask[l]))
-        for (int j = 0; j < DV; ++j) __builtin_prefetch(next_v + l * vl + j * P, 0, 2);
+      if (g0 == 0 && next_k != nullptr && (next_mask == nullptr || next_mask[l]))
+        for (int j = 0; j < DV; ++j) __builtin_prefetch(next_k + l * kl + j * P, 0, 2);
       if (mask && !mask[l]) continue;
       vec vv[DV];
       for (int j = 0; j < DV; ++j) vv[j] = load(v + l * vl + j * P);
@@ -278,12 +279,10 @@ void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
   const float* kh = k + b * k_row + h * k_head;
   const float* vh = v + b * v_row + h * v_head;
   const float* next_k = nullptr;
-  const float* next_v = nullptr;
   const bool* next_mask = nullptr;
   if (next >= 0) {
     const int64_t nb = next / H, nh = next % H;
     next_k = k + nb * k_row + nh * k_head;
-    next_v = v + nb * v_row + nh * v_head;
     next_mask = mask ? mask + nb * L : nullptr;
   }
   const bool* row_mask = mask ? mask + b * L : nullptr;
@@ -291,7 +290,7 @@ void DecodeAttention::item(int64_t item, int64_t next, float* scores) const {
   switch (D / P) {
 #define ENVSUITE_HEAD_CASE(DV)                                                                                  \
   case DV:                                                                                                      \
-    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh, next_k, next_v, next_mask); \
+    attend_head<DV>(qh, kh, k_pos, vh, v_pos, row_mask, G, L, scale, scores, oh, next_k, next_mask); \
     break;
     ENVSUITE_HEAD_CASE(1)
     ENVSUITE_HEAD_CASE(2)
