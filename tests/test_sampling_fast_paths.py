@@ -313,6 +313,11 @@ def test_a_panel_embedding_reads_the_plain_embeddings_rows() -> None:
     with torch.no_grad():
         assert torch.equal(panel_embedding(ids), embedding(ids))
         assert torch.equal(panel_embedding(torch.arange(37)), embedding.weight)
+        assert panel_embedding(torch.tensor([[36]], dtype=torch.int32)).shape == (1, 1, 24)
+        with pytest.raises(RuntimeError, match="out of range"):
+            panel_embedding(torch.tensor([37]))  # a padding column of the last panel is no row
+        with pytest.raises(RuntimeError, match="out of range"):
+            panel_embedding(torch.tensor([-1]))
 
 
 def test_fused_projections_give_each_layers_product_in_any_call_order() -> None:

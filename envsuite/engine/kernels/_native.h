@@ -178,6 +178,7 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const std::opti
 at::Tensor pack_panels(const at::Tensor& w);
 at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels, int64_t N,
                         const std::optional<at::Tensor>& bias);
+at::Tensor panel_rows(const at::Tensor& panels, const at::Tensor& ids, int64_t N);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qkv, const at::Tensor& cos,
                                                            const at::Tensor& sin, int64_t H, int64_t KV);

@@ -7,6 +7,7 @@ TORCH_LIBRARY(envsuite, m) {
   m.def("rows_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("pack_panels(Tensor weight) -> Tensor");
   m.def("panel_linear(Tensor x, Tensor panels, int out_features, Tensor? bias) -> Tensor");
+  m.def("panel_rows(Tensor panels, Tensor ids, int rows) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
   m.def("rotary_split(Tensor qkv, Tensor cos, Tensor sin, int heads, int kv_heads) -> (Tensor, Tensor, Tensor)");
@@ -27,6 +28,7 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("rows_linear", &envsuite::rows_linear);
   m.impl("pack_panels", &envsuite::pack_panels);
   m.impl("panel_linear", &envsuite::panel_linear);
+  m.impl("panel_rows", &envsuite::panel_rows);
   m.impl("rms_norm", &envsuite::rms_norm);
   m.impl("decode_attention", &envsuite::decode_attention);
   m.impl("rotary_split", &envsuite::rotary_split);

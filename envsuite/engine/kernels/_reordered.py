@@ -104,8 +104,9 @@ class PanelEmbedding(torch.nn.Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, int(panels.shape[1])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        block = self.panels.shape[2]
-        return self.panels[input_ids // block, :, input_ids % block]
+        # Panels exist only where the native kernels are loaded (they pack them): one native gather.
+        rows: torch.Tensor = torch.ops.envsuite.panel_rows(self.panels, input_ids, self.num_embeddings)
+        return rows
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, rows read from the LM head's panels"
