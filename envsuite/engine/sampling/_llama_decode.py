@@ -39,6 +39,7 @@ from envsuite.engine.kernels import (
     zero_filled_biases,
 )
 from envsuite.engine.sampling._captured_step import CapturedLayers
+from envsuite.engine.sampling._rotary_table import VECTOR_CHUNK, RotaryTable, static_rotary
 
 _SUPPORTED_MODEL_TYPES = frozenset({"llama"})
 
@@ -168,6 +169,13 @@ class LlamaDecoder:
         """Query heads per key/value head."""
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.scaling = self.head_dim**-0.5
+        self.rotary_table = (
+            RotaryTable(self.rotary)
+            if static_rotary(self.rotary) and self.head_dim % VECTOR_CHUNK == 0
+            else None
+        )
+        """The rotary module's values by position, where they never change and a head is whole vector
+        chunks (``_rotary_table``); else the module runs every step."""
         first: Any = inner.layers[0]
         self.act: torch.nn.Module = first.mlp.act_fn
         self.q_size = self.heads * self.head_dim
@@ -214,8 +222,12 @@ class LlamaDecoder:
             ids = torch.cat([ids, _tail_tensor(tails, lambda t: t.token_ids, ids.device)])
             positions = torch.cat([positions, _tail_tensor(tails, _tail_positions, ids.device)])
         hidden = self.embed(ids[:, None])
-        cos, sin = self.rotary(hidden, positions[:, None])
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        if self.rotary_table is not None:
+            cos, sin = self.rotary_table(hidden, positions)
+            cos, sin = cos[:, None, None, :], sin[:, None, None, :]
+        else:
+            cos, sin = self.rotary(hidden, positions[:, None])
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         # One mask for every layer; with no padding at all none is needed (a one-token query attends
         # to every cached position).
         mask = self.attention_mask(mask_B_L)
