@@ -22,12 +22,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
 from envsuite.engine.kernels import ROW_BUCKETS, Product, ProductPath, bucket_index
-from envsuite.engine.sampling._kv_cache_layer import GrowableLayer
+from envsuite.engine.sampling._kv_cache_layer import GrowableLayer, advance_all, free_columns
 
 
 class ProductCode(enum.IntEnum):
@@ -167,19 +167,10 @@ class CapturedLayers:
         position appended to every cache layer; None (nothing written, nothing appended) where the cache
         is not one it can write."""
         batch = hidden_B1D.shape[0]
-        keys, values, columns = [], [], set()
-        for layer in cache_layers:
-            if not isinstance(layer, GrowableLayer) or layer.rows != batch:
-                return None
-            free = layer.free_column()
-            if free is None or free.key_buffer.stride(3) != 1 or free.value_buffer.stride(3) != 1:
-                return None
-            keys.append(free.key_buffer)
-            values.append(free.value_buffer)
-            columns.add((free.start, free.end))
-        if len(columns) != 1:  # the layers of one batch always agree; anything else takes the slow path
+        free = free_columns(cache_layers, batch)
+        if free is None:
             return None
-        start, end = columns.pop()
+        start, end = free.start, free.end
         if mask_B_L is not None and mask_B_L.shape[1] != end + 1 - start:
             return None
         out: torch.Tensor = torch.ops.envsuite.decode_layers(
@@ -189,8 +180,8 @@ class CapturedLayers:
             mask_B_L,
             self.weights,
             self.codes_by_bucket[bucket := bucket_index(batch)],
-            keys,
-            values,
+            free.key_buffers,
+            free.value_buffers,
             start,
             end,
             self.heads,
@@ -203,7 +194,5 @@ class CapturedLayers:
             self.lm_head_codes[bucket],
             self.vocab,
         )
-        for layer in cache_layers:
-            assert isinstance(layer, GrowableLayer)
-            layer.advance()
+        advance_all(cast(Sequence[GrowableLayer], cache_layers))  # (free_columns checked their type)
         return out

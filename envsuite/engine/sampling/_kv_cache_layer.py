@@ -25,6 +25,7 @@ adopts them as its buffers at the next operation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -282,6 +283,60 @@ class GrowableLayer(DynamicLayer):
             values[: self._rows, :, left : left + live] = old_values[: self._rows, :, self._start : self._end]
         self._key_buffer, self._value_buffer = keys, values
         self._start, self._end = left, left + live
+
+
+@dataclass(frozen=True, slots=True)
+class FreeColumns:
+    """Every layer's buffers with column ``end`` free (:func:`free_columns`), in the layers' order."""
+
+    key_buffers: list[torch.Tensor]
+    value_buffers: list[torch.Tensor]
+    start: int
+    """The first live column of every layer."""
+    end: int
+    """The free column the caller writes in every layer."""
+
+
+def free_columns(layers: Sequence[object], rows: int) -> FreeColumns | None:
+    """:meth:`GrowableLayer.free_column` of every layer in one pass, for a step that writes one position
+    in each (``_captured_step``) and then calls :func:`advance_all`: None (nothing written) where a layer
+    is not a :class:`GrowableLayer` of ``rows`` rows holding buffers with unit stride in the head
+    dimension, or where the layers' live columns differ (a batch's layers always agree).
+
+    One loop over the layers' fields instead of a method call, a result object and two stride checks
+    per layer: the decode step runs it every step, on the interpreter's caches the step's weights have
+    just flushed."""
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    start = end = -1
+    for layer in layers:
+        if not isinstance(layer, GrowableLayer) or layer._rows != rows:
+            return None
+        if layer._replaced:
+            layer._adopt()
+        key, value = layer._key_buffer, layer._value_buffer
+        if key is None or value is None:
+            return None
+        if layer._end >= key.shape[2]:  # out of room: grown as free_column grows it
+            free = layer.free_column()
+            assert free is not None
+            key, value = free.key_buffer, free.value_buffer
+        if start < 0:
+            start, end = layer._start, layer._end
+        elif layer._start != start or layer._end != end:
+            return None
+        if key.stride(3) != 1 or value.stride(3) != 1:
+            return None
+        keys.append(key)
+        values.append(value)
+    return FreeColumns(keys, values, start, end) if keys else None
+
+
+def advance_all(layers: Sequence[GrowableLayer]) -> None:
+    """:meth:`GrowableLayer.advance` of every layer."""
+    for layer in layers:
+        layer._end += 1
+        layer._views_stale = True
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
