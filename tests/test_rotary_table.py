@@ -33,7 +33,7 @@ def _config(head_dim: int, **rope: object) -> LlamaConfig:
 def test_the_table_gives_the_modules_values_bit_for_bit(head_dim: int) -> None:
     rotary = LlamaRotaryEmbedding(_config(head_dim))
     assert static_rotary(rotary)
-    table = RotaryTable(rotary)
+    table = RotaryTable(rotary, head_dim)
     like = torch.empty(0)
     generator = torch.Generator().manual_seed(0)
     for rows, top in [(1, 10), (3, 300), (16, 200), (33, 1000), (100, 3000), (2, 7)]:
@@ -41,7 +41,7 @@ def test_the_table_gives_the_modules_values_bit_for_bit(head_dim: int) -> None:
         cos, sin = table(like, positions)
         expected_cos, expected_sin = rotary(like, positions[:, None])
         assert torch.equal(cos, expected_cos[:, 0]) and torch.equal(sin, expected_sin[:, 0])
-    assert table.length == 3072  # grown in blocks of 256, doubling
+    assert table.length == -(-3000 // table.block) * table.block  # doubled past 2999, whole blocks
 
 
 def test_rotary_types_that_rescale_with_the_length_keep_the_module() -> None:

@@ -170,7 +170,7 @@ class LlamaDecoder:
         self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.scaling = self.head_dim**-0.5
         self.rotary_table = (
-            RotaryTable(self.rotary)
+            RotaryTable(self.rotary, self.head_dim)
             if static_rotary(self.rotary) and self.head_dim % VECTOR_CHUNK == 0
             else None
         )

@@ -2,7 +2,7 @@
 
 transformers' rotary module computes a step's cosines and sines from its positions in about ten small
 operations (the products with the inverse frequencies, a concatenation, cos, sin, the scaling, a dtype
-cast): ~0.08 ms of a decode step at 1-16 rows on the AMD EPYC box, measured around the call in the step.
+cast): 0.08-0.14 ms of a decode step at 1-16 rows on the AMD EPYC box, measured around the call in the step.
 :class:`RotaryTable` calls the same module once per block of positions and keeps its outputs; a step
 then takes its rows with one ``index_select`` each.
 
@@ -11,7 +11,9 @@ elementwise product, then ``cos``/``sin`` and the scaling). torch's elementwise 
 chunks of two vectors through the vectorized function and the rest through the scalar one (``cos``:
 SLEEF against libm, which may differ in the last bit), so the table is used only where a head is a
 whole number of chunks (:data:`VECTOR_CHUNK`; 64-float heads, SmolLM2's, are two): then a step's rows and
-the table's blocks both go through the vectorized kernels only (tested). Only rotary types whose
+the table's blocks both go through the vectorized kernels only (tested). A block stays under the size
+above which torch shares an elementwise operation out among threads, whose shares need not end on a
+chunk (so does a step of fewer than 32768 / head_dim rows). Only rotary types whose
 inverse frequencies never change qualify: transformers' dynamic types rescale them with the longest
 sequence seen (:func:`static_rotary`).
 """
@@ -32,14 +34,19 @@ def static_rotary(rotary: torch.nn.Module) -> bool:
     return getattr(rotary, "rope_type", None) in _STATIC_ROPE_TYPES
 
 
+SERIAL_FLOATS = 16384
+"""Floats per call of the module: under torch's grain for sharing an elementwise operation among threads
+(``at::internal::GRAIN_SIZE``, 32768)."""
+
+
 class RotaryTable:
-    """The cosines and sines ``rotary`` gives positions ``[0, length)``, grown by blocks on demand."""
+    """The cosines and sines ``rotary`` gives positions ``[0, length)`` for heads of ``head_dim`` floats,
+    grown by blocks on demand."""
 
-    BLOCK = 256
-    """Positions computed per call of the module (256 x 64 floats: one thread's share in torch)."""
-
-    def __init__(self, rotary: torch.nn.Module) -> None:
+    def __init__(self, rotary: torch.nn.Module, head_dim: int) -> None:
         self.rotary = rotary
+        self.block = max(1, SERIAL_FLOATS // head_dim)
+        """Positions computed per call of the module (256 for 64-float heads)."""
         self._like = torch.empty(0)
         """The dtype and device of the hidden states the table serves (a new one starts a new table)."""
         self._cos: torch.Tensor | None = None
@@ -66,14 +73,14 @@ class RotaryTable:
 
     def _grow(self, needed: int) -> None:
         length = max(needed, 2 * self.length)
-        length = -(-length // self.BLOCK) * self.BLOCK
+        length = -(-length // self.block) * self.block
         cos_blocks, sin_blocks = (
             [] if self._cos is None else [self._cos],
             [] if self._sin is None else [self._sin],
         )
         with torch.no_grad():
-            for start in range(self.length, length, self.BLOCK):
-                positions = torch.arange(start, start + self.BLOCK, device=self._like.device)[None, :]
+            for start in range(self.length, length, self.block):
+                positions = torch.arange(start, start + self.block, device=self._like.device)[None, :]
                 cos, sin = self.rotary(self._like, positions)
                 cos_blocks.append(cos[0])
                 sin_blocks.append(sin[0])
