@@ -176,7 +176,8 @@ void attend_head(const float* q, const float* k, int64_t kl, const float* v, int
   // this head's spare columns, where no hardware prefetcher follows). Measured on the AMD EPYC box
   // (docs/benchmarks.md): a burst at each head's start was 10-12% slower than none; the next head's
   // keys and values spread over this head's scores and sum, 0.978-0.996 of none (the step, 4-64 rows);
-  // this split against that, in one process: 0.961-0.993 at 16 rows, 0.987-0.989 at 32-64, 1.002 at 8.
+  // this split against that, in one process: 0.961-0.993 at 16 rows (three runs), 0.987-0.989 at 32-64, 1.002
+  // at 8, 1.020 at 4 (one run each).
   const int64_t score_steps = G * ((L + P - 1) / P);
   const int64_t values_per_step = (L + score_steps - 1) / score_steps;
   int64_t asked = 0;
