@@ -33,18 +33,6 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 
-@dataclass(frozen=True, slots=True)
-class FreeColumn:
-    """A layer's buffers with column ``end`` free in every row (:meth:`GrowableLayer.free_column`)."""
-
-    key_buffer: torch.Tensor
-    value_buffer: torch.Tensor
-    start: int
-    """The first live column; the live columns are ``[start, end)``."""
-    end: int
-    """The free column the caller writes."""
-
-
 class GrowableLayer(DynamicLayer):
     """A full-attention KV-cache layer over buffers with spare rows and columns (see module docstring)."""
 
@@ -125,22 +113,22 @@ class GrowableLayer(DynamicLayer):
 
     # ------------------------------------------------------------------ what a captured step calls
 
-    def free_column(self) -> FreeColumn | None:
-        """The buffers with column ``end`` free in every row (reallocated first if out of room, as
-        :meth:`update` does), for a caller that writes one new position itself
-        (``envsuite/engine/sampling/_captured_step.py``) and then calls :meth:`advance`. Rows ``[0, rows)``
-        are the cache's. None while the layer holds no buffers yet."""
+    def free_buffers(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The key and value buffers with column ``end`` free in every row (reallocated first if out of
+        room, as :meth:`update` does), for a caller that writes one new position itself
+        (:func:`free_columns`) and then calls :meth:`advance`. Rows ``[0, rows)`` are the cache's, its
+        live columns ``[start, end)``. None while the layer holds no buffers yet."""
         self._adopt()
-        if self._key_buffer is None or self._value_buffer is None:
-            return None
         keys, values = self._key_buffer, self._value_buffer
+        if keys is None or values is None:
+            return None
         if self._end + 1 > keys.shape[2]:
             self._relayout(keys, values, rows=self._rows, left=0, right=1)
             keys, values = self._buffers()
-        return FreeColumn(keys, values, self._start, self._end)
+        return keys, values
 
     def advance(self) -> None:
-        """Count column ``end`` (written by the caller of :meth:`free_column`) as live."""
+        """Count column ``end`` (written by the caller of :meth:`free_buffers`) as live."""
         self._end += 1
         self._views_stale = True
 
@@ -298,29 +286,23 @@ class FreeColumns:
 
 
 def free_columns(layers: Sequence[object], rows: int) -> FreeColumns | None:
-    """:meth:`GrowableLayer.free_column` of every layer in one pass, for a step that writes one position
-    in each (``_captured_step``) and then calls :func:`advance_all`: None (nothing written) where a layer
-    is not a :class:`GrowableLayer` of ``rows`` rows holding buffers with unit stride in the head
-    dimension, or where the layers' live columns differ (a batch's layers always agree).
+    """:meth:`GrowableLayer.free_buffers` of every layer, for a step that writes one position in each
+    (``_captured_step``) and then calls :func:`advance_all`: None (nothing written) where a layer is not
+    a :class:`GrowableLayer` of ``rows`` rows holding buffers with unit stride in the head dimension, or
+    where the layers' live columns differ (a batch's layers always agree).
 
-    One loop over the layers' fields instead of a method call, a result object and two stride checks
-    per layer: the decode step runs it every step, on the interpreter's caches the step's weights have
-    just flushed."""
+    The buffers and the two columns, with no result object per layer: the decode step runs this every
+    step, on the interpreter's caches the step's weights have just flushed."""
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
     start = end = -1
     for layer in layers:
-        if not isinstance(layer, GrowableLayer) or layer._rows != rows:
+        if not isinstance(layer, GrowableLayer) or layer.rows != rows:
             return None
-        if layer._replaced:
-            layer._adopt()
-        key, value = layer._key_buffer, layer._value_buffer
-        if key is None or value is None:
+        buffers = layer.free_buffers()
+        if buffers is None:
             return None
-        if layer._end >= key.shape[2]:  # out of room: grown as free_column grows it
-            free = layer.free_column()
-            assert free is not None
-            key, value = free.key_buffer, free.value_buffer
+        key, value = buffers
         if start < 0:
             start, end = layer._start, layer._end
         elif layer._start != start or layer._end != end:
@@ -335,8 +317,7 @@ def free_columns(layers: Sequence[object], rows: int) -> FreeColumns | None:
 def advance_all(layers: Sequence[GrowableLayer]) -> None:
     """:meth:`GrowableLayer.advance` of every layer."""
     for layer in layers:
-        layer._end += 1
-        layer._views_stale = True
+        layer.advance()
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
