@@ -368,7 +368,8 @@ def test_native_step_kernels_give_torchs_values(head_dim: int) -> None:
     if not native_kernels().available:
         pytest.skip(f"native kernels unavailable: {native_kernels().reason}")
     generator = torch.Generator().manual_seed(head_dim)
-    # Lengths below, at and past whole blocks of 16 keys (scores come 16 at a time, the rest one by one).
+    # Lengths below, at and past whole blocks of 16 keys (scores come 16 at a time, the last L % 16 as one
+    # block padded with empty keys).
     for rows, kv_heads, group, length in ((1, 3, 3, 1), (2, 2, 3, 32), (3, 2, 5, 37), (9, 1, 8, 130)):
         # The cache's views: rows x kv heads x length of buffers with room on both sides.
         keys = torch.randn(rows + 2, kv_heads, length + 20, head_dim, generator=generator)[
