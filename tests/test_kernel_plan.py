@@ -608,6 +608,26 @@ def test_panels_lie_one_after_another_in_huge_page_arenas_and_multiply_as_before
     assert not _mapped(address)
 
 
+@pytest.mark.parametrize("rows", [13, 14, 15, 16])
+def test_13_to_16_rows_multiply_as_smaller_batches_do(rows: int) -> None:
+    """13-16 rows take each panel in one pass over x read k-major (``_native_products.cpp``), fewer rows
+    chunks of row-major x: every output is the same sum in the same order, so the rows come out bit for
+    bit as when multiplied in batches of 12 and the rest (also with a k not a multiple of the k block,
+    and an odd panel count: the last item is one panel)."""
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+    generator = torch.Generator().manual_seed(rows)
+    for out_features, in_features in ((3072, 576), (1000, 600), (576, 1536)):
+        weight = torch.randn(out_features, in_features, generator=generator)
+        panels = torch.ops.envsuite.pack_panels(weight)
+        x = torch.randn(rows, in_features, generator=generator)
+        whole = torch.ops.envsuite.panel_linear(x, panels, out_features, None)
+        parts = [torch.ops.envsuite.panel_linear(part, panels, out_features, None) for part in (x[:12], x[12:])]
+        assert torch.equal(whole, torch.cat(parts)), (rows, out_features, in_features)
+        # sums of up to 1536 products of N(0, 1) values (magnitude ~40): a float32 ulp there is ~4e-6
+        torch.testing.assert_close(whole, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-3)
+
+
 def test_the_cpu_identity_loads_no_torch_and_names_the_widest_vector_unit(tmp_path: Path) -> None:
     """``envsuite.engine.cpu_identity`` (the key of built kernels and calibrations, and how benches name
     the CPU) reads ``/proc/cpuinfo`` without importing torch, and its vector unit follows the flags."""

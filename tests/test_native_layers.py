@@ -134,9 +134,10 @@ def _stack(rows: int, masked: bool, seed: int) -> Stack:
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("rows", [1, 5, 12])
+@pytest.mark.parametrize("rows", [1, 5, 12, 16])
 def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows 1 and 5 take items of one panel, 12 of two; three threads on this machine's two cores share
+    """Rows 1 and 5 take items of one panel, 12 and 16 of two (16 through x read k-major, each thread
+    its own copy); three threads on this machine's two cores share
     uneven runs (and wait for each other through the barrier's yield)."""
     with _threads(threads):
         for masked in (False, True):
@@ -150,7 +151,7 @@ def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: 
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows", [1, 12])
+@pytest.mark.parametrize("rows", [1, 12, 16])
 def test_with_the_lm_head_the_team_gives_the_ops_logits(
     threads: int, rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

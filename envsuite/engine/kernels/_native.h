@@ -133,13 +133,19 @@ class StealingRuns {
 struct PanelProduct {
   PanelProduct(const float* x, const at::Tensor& panels, float* out, int64_t M, int64_t per_item = 2);
   int64_t items() const { return (npanels + per_item - 1) / per_item; }
-  void item(int64_t item) const;
+  // Where `by_k` (13-16 rows, _native_products.cpp): a caller first writes x k-major into a buffer of
+  // x_floats() floats (transpose_x) and hands it to every item; else x_t is unused.
+  void item(int64_t item, const float* x_t = nullptr) const;
+  int64_t x_floats() const { return by_k ? M * K : 0; }
+  void transpose_x(float* x_t) const;
+  void item_by_k(int64_t item, const float* x_t) const;
 
   const float* x;
   const float* panels;
   float* out;  // M x ldo, ldo = npanels * 16 (the padding columns are written too)
   int64_t M, K, npanels, ldo, chunk, blocks, per_item;
   int64_t blocks_ahead;  // how many k blocks ahead its items ask for weights (_native_products.cpp)
+  bool by_k;             // one pass per panel over all M rows, x read k-major (13-16 rows)
 };
 
 // A tensor for weights a decode step streams (_native_memory.cpp): of 64 KB or more, on transparent huge

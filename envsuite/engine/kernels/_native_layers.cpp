@@ -263,21 +263,22 @@ struct TeamStep {
   }
 
   // Thread t's share of product i, each item's columns added to the residual stream if `residual`.
-  void product(int64_t i, int64_t t, bool residual) {
+  void product(int64_t i, int64_t t, bool residual, std::vector<float>& x_t) {
     const PanelProduct& p = products[i];
     const int64_t columns = P * p.per_item;
+    if (p.by_k) p.transpose_x(x_t.data());  // each thread its own copy: no barrier between
     for (int64_t item = runs[i].take(t); item >= 0; item = runs[i].take(t)) {
-      p.item(item);
+      p.item(item, x_t.data());
       if (residual) add_columns(hidden, width, p.out, p.ldo, B, columns * item, std::min(width, columns * (item + 1)));
     }
   }
 
-  void layer(int64_t l, int64_t t, std::vector<float>& scores) {
+  void layer(int64_t l, int64_t t, std::vector<float>& scores, std::vector<float>& x_t) {
     const LayerView& view = views[l];
     const Share rows(B, t, threads);
     rms_norm_rows(hidden, view.input_norm, x, width, eps, rows.begin, rows.end);
     meet(t, INPUT_NORM);
-    product(4 * l, t, false);
+    product(4 * l, t, false, x_t);
     meet(t, QKV);
     rotary_rows(qkv, cos, sin, q, k, v, heads, kv_heads, D, rows.begin, rows.end);
     // the new position's keys and values into the cache's column `end`
@@ -291,11 +292,11 @@ struct TeamStep {
     for (int64_t item = items.begin; item < items.end; ++item)
       attention.item(item, item + 1 < items.end ? item + 1 : -1, scores.data());
     meet(t, ATTENTION);
-    product(4 * l + 1, t, true);
+    product(4 * l + 1, t, true, x_t);
     meet(t, O);
     rms_norm_rows(hidden, view.post_norm, x, width, eps, rows.begin, rows.end);
     meet(t, POST_NORM);
-    product(4 * l + 2, t, false);
+    product(4 * l + 2, t, false, x_t);
     meet(t, GATE_UP);
     // SiLU(gate) * up in spans of 256 of each row's I values
     constexpr int64_t SPAN = 256;
@@ -307,19 +308,22 @@ struct TeamStep {
       silu_mul_span(g, g + I, mlp + b * I, i0, std::min(I, i0 + SPAN), I);
     }
     meet(t, SILU);
-    product(4 * l + 3, t, true);
+    product(4 * l + 3, t, true, x_t);
     meet(t, DOWN);
   }
 
   void run(int64_t t) {
     std::vector<float> scores(G * L);
+    int64_t x_floats = 0;
+    for (const PanelProduct& p : products) x_floats = std::max(x_floats, p.x_floats());
+    std::vector<float> x_t(x_floats);
     if (!clocks.empty()) clocks[t].last = std::chrono::steady_clock::now();
-    for (int64_t l = 0; l < layers; ++l) layer(l, t, scores);
+    for (int64_t l = 0; l < layers; ++l) layer(l, t, scores, x_t);
     if (final_norm != nullptr) {
       const Share rows(B, t, threads);
       rms_norm_rows(hidden, final_norm, x, width, eps, rows.begin, rows.end);
       meet(t, FINAL_NORM);
-      product(4 * layers, t, false);
+      product(4 * layers, t, false, x_t);
       // (no barrier of ours ends the head: its wait is the region's end, not counted)
       if (!clocks.empty()) clocks[t].working[LM_HEAD] += ns_between(clocks[t].last, std::chrono::steady_clock::now());
     }

@@ -30,6 +30,11 @@ constexpr int MR = 4;  // 16 or fewer vector registers
 constexpr int MR_DECODE = 4;
 constexpr int64_t DECODE_ROWS = 0;
 #endif
+#if defined(__AVX512F__)
+constexpr int64_t BY_K_ROWS_MIN = 13, BY_K_ROWS_MAX = 16;
+#else
+constexpr int64_t BY_K_ROWS_MIN = 1, BY_K_ROWS_MAX = 0;  // never
+#endif
 constexpr int64_t KC = 256;  // k block: a panel pair's 256 x 32 floats (32 KB) stay in L1 across row chunks
 
 void check_product(const at::Tensor& x, const at::Tensor& w, const char* what) {
@@ -141,6 +146,47 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
   }
 }
 
+// rows [0, R) x one panel over k in [k0, k1), x k-major (x_t[k * R + r]), otherwise as panel_micro:
+// the same products summed in the same order, so the same sums bit for bit. One pointer serves every
+// row's broadcast (row-major x needs one per row: 16 of them do not fit the general registers).
+template <int R>
+inline void panel_micro_by_k(const float* x_t, const float* w, int64_t k0, int64_t k1, float* out, int64_t ldo,
+                             Ahead ahead) {
+  vec a[R];
+  for (int r = 0; r < R; ++r) a[r] = k0 ? load(out + r * ldo) : vec{};
+  int64_t left = 0;
+  for (int64_t k = k0; k < k1; ++k) {
+    if (left-- == 0) {
+      __builtin_prefetch(ahead.w0, 0, 3);
+      ahead.w0 += ahead.every * P;
+      left = ahead.every - 1;
+    }
+    const vec b = load(w + k * P);
+    const float* xk = x_t + k * R;
+    for (int r = 0; r < R; ++r) a[r] += xk[r] * b;
+  }
+  for (int r = 0; r < R; ++r) store(out + r * ldo, a[r]);
+}
+
+void panel_by_k(const float* x_t, const float* w, int64_t k0, int64_t k1, float* out, int64_t ldo, int rows,
+                Ahead ahead) {
+  switch (rows) {
+#if defined(__AVX512F__)
+#define ENVSUITE_BY_K_CASE(R) \
+  case R:                     \
+    panel_micro_by_k<R>(x_t, w, k0, k1, out, ldo, ahead); \
+    break;
+    ENVSUITE_BY_K_CASE(13)
+    ENVSUITE_BY_K_CASE(14)
+    ENVSUITE_BY_K_CASE(15)
+    ENVSUITE_BY_K_CASE(16)
+#undef ENVSUITE_BY_K_CASE
+#endif
+    default:
+      TORCH_CHECK(false, "panel_linear: bad k-major row count");
+  }
+}
+
 template <bool TWO>
 void panel_rows(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1, float* out,
                 int64_t ldo, int rows, Ahead ahead) {
@@ -242,11 +288,37 @@ PanelProduct::PanelProduct(const float* x, const at::Tensor& panels, float* out,
       chunk(M <= DECODE_ROWS ? MR_DECODE : MR),
       blocks((panels.size(1) + KC - 1) / KC),
       per_item(per_item),
-      blocks_ahead(ahead_blocks(K, blocks)) {
+      blocks_ahead(ahead_blocks(K, blocks)),
+      by_k(BY_K_ROWS_MIN <= M && M <= BY_K_ROWS_MAX && std::getenv("ENVSUITE_X16") == nullptr) {
   TORCH_CHECK(per_item == 1 || per_item == 2, "PanelProduct: items of one or two panels");
 }
 
-void PanelProduct::item(int64_t item) const {
+void PanelProduct::transpose_x(float* x_t) const {
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t k = 0; k < K; ++k) x_t[k * M + r] = x[r * K + k];
+}
+
+// 13-16 rows: each panel of the item in one pass over all rows, x read k-major, asking for the panel's
+// own lines `blocks_ahead` blocks later (one per k step).
+void PanelProduct::item_by_k(int64_t item, const float* x_t) const {
+  const int64_t p0 = per_item * item;
+  const int64_t here = std::min(per_item, npanels - p0);
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t k1 = std::min(K, k0 + KC);
+    const int64_t later = (k0 / KC) + blocks_ahead;
+    const float* l0 = panels + (p0 + per_item * (later / blocks)) * K * P + (later % blocks) * KC * P;
+    for (int64_t q = 0; q < here; ++q) {
+      const float* lq = l0 + q * K * P;
+      panel_by_k(x_t, panels + (p0 + q) * K * P, k0, k1, out + (p0 + q) * P, ldo, (int)M, Ahead{lq, lq, 1});
+    }
+  }
+}
+
+void PanelProduct::item(int64_t item, const float* x_t) const {
+  if (by_k) {
+    item_by_k(item, x_t);
+    return;
+  }
   const int64_t p0 = per_item * item;
   const bool two = per_item == 2 && p0 + 1 < npanels;
   const float* w0 = panels + p0 * K * P;
@@ -333,7 +405,9 @@ at::Tensor panel_linear(const at::Tensor& x_in, const at::Tensor& panels, int64_
   const int64_t M = K ? x.numel() / K : 0;
   at::Tensor out = at::empty({M, npanels * P}, x.options());
   const PanelProduct product(x.const_data_ptr<float>(), panels, out.mutable_data_ptr<float>(), M);
-  stealing_for(product.items(), grain(2 * M * K * 2 * P), [&](int64_t pair) { product.item(pair); });
+  std::vector<float> x_t(product.x_floats());
+  if (product.by_k) product.transpose_x(x_t.data());
+  stealing_for(product.items(), grain(2 * M * K * 2 * P), [&](int64_t pair) { product.item(pair, x_t.data()); });
   auto shape = x.sizes().vec();
   shape.back() = N;
   at::Tensor result = out.size(1) == N ? out : out.narrow(1, 0, N).contiguous();
