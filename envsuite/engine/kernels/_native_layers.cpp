@@ -266,7 +266,10 @@ struct TeamStep {
   void product(int64_t i, int64_t t, bool residual, std::vector<float>& x_t) {
     const PanelProduct& p = products[i];
     const int64_t columns = P * p.per_item;
-    if (p.by_k) p.transpose_x(x_t.data());  // each thread its own copy: no barrier between
+    // Each thread its own k-major copy of x (13-16 rows), so no barrier between: as scalar copies
+    // they cost ~0.3 ms of SmolLM2's 16-row step (it took 1.017x with every copy made twice), less
+    // through registers (_native_products.cpp's transpose_rows).
+    if (p.by_k) p.transpose_x(x_t.data());
     for (int64_t item = runs[i].take(t); item >= 0; item = runs[i].take(t)) {
       p.item(item, x_t.data());
       if (residual) add_columns(hidden, width, p.out, p.ldo, B, columns * item, std::min(width, columns * (item + 1)));

@@ -5,7 +5,8 @@
 //                 vector load gives 16 columns' weights at one k. A microkernel keeps up to MR rows x 32
 //                 columns of accumulators in registers (MR_DECODE for a decode step's 9-48 rows); every
 //                 weight is read once per chunk of rows (once in all for one chunk) and sequentially, so it
-//                 serves 1 to thousands of rows on one layout.
+//                 serves 1 to thousands of rows on one layout. 13-16 rows take each panel in one pass
+//                 over all rows instead, x read k-major (BY_K_ROWS_MIN below).
 // Each output's sum runs over k in order within a vector lane; rows_linear then adds the lanes as a tree.
 #include <ATen/Parallel.h>
 
@@ -30,6 +31,18 @@ constexpr int MR = 4;  // 16 or fewer vector registers
 constexpr int MR_DECODE = 4;
 constexpr int64_t DECODE_ROWS = 0;
 #endif
+// 13-16 rows, "by k": each panel of an item in one pass over every row (16 accumulators), x read from
+// a k-major copy (x_t[k * M + r]: one pointer serves all rows' broadcasts; row-major x would need one
+// per row, more than the general registers, and that kernel ran 1.40x slower from cache), each pass
+// asking for its own panel's lines one per k step. In 12 + 4 row chunks the 4-row pass asked for
+// nothing (see PanelProduct::item): a quarter of each block's time without read-ahead. Measured on the
+// AMD EPYC box, slow-memory phase (43-47 GB/s):
+//   SmolLM2's 30 layers of products from memory, 16 rows (x made k-major outside the timing): 11.67 ->
+//   10.34 ms; from cache 8.16 -> 8.23 (the compute is the same);
+//   the decode step in one process, the two ways alternating (8 rounds): 16 rows 0.888, 13 rows 0.912
+//   (the transposes by scalar copies: 0.911 and 0.927);
+//   12 + 4 chunks of 8 + 8 instead: from memory 1.073, from cache 1.021; by k at 8-12 rows: 1.005-1.037;
+//   32 and 64 rows as passes of 16 by k: 1.030 and 1.044.
 #if defined(__AVX512F__)
 constexpr int64_t BY_K_ROWS_MIN = 13, BY_K_ROWS_MAX = 16;
 #else
@@ -289,13 +302,60 @@ PanelProduct::PanelProduct(const float* x, const at::Tensor& panels, float* out,
       blocks((panels.size(1) + KC - 1) / KC),
       per_item(per_item),
       blocks_ahead(ahead_blocks(K, blocks)),
-      by_k(BY_K_ROWS_MIN <= M && M <= BY_K_ROWS_MAX && std::getenv("ENVSUITE_X16") == nullptr) {
+      by_k(BY_K_ROWS_MIN <= M && M <= BY_K_ROWS_MAX) {
   TORCH_CHECK(per_item == 1 || per_item == 2, "PanelProduct: items of one or two panels");
 }
 
+#if defined(__AVX512F__)
+// One stage of a 16 x 16 transpose in registers: rows i and i + B (i & B == 0) trade blocks of B floats,
+// row i keeping the first block of each 2B and taking row i + B's, row i + B the second blocks. After
+// B = 8, 4, 2, 1 row j holds column j.
+template <int B>
+inline void trade_blocks(vec* m) {
+  static_assert(B == 8 || B == 4 || B == 2 || B == 1);
+  constexpr ivec lo = B == 8   ? ivec{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}
+                      : B == 4 ? ivec{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}
+                      : B == 2 ? ivec{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}
+                               : ivec{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+  constexpr ivec hi = lo + B;
+  for (int i = 0; i < 16; ++i) {
+    if (i & B) continue;
+    const vec a = m[i], b = m[i + B];
+    m[i] = __builtin_shuffle(a, b, lo);
+    m[i + B] = __builtin_shuffle(a, b, hi);
+  }
+}
+
+// x (R rows of K) k-major into x_t: x_t[k * R + r] = x[r * K + k]; 16 k at a time through registers.
+template <int R>
+void transpose_rows(const float* x, int64_t K, float* x_t) {
+  const int64_t kv = K - K % P;
+  for (int64_t k = 0; k < kv; k += P) {
+    vec m[16];
+    for (int r = 0; r < 16; ++r) m[r] = r < R ? load(x + r * K + k) : vec{};
+    trade_blocks<8>(m);
+    trade_blocks<4>(m);
+    trade_blocks<2>(m);
+    trade_blocks<1>(m);
+    for (int j = 0; j < 16; ++j) std::memcpy(x_t + (k + j) * R, &m[j], R * sizeof(float));
+  }
+  for (int64_t k = kv; k < K; ++k)
+    for (int r = 0; r < R; ++r) x_t[k * R + r] = x[r * K + k];
+}
+#endif
+
 void PanelProduct::transpose_x(float* x_t) const {
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t k = 0; k < K; ++k) x_t[k * M + r] = x[r * K + k];
+  switch (M) {
+#if defined(__AVX512F__)
+    case 13: transpose_rows<13>(x, K, x_t); return;
+    case 14: transpose_rows<14>(x, K, x_t); return;
+    case 15: transpose_rows<15>(x, K, x_t); return;
+    case 16: transpose_rows<16>(x, K, x_t); return;
+#endif
+    default:
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t k = 0; k < K; ++k) x_t[k * M + r] = x[r * K + k];
+  }
 }
 
 // 13-16 rows: each panel of the item in one pass over all rows, x read k-major, asking for the panel's
