@@ -622,7 +622,9 @@ def test_13_to_16_rows_multiply_as_smaller_batches_do(rows: int) -> None:
         panels = torch.ops.envsuite.pack_panels(weight)
         x = torch.randn(rows, in_features, generator=generator)
         whole = torch.ops.envsuite.panel_linear(x, panels, out_features, None)
-        parts = [torch.ops.envsuite.panel_linear(part, panels, out_features, None) for part in (x[:12], x[12:])]
+        parts = [
+            torch.ops.envsuite.panel_linear(part, panels, out_features, None) for part in (x[:12], x[12:])
+        ]
         assert torch.equal(whole, torch.cat(parts)), (rows, out_features, in_features)
         # sums of up to 1536 products of N(0, 1) values (magnitude ~40): a float32 ulp there is ~4e-6
         torch.testing.assert_close(whole, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-3)
