@@ -145,7 +145,7 @@ struct PanelProduct {
   float* out;  // M x ldo, ldo = npanels * 16 (the padding columns are written too)
   int64_t M, K, npanels, ldo, chunk, blocks, per_item;
   int64_t blocks_ahead;  // how many k blocks ahead its items ask for weights (_native_products.cpp)
-  bool by_k;             // one pass per panel over all M rows, x read k-major (13-16 rows)
+  bool by_k;             // one pass per panel over all M rows and all K, x read k-major (13-16 rows)
 };
 
 // A tensor for weights a decode step streams (_native_memory.cpp): of 64 KB or more, on transparent huge

@@ -31,22 +31,28 @@ constexpr int MR = 4;  // 16 or fewer vector registers
 constexpr int MR_DECODE = 4;
 constexpr int64_t DECODE_ROWS = 0;
 #endif
-// 13-16 rows, "by k": each panel of an item in one pass over every row (16 accumulators), x read from
-// a k-major copy (x_t[k * M + r]: one pointer serves all rows' broadcasts; row-major x would need one
-// per row, more than the general registers, and that kernel ran 1.40x slower from cache), each pass
-// asking for its own panel's lines one per k step. In 12 + 4 row chunks the 4-row pass asked for
-// nothing (see PanelProduct::item): a quarter of each block's time without read-ahead. Measured on the
-// AMD EPYC box, slow-memory phase (43-47 GB/s):
-//   SmolLM2's 30 layers of products from memory, 16 rows (x made k-major outside the timing): 11.67 ->
-//   10.34 ms; from cache 8.16 -> 8.23 (the compute is the same);
-//   the decode step in one process, the two ways alternating (8 rounds): 16 rows 0.888, 13 rows 0.912
-//   (the transposes by scalar copies: 0.911 and 0.927);
+// 13-16 rows, "by k": each panel of an item in one pass over every row (16 accumulators) and its whole
+// K, x read from a k-major copy (x_t[k * M + r]: one pointer serves all rows' broadcasts; row-major x
+// would need one per row, more than the general registers, and that kernel ran 1.40x slower from
+// cache). A thread then reads its panels as one sequential stream; each k step asks for the line
+// BY_K_AHEAD_BYTES further on. In 12 + 4 row chunks the 4-row pass asked for nothing (see
+// PanelProduct::item): a quarter of each block's time without read-ahead. Measured on the AMD EPYC box,
+// slow-memory phase (43-47 GB/s), 1.000 = the 12 + 4 chunks:
+//   SmolLM2's 30 layers of products from memory, 16 rows, passes in k blocks of KC as the chunks
+//   (x made k-major outside the timing): 0.883; from cache 1.008;
+//   the decode step in one process, the two ways alternating, 8 rounds, in k blocks: 16 rows 0.888,
+//   13 rows 0.912 (the copies of x by scalar loops: 0.911 and 0.927);
+//   then the whole K in one pass against k blocks: the products 0.923 from memory and 0.960 from cache;
+//   the step at 16 rows 0.943-0.974 (16, 32 and 64 KB ahead, equal within 0.6%; 128 KB 0.992, 256 KB
+//   1.022), at 13 rows 0.939-0.945;
 //   12 + 4 chunks of 8 + 8 instead: from memory 1.073, from cache 1.021; by k at 8-12 rows: 1.005-1.037;
-//   32 and 64 rows as passes of 16 by k: 1.030 and 1.044.
+//   32 and 64 rows as passes of 16 by k (in k blocks): 1.030 and 1.044.
 #if defined(__AVX512F__)
 constexpr int64_t BY_K_ROWS_MIN = 13, BY_K_ROWS_MAX = 16;
+constexpr int64_t BY_K_AHEAD_BYTES = 32 << 10;
 #else
 constexpr int64_t BY_K_ROWS_MIN = 1, BY_K_ROWS_MAX = 0;  // never
+constexpr int64_t BY_K_AHEAD_BYTES = 0;
 #endif
 constexpr int64_t KC = 256;  // k block: a panel pair's 256 x 32 floats (32 KB) stay in L1 across row chunks
 
@@ -362,15 +368,10 @@ void PanelProduct::transpose_x(float* x_t) const {
 // own lines `blocks_ahead` blocks later (one per k step).
 void PanelProduct::item_by_k(int64_t item, const float* x_t) const {
   const int64_t p0 = per_item * item;
-  const int64_t here = std::min(per_item, npanels - p0);
-  for (int64_t k0 = 0; k0 < K; k0 += KC) {
-    const int64_t k1 = std::min(K, k0 + KC);
-    const int64_t later = (k0 / KC) + blocks_ahead;
-    const float* l0 = panels + (p0 + per_item * (later / blocks)) * K * P + (later % blocks) * KC * P;
-    for (int64_t q = 0; q < here; ++q) {
-      const float* lq = l0 + q * K * P;
-      panel_by_k(x_t, panels + (p0 + q) * K * P, k0, k1, out + (p0 + q) * P, ldo, (int)M, Ahead{lq, lq, 1});
-    }
+  for (int64_t q = 0, here = std::min(per_item, npanels - p0); q < here; ++q) {
+    const float* w = panels + (p0 + q) * K * P;
+    const float* ahead = w + BY_K_AHEAD_BYTES / sizeof(float);
+    panel_by_k(x_t, w, 0, K, out + (p0 + q) * P, ldo, (int)M, Ahead{ahead, ahead, 1});
   }
 }
 
