@@ -608,12 +608,12 @@ def test_panels_lie_one_after_another_in_huge_page_arenas_and_multiply_as_before
     assert not _mapped(address)
 
 
-@pytest.mark.parametrize("rows", [13, 14, 15, 16])
-def test_13_to_16_rows_multiply_as_smaller_batches_do(rows: int) -> None:
-    """13-16 rows take each panel in one pass over x read k-major (``_native_products.cpp``), fewer rows
-    chunks of row-major x: every output is the same sum in the same order, so the rows come out bit for
-    bit as when multiplied in batches of 12 and the rest (also with a k not a multiple of the k block,
-    and an odd panel count: the last item is one panel)."""
+@pytest.mark.parametrize("rows", [13, 14, 15, 16, 20])
+def test_rows_multiply_as_smaller_batches_do(rows: int) -> None:
+    """Up to 12 rows make one pass over the whole k, 13-16 rows one pass per panel over x read k-major,
+    more rows chunks of row-major x in k blocks (``_native_products.cpp``): every output is the same sum
+    in the same order, so the rows come out bit for bit as when multiplied in batches of 12 and the rest
+    (also with a k not a multiple of the k block, and an odd panel count: the last item is one panel)."""
     if not native_kernels().available:
         pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
     generator = torch.Generator().manual_seed(rows)

@@ -35,7 +35,7 @@ constexpr int64_t DECODE_ROWS = 0;
 // K, x read from a k-major copy (x_t[k * M + r]: one pointer serves all rows' broadcasts; row-major x
 // would need one per row, more than the general registers, and that kernel ran 1.40x slower from
 // cache). A thread then reads its panels as one sequential stream; each k step asks for the line
-// BY_K_AHEAD_BYTES further on. In 12 + 4 row chunks the 4-row pass asked for nothing (see
+// STREAM_AHEAD_BYTES further on. In 12 + 4 row chunks the 4-row pass asked for nothing (see
 // PanelProduct::item): a quarter of each block's time without read-ahead. Measured on the AMD EPYC box,
 // slow-memory phase (43-47 GB/s), 1.000 = the 12 + 4 chunks:
 //   SmolLM2's 30 layers of products from memory, 16 rows, passes in k blocks of KC as the chunks
@@ -44,15 +44,13 @@ constexpr int64_t DECODE_ROWS = 0;
 //   13 rows 0.912 (the copies of x by scalar loops: 0.911 and 0.927);
 //   then the whole K in one pass against k blocks: the products 0.923 from memory and 0.960 from cache;
 //   the step at 16 rows 0.943-0.974 (16, 32 and 64 KB ahead, equal within 0.6%; 128 KB 0.992, 256 KB
-//   1.022), at 13 rows 0.939-0.945;
+//   1.022), at 13 rows 0.939-0.945; 8 and 16 KB against 32: 1.000 and 0.981 at 16 rows, 0.986 at 13;
 //   12 + 4 chunks of 8 + 8 instead: from memory 1.073, from cache 1.021; by k at 8-12 rows: 1.005-1.037;
 //   32 and 64 rows as passes of 16 by k (in k blocks): 1.030 and 1.044.
 #if defined(__AVX512F__)
 constexpr int64_t BY_K_ROWS_MIN = 13, BY_K_ROWS_MAX = 16;
-constexpr int64_t BY_K_AHEAD_BYTES = 32 << 10;
 #else
 constexpr int64_t BY_K_ROWS_MIN = 1, BY_K_ROWS_MAX = 0;  // never
-constexpr int64_t BY_K_AHEAD_BYTES = 0;
 #endif
 constexpr int64_t KC = 256;  // k block: a panel pair's 256 x 32 floats (32 KB) stay in L1 across row chunks
 
@@ -119,6 +117,16 @@ void rows_block(const float* x, const float* w, float* out, int64_t M, int64_t K
 // 0.915-0.977 at one row, 0.971-0.984 at 16 rows, 0.976 at 64; 5 and 7 blocks (misaligned) 1.006-1.114;
 // 6 blocks (two items) 0.944-0.986.
 constexpr int64_t AHEAD_BLOCKS = 4;
+
+// Rows in one chunk (1-12 with AVX-512) make one pass over the whole K instead (PanelProduct::item),
+// as the 13-16 rows by k do; items of one panel ask STREAM_AHEAD_BYTES ahead in their stream. The step
+// in one process on the AMD EPYC box, against the k-blocked pass (1.000), two runs of 8 rounds, one in
+// each memory phase, at 1 / 4 / 8 rows:
+//   2 KB: 1.032 / 1.089 / 1.145;  4 KB: 0.981 / 1.018 / 1.029;
+//   8 KB: 0.934-0.948 / 0.961-0.965 / 0.930-0.967;  16 KB: 0.975-0.977 / 0.957-0.964 / 0.940-0.971;
+//   32 KB: 0.993 / 0.995 / 0.984;  64 KB: 1.023 / 0.989 / 0.954.
+// Pairs (9-12 rows) ask for the next item's lines at the same k: 12 rows 0.946-0.949.
+constexpr int64_t STREAM_AHEAD_BYTES = 8 << 10;
 
 // How many k blocks ahead a product of `blocks` blocks of K reads (see above).
 int64_t ahead_blocks(int64_t K, int64_t blocks) {
@@ -370,7 +378,7 @@ void PanelProduct::item_by_k(int64_t item, const float* x_t) const {
   const int64_t p0 = per_item * item;
   for (int64_t q = 0, here = std::min(per_item, npanels - p0); q < here; ++q) {
     const float* w = panels + (p0 + q) * K * P;
-    const float* ahead = w + BY_K_AHEAD_BYTES / sizeof(float);
+    const float* ahead = w + STREAM_AHEAD_BYTES / sizeof(float);
     panel_by_k(x_t, w, 0, K, out + (p0 + q) * P, ldo, (int)M, Ahead{ahead, ahead, 1});
   }
 }
@@ -385,6 +393,18 @@ void PanelProduct::item(int64_t item, const float* x_t) const {
   const float* w0 = panels + p0 * K * P;
   const float* w1 = w0 + K * P;
   const int64_t chunks = (M + chunk - 1) / chunk;
+  if (chunks == 1) {
+    // One chunk of rows: its pass over the whole K (no k blocks to keep in L1 for a next chunk), each k
+    // step asking for a line of the same panel STREAM_AHEAD_BYTES on (one panel: a thread's items
+    // are one sequential stream) or of the next item's panels at the same k (a pair).
+    const float* a0 = two ? w0 + per_item * K * P : w0 + STREAM_AHEAD_BYTES / sizeof(float);
+    if (two) {
+      panel_rows<true>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{a0, a0 + K * P, 1});
+    } else {
+      panel_rows<false>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{a0, a0, 1});
+    }
+    return;
+  }
   // The row chunks that share out the lines to ask for: all but a last chunk of under half a chunk's
   // rows, whose pass is over too soon. At 16 rows (chunks of 12 and 4) the 4-row pass asked for half
   // of each block's lines in a quarter of its time. Measured on the AMD EPYC box, SmolLM2's step
