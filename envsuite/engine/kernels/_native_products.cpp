@@ -5,8 +5,9 @@
 //                 vector load gives 16 columns' weights at one k. A microkernel keeps up to MR rows x 32
 //                 columns of accumulators in registers (MR_DECODE for a decode step's 9-48 rows); every
 //                 weight is read once per chunk of rows (once in all for one chunk) and sequentially, so it
-//                 serves 1 to thousands of rows on one layout. 13-16 rows take each panel in one pass
-//                 over all rows instead, x read k-major (BY_K_ROWS_MIN below).
+//                 serves 1 to thousands of rows on one layout. Several chunks walk k in blocks that stay
+//                 in L1 between them; one chunk (1-12 rows) passes over the whole K at once, and 13-16
+//                 rows take each panel in one such pass over all rows, x read k-major (BY_K_ROWS_MIN).
 // Each output's sum runs over k in order within a vector lane; rows_linear then adds the lanes as a tree.
 #include <ATen/Parallel.h>
 
@@ -333,8 +334,8 @@ void PanelProduct::transpose_x(float* x_t) const {
   }
 }
 
-// 13-16 rows: each panel of the item in one pass over all rows, x read k-major, asking for the panel's
-// own lines `blocks_ahead` blocks later (one per k step).
+// 13-16 rows: each panel of the item in one pass over all rows and the whole K, x read k-major, each k
+// step asking for the line STREAM_AHEAD_BYTES on in the thread's stream of panels.
 void PanelProduct::item_by_k(int64_t item, const float* x_t) const {
   const int64_t p0 = per_item * item;
   for (int64_t q = 0, here = std::min(per_item, npanels - p0); q < here; ++q) {
