@@ -245,6 +245,7 @@ struct TeamStep {
   SpinBarrier barrier;
   int64_t threads;
   std::vector<ThreadClock> clocks;  // per thread, when timed (else empty)
+  int64_t x_floats = 0;             // the largest k-major copy of x a product needs (13-16 rows)
 
   // Thread t ends `phase`: it meets the others at the barrier (its time in the phase and at the
   // barrier counted when timed).
@@ -317,8 +318,6 @@ struct TeamStep {
 
   void run(int64_t t) {
     std::vector<float> scores(G * L);
-    int64_t x_floats = 0;
-    for (const PanelProduct& p : products) x_floats = std::max(x_floats, p.x_floats());
     std::vector<float> x_t(x_floats);
     if (!clocks.empty()) clocks[t].last = std::chrono::steady_clock::now();
     for (int64_t l = 0; l < layers; ++l) layer(l, t, scores, x_t);
@@ -432,6 +431,7 @@ at::Tensor layers_as_team(const at::Tensor& hidden_in, const at::Tensor& cos_in,
   for (const PanelProduct& p : step.products) {
     step.runs.emplace_back(threads);
     step.runs.back().reset(p.items());
+    step.x_floats = std::max(step.x_floats, p.x_floats());
   }
   const char* timed = std::getenv("ENVSUITE_DECODE_TEAM_CLOCK");
   if (timed != nullptr && std::strcmp(timed, "1") == 0) step.clocks.resize(threads);

@@ -174,16 +174,14 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
   }
 }
 
-// rows [0, R) x one panel over k in [k0, k1), x k-major (x_t[k * R + r]), otherwise as panel_micro:
-// the same products summed in the same order, so the same sums bit for bit. One pointer serves every
-// row's broadcast (row-major x needs one per row: 16 of them do not fit the general registers).
+// rows [0, R) x one panel over its whole K, x k-major (x_t[k * R + r]), otherwise as panel_micro: the
+// same products summed in the same order, so the same sums bit for bit. One pointer serves every row's
+// broadcast (row-major x needs one per row: 16 of them do not fit the general registers).
 template <int R>
-inline void panel_micro_by_k(const float* x_t, const float* w, int64_t k0, int64_t k1, float* out, int64_t ldo,
-                             Ahead ahead) {
-  vec a[R];
-  for (int r = 0; r < R; ++r) a[r] = k0 ? load(out + r * ldo) : vec{};
+inline void panel_micro_by_k(const float* x_t, const float* w, int64_t K, float* out, int64_t ldo, Ahead ahead) {
+  vec a[R] = {};
   int64_t left = 0;
-  for (int64_t k = k0; k < k1; ++k) {
+  for (int64_t k = 0; k < K; ++k) {
     if (left-- == 0) {
       __builtin_prefetch(ahead.w0, 0, 3);
       ahead.w0 += ahead.every * P;
@@ -196,13 +194,12 @@ inline void panel_micro_by_k(const float* x_t, const float* w, int64_t k0, int64
   for (int r = 0; r < R; ++r) store(out + r * ldo, a[r]);
 }
 
-void panel_by_k(const float* x_t, const float* w, int64_t k0, int64_t k1, float* out, int64_t ldo, int rows,
-                Ahead ahead) {
+void panel_by_k(const float* x_t, const float* w, int64_t K, float* out, int64_t ldo, int rows, Ahead ahead) {
   switch (rows) {
 #if defined(__AVX512F__)
 #define ENVSUITE_BY_K_CASE(R) \
   case R:                     \
-    panel_micro_by_k<R>(x_t, w, k0, k1, out, ldo, ahead); \
+    panel_micro_by_k<R>(x_t, w, K, out, ldo, ahead); \
     break;
     ENVSUITE_BY_K_CASE(13)
     ENVSUITE_BY_K_CASE(14)
@@ -285,20 +282,26 @@ PanelProduct::PanelProduct(const float* x, const at::Tensor& panels, float* out,
 #if defined(__AVX512F__)
 // One stage of a 16 x 16 transpose in registers: rows i and i + B (i & B == 0) trade blocks of B floats,
 // row i keeping the first block of each 2B and taking row i + B's, row i + B the second blocks. After
-// B = 8, 4, 2, 1 row j holds column j.
+// B = 8, 4, 2, 1 row j holds column j. (Lane indices 16-31 name the second row: ENVSUITE_SHUFFLE2.)
 template <int B>
 inline void trade_blocks(vec* m) {
   static_assert(B == 8 || B == 4 || B == 2 || B == 1);
-  constexpr ivec lo = B == 8   ? ivec{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}
-                      : B == 4 ? ivec{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}
-                      : B == 2 ? ivec{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}
-                               : ivec{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-  constexpr ivec hi = lo + B;
   for (int i = 0; i < 16; ++i) {
     if (i & B) continue;
     const vec a = m[i], b = m[i + B];
-    m[i] = __builtin_shuffle(a, b, lo);
-    m[i + B] = __builtin_shuffle(a, b, hi);
+    if constexpr (B == 8) {
+      m[i] = ENVSUITE_SHUFFLE2(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+      m[i + B] = ENVSUITE_SHUFFLE2(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    } else if constexpr (B == 4) {
+      m[i] = ENVSUITE_SHUFFLE2(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+      m[i + B] = ENVSUITE_SHUFFLE2(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    } else if constexpr (B == 2) {
+      m[i] = ENVSUITE_SHUFFLE2(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+      m[i + B] = ENVSUITE_SHUFFLE2(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    } else {
+      m[i] = ENVSUITE_SHUFFLE2(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+      m[i + B] = ENVSUITE_SHUFFLE2(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
   }
 }
 
@@ -329,8 +332,7 @@ void PanelProduct::transpose_x(float* x_t) const {
     case 16: transpose_rows<16>(x, K, x_t); return;
 #endif
     default:
-      for (int64_t r = 0; r < M; ++r)
-        for (int64_t k = 0; k < K; ++k) x_t[k * M + r] = x[r * K + k];
+      TORCH_CHECK(false, "panel_linear: bad k-major row count");  // by_k holds only for 13-16 rows
   }
 }
 
@@ -341,7 +343,7 @@ void PanelProduct::item_by_k(int64_t item, const float* x_t) const {
   for (int64_t q = 0, here = std::min(per_item, npanels - p0); q < here; ++q) {
     const float* w = panels + (p0 + q) * K * P;
     const float* ahead = w + STREAM_AHEAD_BYTES / sizeof(float);
-    panel_by_k(x_t, w, 0, K, out + (p0 + q) * P, ldo, (int)M, Ahead{ahead, ahead, 1});
+    panel_by_k(x_t, w, K, out + (p0 + q) * P, ldo, (int)M, Ahead{ahead, ahead, 1});
   }
 }
 
@@ -359,11 +361,12 @@ void PanelProduct::item(int64_t item, const float* x_t) const {
     // One chunk of rows: its pass over the whole K (no k blocks to keep in L1 for a next chunk), each k
     // step asking for a line of the same panel STREAM_AHEAD_BYTES on (one panel: a thread's items
     // are one sequential stream) or of the next item's panels at the same k (a pair).
-    const float* a0 = two ? w0 + per_item * K * P : w0 + STREAM_AHEAD_BYTES / sizeof(float);
     if (two) {
-      panel_rows<true>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{a0, a0 + K * P, 1});
+      const float* next = w0 + per_item * K * P;
+      panel_rows<true>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{next, next + K * P, 1});
     } else {
-      panel_rows<false>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{a0, a0, 1});
+      const float* ahead = w0 + STREAM_AHEAD_BYTES / sizeof(float);
+      panel_rows<false>(x, K, w0, w1, 0, K, out + p0 * P, ldo, (int)M, Ahead{ahead, ahead, 1});
     }
     return;
   }

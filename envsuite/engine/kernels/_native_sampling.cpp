@@ -52,8 +52,7 @@ inline float row_max(const float* x, int64_t V) {
     const vec v = load(x + i);
     top = v > top ? v : top;
   }
-  float m = minus_inf;
-  for (int i = 0; i < P; ++i) m = std::max(m, top[i]);
+  float m = hmax(top);
   for (int64_t i = vv; i < V; ++i) m = std::max(m, x[i]);
   return m;
 }
