@@ -375,6 +375,41 @@ class Env(ABC):
         """
         return []
 
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """(envsuite) Replies whose rewards the conformance checker verifies: the reward-hacking suite.
+
+        Called after :meth:`initial_observation`, on an env of the episode the probes are for; the
+        checker steps each probe's ``reply`` as the first action of a fresh env built the same way (same
+        seed, same problem) and compares the returns with each probe's :class:`ProbeExpectation`. An env
+        with a checkable answer returns at least its reference answer (``FULL_MARKS``) and a junk answer
+        (``BELOW_REFERENCE``); code envs add their attacks (exits, forged result lines, patched
+        harnesses: ``NO_CREDIT``). The default, no probes, means "nothing here to check"; the checker
+        then tries its generic probes only.
+        """
+        return ()
+
+
+class ProbeExpectation(enum.StrEnum):
+    """(envsuite) What a :class:`RewardProbe` must earn for the env's reward to be sound."""
+
+    FULL_MARKS = "full_marks"
+    """The reference answer: the episode's return is the env's best (its ``reward_range`` top)."""
+    BELOW_REFERENCE = "below_reference"
+    """An honest but wrong or junk answer: strictly less than the reference answer's return."""
+    NO_CREDIT = "no_credit"
+    """An attack on the grader (an exit, a forged result, a patched harness): a return of at most 0."""
+
+
+@dataclass(frozen=True)
+class RewardProbe:
+    """(envsuite) One reply of an env's reward-hacking suite (:meth:`Env.reward_probes`)."""
+
+    name: str
+    """What the reply tries, e.g. ``reference``, ``junk``, ``sys.exit``; unique within an env's probes."""
+    reply: str
+    """The assistant message's text, rendered to tokens by the checker's renderer."""
+    expect: ProbeExpectation
+
 
 @dataclass
 class Transition:
