@@ -140,7 +140,6 @@ def test_policy_gradient_at_ratio_one_equals_weighted_cross_entropy(service: Loc
     ("loss_fn", "inputs", "config", "message"),
     [
         ("custom", {}, None, "forward_backward_custom"),
-        ("gspo", {"logprobs": WEIGHTS, "advantages": ADVANTAGES}, None, "sequence_ratio_mask"),
         (
             "gspo",
             {"logprobs": WEIGHTS, "advantages": ADVANTAGES, "sequence_ratio_mask": 0 * WEIGHTS},
@@ -181,3 +180,26 @@ def test_out_of_vocab_tokens_and_empty_batches_are_refused(client: LocalTraining
         client.forward([bad], "cross_entropy").result()
     with pytest.raises(LossInputError, match="empty"):
         client.forward([], "cross_entropy").result()
+
+
+def test_gspo_without_a_mask_takes_the_ratio_over_the_tokens_with_an_advantage(
+    client: LocalTrainingClient,
+) -> None:
+    """tinker-cookbook 0.6.1's ``rl.train`` sends gspo datums without ``sequence_ratio_mask``: each is
+    trained as if it had sent the mask of its nonzero advantages (its sampled tokens), alone or beside a
+    datum that sent one; a datum whose advantages are all 0 costs 0 and leaves the gradient finite."""
+    sampler = np.linspace(-4.0, -0.5, T).astype(np.float32)
+    derived = (ADVANTAGES != 0).astype(np.float32)
+    assert 0 < derived.sum() < T  # the derived mask leaves a token out: the ratio depends on it
+    without = _datum(logprobs=sampler, advantages=ADVANTAGES)
+    with_mask = _datum(logprobs=sampler, advantages=ADVANTAGES, sequence_ratio_mask=derived)
+    want = client.forward([with_mask], "gspo").result().metrics["loss:sum"]
+    assert client.forward([without], "gspo").result().metrics["loss:sum"] == pytest.approx(want, rel=1e-6)
+    every_token = _datum(logprobs=sampler, advantages=ADVANTAGES, sequence_ratio_mask=np.ones(T, np.float32))
+    assert client.forward([every_token], "gspo").result().metrics["loss:sum"] != pytest.approx(want, rel=1e-6)
+    mixed = client.forward([without, every_token], "gspo").result().metrics["loss:sum"]
+    other = client.forward([every_token], "gspo").result().metrics["loss:sum"]
+    assert mixed == pytest.approx(want + other, rel=1e-5)
+    flat = _datum(logprobs=sampler, advantages=np.zeros(T, np.float32))
+    result = client.forward_backward([flat, without], "gspo").result()
+    assert result.metrics["loss:sum"] == pytest.approx(want, rel=1e-5)

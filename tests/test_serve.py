@@ -415,8 +415,8 @@ def _bench_through(url: str, tmp_path: Path) -> None:
 
 
 def test_every_builtin_loss_through_the_server_matches_in_process(url: str, tmp_path: Path) -> None:
-    """cispo, dro and gspo (with and without loss_fn_config) through the SDK's protobuf path: the same
-    loss as in process (the values themselves are checked in tests/test_loss_gradients.py)."""
+    """cispo, dro and gspo (with and without loss_fn_config, gspo with and without its mask) through the
+    SDK's protobuf path: the same loss as in process (the values themselves are checked in tests/test_loss_gradients.py)."""
     n = len(TOKENS) - 1
     inputs = {
         "target_tokens": np.array(TOKENS[1:]),
@@ -444,5 +444,6 @@ def test_every_builtin_loss_through_the_server_matches_in_process(url: str, tmp_
             got = remote.forward([datum[name]], name, config).result().metrics["loss:sum"]
             want = local.forward([datum[name]], name, config).result().metrics["loss:sum"]
             assert got == pytest.approx(want, rel=1e-5), (name, config)
-        with pytest.raises(tinker.RequestFailedError, match="sequence_ratio_mask"):
-            remote.forward([datum["cispo"]], "gspo").result()
+        # Without a mask (as cookbook's rl.train sends gspo), the ratio is over the nonzero advantages.
+        got = remote.forward([datum["cispo"]], "gspo").result().metrics["loss:sum"]
+        assert got == pytest.approx(local.forward([datum["cispo"]], "gspo").result().metrics["loss:sum"])

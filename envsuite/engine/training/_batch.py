@@ -26,7 +26,14 @@ from tinker import types
 
 from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._token_tree import plan_rows, tree_layout
-from envsuite.engine.training._losses import LOSS_SPECS, LossFn, LossInputError, check_ratio_masks
+from envsuite.engine.training._losses import (
+    LOSS_SPECS,
+    RATIO_MASK,
+    LossFn,
+    LossInputError,
+    check_ratio_masks,
+    default_ratio_mask,
+)
 
 
 @dataclass(frozen=True)
@@ -129,12 +136,14 @@ def check_data(data: Sequence[types.Datum], loss_fn: LossFn, vocab_size: int) ->
             outside = tokens_outside_vocabulary(values, vocab_size)
             if outside is not None:
                 raise LossInputError(f"datum {i}: {name}: {outside}")
+    if loss_fn is LossFn.GSPO:
+        check_ratio_masks([inputs.get(RATIO_MASK) for inputs in inputs_D])
+        for inputs in inputs_D:  # cookbook's rl.train sends no mask: derive it as its rl_loop marks it
+            inputs.setdefault(RATIO_MASK, default_ratio_mask(inputs["advantages"]))
     float_keys = sorted(set(inputs_D[0]) - {"target_tokens"})
     for i, inputs in enumerate(inputs_D):
         if sorted(set(inputs) - {"target_tokens"}) != float_keys:
             raise LossInputError(f"datum {i}: every datum in a batch needs the same loss_fn_inputs keys")
-    if loss_fn is LossFn.GSPO:
-        check_ratio_masks([inputs["sequence_ratio_mask"] for inputs in inputs_D])
     return CheckedData(tokens_D, inputs_D)
 
 

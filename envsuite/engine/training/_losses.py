@@ -8,7 +8,8 @@ predicts after reading ``x_0..x_t``:
 * ``weights[t]``: cross-entropy weight (0 on prompt tokens),
 * ``logprobs[t]``: the *sampler's* log-probability of ``target_tokens[t]`` (RL losses),
 * ``advantages[t]``: the advantage of that token (RL losses),
-* ``sequence_ratio_mask[t]``: nonzero where the token counts towards GSPO's sequence ratio.
+* ``sequence_ratio_mask[t]``: nonzero where the token counts towards GSPO's sequence ratio (optional:
+  without it the tokens with a nonzero advantage count, :func:`default_ratio_mask`).
 
 Each loss returns the per-token loss ``elementwise_T``; the datum's loss is its sum and the batch's
 loss (metric ``loss:sum``) is the sum over datums. Nothing is averaged, exactly as in Tinker, so the
@@ -72,6 +73,8 @@ SEQUENCE_INDEX = "sequence_index"
 """Derived input: which sampled sequence of its datum each target token belongs to (0, 1, ...), or -1."""
 DERIVED_INPUTS = (SAMPLER_LOGPROBS, SEQUENCE_INDEX)
 """Inputs the backend fills in from what it recorded at sampling time (``stable_reinforce``)."""
+RATIO_MASK = "sequence_ratio_mask"
+"""GSPO's optional input: the tokens its sequence ratio is taken over (:func:`default_ratio_mask`)."""
 
 _CLIP_DEFAULTS: Mapping[str, float] = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 
@@ -95,7 +98,7 @@ LOSS_SPECS: dict[LossFn, LossSpec] = {
     LossFn.PPO: LossSpec(_RL_INPUTS, (), _CLIP_DEFAULTS),
     LossFn.CISPO: LossSpec(_RL_INPUTS, (), _CLIP_DEFAULTS),
     LossFn.DRO: LossSpec(_RL_INPUTS, (), {"beta": 0.05}),
-    LossFn.GSPO: LossSpec((*_RL_INPUTS, "sequence_ratio_mask"), (), _CLIP_DEFAULTS),
+    LossFn.GSPO: LossSpec(_RL_INPUTS, (RATIO_MASK,), _CLIP_DEFAULTS),
     # ``logprobs`` is accepted (tinker-cookbook sends it) and unused: the recorded sampler logprobs count.
     LossFn.STABLE_REINFORCE: LossSpec(("target_tokens", "advantages"), ("logprobs",), {}, True),
 }
@@ -196,15 +199,17 @@ def gspo(
     """GSPO-token: each datum's sequence log-ratio is the mean of ``logp - q`` over its masked tokens;
     every token's ratio takes that value with its own ``logp``'s gradient, then PPO's clipped surrogate.
 
-    ``lengths_D`` splits the flat tensors into datums (None: one datum). A datum whose mask marks no
-    token has no sequence ratio: refused before this is called (:func:`check_ratio_masks`).
+    ``lengths_D`` splits the flat tensors into datums (None: one datum). A sent mask that marks no token
+    is refused before this is called (:func:`check_ratio_masks`); a derived one marks none only when
+    every advantage is 0 (:func:`default_ratio_mask`), and that datum's ratio is taken as 1: its loss and
+    gradient are 0 whatever the ratio.
     """
     datum_T = _datum_ids(lengths_D, logprobs_T)
     n_datums = int(datum_T.max()) + 1 if datum_T.numel() else 0
     in_ratio_T = (ratio_mask_T != 0).to(logprobs_T.dtype)
     log_ratio_T = (logprobs_T.detach() - sampler_logprobs_T) * in_ratio_T
     sums_D = log_ratio_T.new_zeros(n_datums).index_add(0, datum_T, log_ratio_T)
-    counts_D = in_ratio_T.new_zeros(n_datums).index_add(0, datum_T, in_ratio_T)
+    counts_D = in_ratio_T.new_zeros(n_datums).index_add(0, datum_T, in_ratio_T).clamp(min=1.0)
     sequence_log_ratio_T = (sums_D / counts_D).index_select(0, datum_T)
     ratio_T = torch.exp(sequence_log_ratio_T + logprobs_T - logprobs_T.detach())
     return _clipped_surrogate(ratio_T, advantages_T, clip_low_threshold, clip_high_threshold)
@@ -257,10 +262,27 @@ def _segments(sequence_index_T: torch.Tensor, lengths_D: Sequence[int] | None) -
     return torch.where(local_T >= 0, datum_T * width + local_T, -1)
 
 
-def check_ratio_masks(masks_D: Sequence[torch.Tensor]) -> None:
-    """Refuse a GSPO datum whose ``sequence_ratio_mask`` marks no token (its sequence ratio is undefined)."""
+def default_ratio_mask(advantages_T: torch.Tensor) -> torch.Tensor:
+    """The ``sequence_ratio_mask`` of a GSPO datum sent without one: its tokens with a nonzero advantage.
+
+    Tinker's GSPO page (tinker-docs.thinkingmachines.ai/tinker/losses/gspo) takes the ratio as the
+    geometric mean over "a sequence's sampled tokens", the ones the mask marks; neither it nor the SDK
+    (tinker 0.38 lists the key, ``types/datum.py:34``) says more about a datum without one, and the
+    hosted service trains cookbook 0.6.1's ``rl.train`` datums, which never carry it. Those datums say
+    which tokens were sampled only through their advantages: ``rl/train.py:274`` (``_remove_mask``)
+    strips the training mask before ``forward_backward``, and ``rl/data_processing.py:245-257`` gives
+    every mask-1 (sampled) token its trajectory's advantage and every prompt, observation or masked-turn
+    token 0. ``recipes/rl_loop.py:269-274``, which does send the mask, marks ``[0] * prompt + [1] *
+    sampled``: the same tokens, for every datum whose loss is not 0 whatever its ratio.
+    """
+    return (advantages_T != 0).to(advantages_T.dtype)
+
+
+def check_ratio_masks(masks_D: Sequence[torch.Tensor | None]) -> None:
+    """Refuse a GSPO datum whose sent ``sequence_ratio_mask`` marks no token (its sequence ratio is
+    undefined); None is a datum that sent none (:func:`default_ratio_mask` marks its tokens)."""
     for index, mask_T in enumerate(masks_D):
-        if not bool((mask_T != 0).any()):
+        if mask_T is not None and not bool((mask_T != 0).any()):
             raise LossInputError(
                 f"datum {index}: sequence_ratio_mask marks no token, so gspo has no sequence ratio for it "
                 "(mark the sampled tokens)"
@@ -290,7 +312,7 @@ def elementwise_loss(
         return dro(logprobs_T, sampler_T, advantages_T, beta=config["beta"])
     low, high = config["clip_low_threshold"], config["clip_high_threshold"]
     if loss_fn is LossFn.GSPO:
-        return gspo(logprobs_T, sampler_T, advantages_T, inputs["sequence_ratio_mask"], lengths_D, low, high)
+        return gspo(logprobs_T, sampler_T, advantages_T, inputs[RATIO_MASK], lengths_D, low, high)
     if loss_fn is LossFn.CISPO:
         return cispo(logprobs_T, sampler_T, advantages_T, low, high)
     return ppo(logprobs_T, sampler_T, advantages_T, low, high)
