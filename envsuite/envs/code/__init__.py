@@ -10,18 +10,20 @@ from __future__ import annotations
 from envsuite.envs.code._feedback import DEFAULT_MAX_TURNS, CodeFeedbackEnv
 from envsuite.envs.code._grading import (
     DEFAULT_LIMITS,
+    CheckSuite,
     ExtractedCode,
     TestReport,
     canonical,
     extract_code,
     run_cases,
-    run_check_program,
+    run_check,
 )
 from envsuite.envs.code._humaneval import (
     N_PROBLEMS,
     HumanEvalDataError,
     HumanEvalProblem,
-    humaneval_program,
+    humaneval_candidate,
+    humaneval_suite,
     load_humaneval,
 )
 from envsuite.envs.code._single import CODE_INSTRUCTION, CodeTaskEnv, HumanEvalEnv
@@ -36,17 +38,19 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     # grading in the sandbox
     "DEFAULT_LIMITS",
+    "CheckSuite",
     "ExtractedCode",
     "TestReport",
     "canonical",
     "extract_code",
     "run_cases",
-    "run_check_program",
+    "run_check",
     # HumanEval
     "N_PROBLEMS",
     "HumanEvalDataError",
     "HumanEvalProblem",
-    "humaneval_program",
+    "humaneval_candidate",
+    "humaneval_suite",
     "load_humaneval",
     # procedural tasks
     "FAMILIES",

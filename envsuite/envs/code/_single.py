@@ -19,8 +19,14 @@ import random
 
 from envsuite.core import Action, ActionExtra, EnvContext, StepResult
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
-from envsuite.envs.code._grading import DEFAULT_LIMITS, TestReport, extract_code, run_cases, run_check_program
-from envsuite.envs.code._humaneval import HumanEvalProblem, humaneval_program, load_humaneval, pick_problem
+from envsuite.envs.code._grading import DEFAULT_LIMITS, TestReport, extract_code, run_cases, run_check
+from envsuite.envs.code._humaneval import (
+    HumanEvalProblem,
+    humaneval_candidate,
+    humaneval_suite,
+    load_humaneval,
+    pick_problem,
+)
 from envsuite.envs.code._tasks import draw_task
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 from envsuite.sandbox import Limit, SandboxConfig, SandboxUnavailableError
@@ -144,5 +150,6 @@ class HumanEvalEnv(_CodeEnv):
         self.prompt = f"Complete this Python function:\n\n```python\n{self.item.prompt.rstrip()}\n```\n\n{CODE_INSTRUCTION}"
 
     async def _test(self, code: str) -> TestReport:
-        program = humaneval_program(self.item, code)
-        return await asyncio.to_thread(run_check_program, program, limits=self.limits, config=SandboxConfig())
+        source = humaneval_candidate(self.item, code)
+        suite = humaneval_suite(self.item)
+        return await asyncio.to_thread(run_check, source, suite, limits=self.limits, config=SandboxConfig())
