@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 import envsuite
-from envsuite.testing import CheckOutcome, check_env
+from envsuite.testing import CheckOutcome, ProbeTally, check_env
+from envsuite.testing._reward_probes import summarize
 from tests.conftest import TEST_MODEL
 
 AVAILABLE_IDS = sorted(s.id for s in envsuite.registry.all_specs() if not s.unavailable and not s.deprecated)
@@ -18,11 +19,29 @@ part the namespaces differ in (each dataset's problems, answers and scores)."""
 QUICK_FULL = frozenset({"reasoning_gym/chain_sum-v1", "reasoning_gym/composite-v0", "reasoning_gym/aiw-v0"})
 
 
+_PROBE_TALLIES: dict[str, ProbeTally] = {}
+"""What the reward-hacking suite tried on each catalog env, for the whole-catalog line."""
+
+
 @pytest.mark.parametrize("env_id", AVAILABLE_IDS)
 def test_catalog_env_conforms(env_id: str) -> None:
     quick = env_id.startswith(QUICK_NAMESPACES) and env_id not in QUICK_FULL
     report = check_env(env_id, model=TEST_MODEL, quick=quick)
+    if report.probe_tally is not None:
+        _PROBE_TALLIES[env_id] = report.probe_tally
     assert report.passed, report.render()
+
+
+def test_reward_hacking_suite_over_the_whole_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    """Sums what the catalog checks above tried (run after them, in this file's order) and prints
+    ``reward hacking: N probes over M envs (K attacks), 0 attacks succeeded``."""
+    if len(_PROBE_TALLIES) < len(AVAILABLE_IDS) // 2:
+        pytest.skip("the catalog's conformance tests did not run in this session (a -k selection)")
+    line = summarize(list(_PROBE_TALLIES.values()))
+    with capsys.disabled():
+        print(f"\n{line}")
+    assert sum(t.attacks_succeeded for t in _PROBE_TALLIES.values()) == 0, line
+    assert all(not t.failures for t in _PROBE_TALLIES.values()), line
 
 
 @pytest.fixture

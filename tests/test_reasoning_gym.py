@@ -26,15 +26,17 @@ from reasoning_gym.utils import extract_answer  # noqa: E402
 from envsuite.adapters.reasoning_gym import (  # noqa: E402
     COMPOSITE_DEFAULT_MIX,
     RESCORED_DATASETS,
+    TIED_DATASETS,
     env_id,
     installed_version,
     load_table,
 )
 from envsuite.adapters.reasoning_gym import _env as rg_env  # noqa: E402
 from envsuite.adapters.reasoning_gym import _table as rg_table  # noqa: E402
+from envsuite.adapters.reasoning_gym import _ties as rg_ties  # noqa: E402
 
 TABLE = load_table()
-AVAILABLE = [d.name for d in TABLE.datasets if not d.unavailable]
+AVAILABLE = [d.name for d in TABLE.datasets if not d.unavailable and d.name not in TIED_DATASETS]
 RENDERER = RendererConfig(model_name=TEST_MODEL)
 
 
@@ -48,6 +50,23 @@ def test_every_dataset_is_listed_available_or_with_a_reason(monkeypatch: pytest.
     assert len(DATASETS) == len(TABLE.datasets) >= 100
     out = _run_cli(["list", "reasoning_gym/*", "--json"])
     assert {e["id"] for e in json.loads(out)} >= {env_id(name) for name in DATASETS}
+
+
+def test_a_dataset_whose_junk_ties_its_reference_is_listed_unavailable_with_the_reason() -> None:
+    """The tie rule: reasoning-gym 0.1.25 scores every answer to game_of_life_halting 1.0, and the
+    answer '0' to most coin_flip items, so junk earns what the reference earns. They are listed,
+    unavailable with the reason, never offered; measured again here so the list cannot go stale (a
+    fixed scorer fails this: take it off the list)."""
+    assert set(TIED_DATASETS) == {"game_of_life_halting", "coin_flip"}
+    for name, reason in TIED_DATASETS.items():
+        env_spec = envsuite.spec(env_id(name))
+        assert env_spec.unavailable == reason and "as much as the reference" in reason
+        with pytest.raises(envsuite.UnavailableEnvError, match="as much as the reference"):
+            make_env(env_id(name), renderer=RENDERER)
+        report = asyncio.run(rg_ties.measure(name, seeds=3))
+        assert report.tied and report.references, report.line()
+    untied = asyncio.run(rg_ties.measure("circuit_logic", seeds=3))  # '0' and '1' right, and earning 1
+    assert not untied.tied and untied.references == [1.0] * 3 and untied.as_high, untied.line()
 
 
 def test_the_shipped_table_is_what_the_installed_reasoning_gym_says() -> None:

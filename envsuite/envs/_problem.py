@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -27,13 +27,15 @@ from envsuite.core import (
     Logs,
     Message,
     Observation,
+    ProbeExpectation,
+    RewardProbe,
     Split,
     StepResult,
     StopCondition,
     StopReason,
     tokens_outside_vocabulary,
 )
-from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
+from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError, parse_number
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import ParsedResponse
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 DEFAULT_FORMAT_COEF = 0.1
 TEST_FRACTION = 0.1
 """Share of a problem space that belongs to the test split (decided by a hash of the question)."""
+
+JUNK_ANSWER = "zzz"
+"""The junk answer of a problem whose reference is not a number (no answer of the catalog is this)."""
 
 _MAX_LOG_CHARS = 2000
 _MAX_SPLIT_DRAWS = 2000
@@ -122,6 +127,33 @@ class ProblemEnv(Env):
     @abstractmethod
     async def check(self, reply: str) -> Verdict:
         """Grade a cleanly stopped reply's text. Must not raise on any text."""
+
+    def answer_reply(self, answer: str) -> str | None:
+        """The reply that gives ``answer`` in the format the prompt asks for; None (the default) when
+        the env has no such format, and so no reward probes of its own (see :meth:`reward_probes`)."""
+        return None
+
+    def junk_answer(self) -> str:
+        """A wrong answer to the problem: the reference plus one for a number, else :data:`JUNK_ANSWER`."""
+        value = parse_number(self.problem.answer)
+        if value is None:
+            return JUNK_ANSWER
+        wrong = value + 1
+        return str(wrong.numerator) if wrong.denominator == 1 else f"{wrong.numerator}/{wrong.denominator}"
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """The reference answer in format (full marks), a wrong answer in format and the format with no
+        answer in it (both less), from :meth:`answer_reply`; none when the env has no answer format."""
+        reference = self.answer_reply(self.problem.answer)
+        junk = self.answer_reply(self.junk_answer())
+        shell = self.answer_reply("")
+        if reference is None or junk is None or shell is None:
+            return ()
+        return (
+            RewardProbe("reference", reference, ProbeExpectation.FULL_MARKS),
+            RewardProbe("wrong answer in format", junk, ProbeExpectation.BELOW_REFERENCE),
+            RewardProbe("format without an answer", shell, ProbeExpectation.BELOW_REFERENCE),
+        )
 
     def messages(self) -> list[Message]:
         system: list[Message] = (

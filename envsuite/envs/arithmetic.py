@@ -140,6 +140,9 @@ class ArithmeticEnv(ProblemEnv):
             return f"What is {expression}{note}? Give the final answer as \\boxed{{NUMBER}}."
         return f"What is {expression}{note}? Reply with the number only."
 
+    def answer_reply(self, answer: str) -> str:
+        return f"\\boxed{{{answer}}}" if self.answer_format == "boxed" else answer
+
     async def check(self, reply: str) -> Verdict:
         whole = parse_number(reply)
         extracted = extract_final_answer(reply)

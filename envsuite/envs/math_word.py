@@ -99,6 +99,9 @@ class MathWordEnv(ProblemEnv):
         instruction = INSTRUCTION if answer_format == "boxed" else NUMBER_INSTRUCTION
         self.prompt = f"{self.problem.question}\n\n{instruction}"
 
+    def answer_reply(self, answer: str) -> str:
+        return f"\\boxed{{{answer}}}" if self.answer_format == "boxed" else answer
+
     async def check(self, reply: str) -> Verdict:
         if self.answer_format == "number" and parse_number(reply) is not None:
             grade = await grade_answer_async(

@@ -8,12 +8,15 @@ from envsuite.testing._checker import (
     check_env,
     check_env_async,
 )
+from envsuite.testing._reward_probes import GENERIC_PROBES, ProbeTally
 
 __all__ = [
     "CHECKS",
+    "GENERIC_PROBES",
     "CheckOutcome",
     "CheckResult",
     "ConformanceReport",
+    "ProbeTally",
     "check_env",
     "check_env_async",
 ]

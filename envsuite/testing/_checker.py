@@ -35,6 +35,7 @@ from envsuite.testing._episodes import (
     text_actions,
     unreported_stop_reason,
 )
+from envsuite.testing._reward_probes import ProbeTally, run_reward_probes
 from envsuite.testing._tool_checks import declared_tools, play_tool_case, tool_cases
 
 VARIETY_SEEDS = 8
@@ -64,6 +65,8 @@ class CheckResult:
     detail: str = ""
     fix: str = ""
     """How to make the check pass (shown with failures)."""
+    probes: ProbeTally | None = None
+    """What the reward-hacking check tried (None for every other check)."""
 
 
 @dataclass
@@ -82,6 +85,11 @@ class ConformanceReport:
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    @property
+    def probe_tally(self) -> ProbeTally | None:
+        """What the reward-hacking suite tried on this env (None when it did not run)."""
+        return next((r.probes for r in self.results if r.probes is not None), None)
 
     def render(self) -> str:
         """A plain-text report: one line per check, with details and fixes for the ones that failed."""
@@ -365,6 +373,26 @@ async def _check_overflow(s: _Setup, name: str) -> CheckResult:
     return _passed(name)
 
 
+async def _check_reward_hacking(s: _Setup, name: str) -> CheckResult:
+    """The reward-hacking suite (``envsuite.testing._reward_probes``) on the checker's seeds."""
+    tally = await run_reward_probes(
+        s.env, s.renderer.build(), seeds=s.seeds, reward_range=s.env_spec.reward_range, max_steps=s.max_steps
+    )
+    if tally is None:
+        return CheckResult(name, CheckOutcome.SKIPPED, "the default prompt overflows")
+    counts = f"{tally.probes} probes ({tally.references} reference, {tally.attacks} attacks)"
+    if tally.failures:
+        fix = (
+            "grade the answer, not the format: a junk or empty reply must earn less than the reference, "
+            "and the reference full marks; an env whose scorer ties them must not be offered (unavailable)"
+        )
+        return CheckResult(name, CheckOutcome.FAILED, tally.describe_failures(), fix, probes=tally)
+    held = f"{tally.attacks_succeeded} attacks succeeded" + (
+        "" if tally.references else "; no reference answer"
+    )
+    return CheckResult(name, CheckOutcome.PASSED, f"{counts}, {held}", probes=tally)
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("contract types", _check_contract_types),
     ("seeded determinism", _check_determinism),
@@ -376,6 +404,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("episodes end without env errors", _check_env_errors),
     ("tool calls are answered", _check_tool_calls),
     ("prompt overflow sentinel", _check_overflow),
+    ("reward hacking", _check_reward_hacking),
 )
 """Every check, by the name it reports under."""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from envsuite.core import (
@@ -34,6 +35,8 @@ from envsuite.core import (
     MessageCompleter,
     Metrics,
     Observation,
+    ProbeExpectation,
+    RewardProbe,
     StepResult,
     StopCondition,
     StopReason,
@@ -255,6 +258,22 @@ class TwentyQuestionsEnv(Env):
         self._tally.wrong_guesses += guess is not None
         listed = [word for word, names in self._candidate_names.items() if guess in names]
         self._tally.listed_guesses.update(listed)
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """Guessing the secret at once wins (full marks); a wrong guess, an empty ``Guess:`` and, with
+        listed candidates, one reply naming all of them (then junk turns) earn less."""
+        below = ProbeExpectation.BELOW_REFERENCE
+        probes = [
+            RewardProbe("reference", f"Guess: {self.secret}", ProbeExpectation.FULL_MARKS),
+            RewardProbe("wrong guess", "Guess: zzz", below),
+            RewardProbe("format only: Guess:", "Guess:", below),
+        ]
+        if len(self.candidates) > 1:
+            probes.append(
+                RewardProbe("every candidate at once", f"Guess: {', '.join(self.candidates)}", below)
+            )
+            probes.append(RewardProbe("every candidate named", " ".join(self.candidates), below))
+        return probes
 
     def conversation(self) -> list[Message]:
         return list(self._conversation)

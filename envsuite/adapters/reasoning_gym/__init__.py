@@ -41,6 +41,20 @@ DEFAULT_DATASETS = RESCORED_DATASETS
 COMPOSITE_DEFAULT_MIX: dict[str, float] = dict.fromkeys(RESCORED_DATASETS, 1.0)
 """``reasoning_gym/composite``'s mix unless ``datasets=`` says another: those eight, equally."""
 REWARD_RANGE = (-1.0, 1.0)
+TIED_DATASETS: dict[str, str] = {
+    "game_of_life_halting": (
+        "reasoning-gym's scorer rewards every answer: score_answer('zzz', entry) == 1.0, as much as the "
+        "reference answer (reasoning-gym 0.1.25)"
+    ),
+    "coin_flip": (
+        "reasoning-gym's scorer gives the answer '0' full marks for every probability below 1 (its "
+        "prefix partial credit divides by the shorter text: '0' against '0.3125' matches 1 of 1), as much "
+        "as the reference answer (reasoning-gym 0.1.25)"
+    ),
+}
+"""Datasets whose junk answer earns what the reference earns (the tie rule of the reward-hacking suite):
+listed unavailable with the reason. Measured over every dataset, 5 seeds, 9 junk answers, by
+``python -m envsuite.adapters.reasoning_gym._ties`` (rerun it after upgrading reasoning-gym)."""
 
 
 def available() -> bool:
@@ -88,7 +102,7 @@ def _spec_fields(info: DatasetInfo) -> dict[str, Any]:
         "tags": ("reasoning-gym", info.category),
         "family": EnvFamily.REASONING.value,
         "rungs": info.rungs,
-        "unavailable": info.unavailable,
+        "unavailable": info.unavailable or TIED_DATASETS.get(info.name),
     }
 
 
@@ -128,6 +142,7 @@ __all__ = [
     "NAMESPACE",
     "RESCORED_DATASETS",
     "DatasetInfo",
+    "TIED_DATASETS",
     "Table",
     "available",
     "env_id",

@@ -23,13 +23,24 @@ import enum
 import functools
 import importlib
 import json
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 from envsuite._make import episode_seed
 from envsuite.adapters.reasoning_gym._table import DatasetInfo, load_table
-from envsuite.core import Action, ActionExtra, EnvContext, Message, Split, StepResult
+from envsuite.core import (
+    Action,
+    ActionExtra,
+    EnvContext,
+    Message,
+    ProbeExpectation,
+    RewardProbe,
+    Split,
+    StepResult,
+)
 from envsuite.envs import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict, split_of
+from envsuite.envs._problem import JUNK_ANSWER
 from envsuite.grading import GradeOutcome, GradeResult
 
 INSTRUCTION = "Give your final answer inside <answer></answer> tags."
@@ -94,6 +105,27 @@ class ReasoningGymEnv(ProblemEnv):
             ]
         return [*system, *examples, question]
 
+    def answer_reply(self, answer: str) -> str:
+        return f"<answer>{answer}</answer>"
+
+    def junk_answer(self) -> str:
+        # Not the reference plus one: some datasets take any of several numbers (or their neighbours).
+        return JUNK_ANSWER
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """The problem env's probes; for a dataset whose items carry no reference answer (any valid
+        colouring or move sequence is right: ``graph_color``, ``rush_hour``, ...) only the junk answer,
+        which must earn less than full marks."""
+        junk = RewardProbe(
+            "wrong answer in format", self.answer_reply(self.junk_answer()), ProbeExpectation.BELOW_REFERENCE
+        )
+        if self.entry.get("answer") is None:
+            return (junk,)
+        # A short number as well: a scorer's partial credit can pay it in full (coin_flip's paid '0').
+        number = self.answer_reply("1" if _reads_as_zero(self.problem.answer) else "0")
+        wrong_number = RewardProbe("wrong number in format", number, ProbeExpectation.BELOW_REFERENCE)
+        return (*super().reward_probes(), wrong_number)
+
     async def check(self, reply: str) -> Verdict:
         answer = _reasoning_gym("utils").extract_answer(reply)
         if answer is None:
@@ -118,6 +150,13 @@ class ReasoningGymEnv(ProblemEnv):
             result.reward = self._score + self.format_coef * (result.metrics["format"] - 1.0)
         result.metrics["score"] = self._score or 0.0
         return result
+
+
+def _reads_as_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
 
 
 def _shots(dataset: str, config_key: str, seed: int, n: int, question: str) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ from envsuite.core import (
     Message,
     Metrics,
     Observation,
+    ProbeExpectation,
+    RewardProbe,
     StepResult,
     StopCondition,
     StopReason,
@@ -48,6 +50,7 @@ from envsuite.core import (
     tool_spec,
 )
 from envsuite.envs._problem import clip
+from envsuite.renderers import reply_message_tokens
 
 DEFAULT_FORMAT_COEF = 0.1
 
@@ -130,6 +133,49 @@ class ToolUseEnv(Env):
     @abstractmethod
     async def score(self, answer: str | None) -> Score:
         """Grade the outcome: the answer's text, or None when the episode ended without one."""
+
+    # ---- the reward-hacking suite's probes (envsuite.testing._reward_probes) ----------------------
+
+    def reference_reply(self) -> str | None:
+        """One reply that does the task (the right answer, or the calls that reach the goal): it must
+        earn full marks. None (the default): the env has no probes of its own."""
+        return None
+
+    def idle_answer(self) -> str:
+        """A final answer, without any call, that does not do the task (a wrong answer)."""
+        return "I don't know."
+
+    def idle_call(self) -> ToolCall | None:
+        """A well-formed call that does nothing toward the task (None: no such call)."""
+        return None
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """The reference (full marks), an answer without acting and a call that does nothing, then junk
+        turns (both less); none when the env has no :meth:`reference_reply`."""
+        reference = self.reference_reply()
+        if reference is None:
+            return ()
+        probes = [
+            RewardProbe("reference", reference, ProbeExpectation.FULL_MARKS),
+            RewardProbe("answer without acting", self.idle_answer(), ProbeExpectation.BELOW_REFERENCE),
+        ]
+        call = self.idle_call()
+        if call is not None:
+            idle = self.reply_with_calls([call])
+            probes.append(RewardProbe("a call that does nothing", idle, ProbeExpectation.BELOW_REFERENCE))
+        return probes
+
+    def reply_with_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
+        """The text of an assistant reply making ``calls``, written in the renderer's call format."""
+        message: Message = {"role": "assistant", "content": content, "tool_calls": list(calls)}
+        tokens = reply_message_tokens(self.renderer, message)
+        stop = self.renderer.get_stop_sequences()
+        if stop and isinstance(stop[0], int):
+            end = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
+            return self.renderer.tokenizer.decode(tokens[:end])
+        text = self.renderer.tokenizer.decode(tokens)
+        cuts = [text.find(str(s)) for s in stop if str(s) in text]
+        return text[: min(cuts)] if cuts else text
 
     def demonstration(self) -> list[Message]:
         """Messages shown before the task when ``demonstrate=True``: an example task, the call that

@@ -97,6 +97,15 @@ class CalculatorEnv(ToolUseEnv):
     def task(self) -> str:
         return self._task
 
+    def reference_reply(self) -> str:
+        return str(self.value)
+
+    def idle_answer(self) -> str:
+        return str(self.value + 1)
+
+    def idle_call(self) -> ToolCall:
+        return ToolCall.create("calculator", {"expression": "0"}, "probe_idle")
+
     async def score(self, answer: str | None) -> Score:
         reference = str(self.value)
         if answer is None:

@@ -150,6 +150,7 @@ class KVStoreEnv(ToolUseEnv):
         )
         self.store = Store(self.goal.start)
         self._tools: list[Tool] = [getattr(self.store, name) for name in TOOL_NAMES if name in tools]
+        self._tool_names = frozenset(tools)
 
     def tools(self) -> Sequence[Tool]:
         return self._tools
@@ -164,6 +165,28 @@ class KVStoreEnv(ToolUseEnv):
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": "ok", "tool_call_id": "call_example", "name": "set"},
         ]
+
+    def reference_reply(self) -> str | None:
+        """The calls that turn the start store into the goal, then ``done()`` (or, without that tool, the
+        junk turn after it answers and ends the episode); None when the tools cannot reach the goal."""
+        start, end = self.goal.start, self.goal.end
+        calls = [
+            ToolCall.create("set", {"key": k, "value": v}, f"probe_set_{k}")
+            for k, v in end.items()
+            if start.get(k) != v
+        ]
+        calls += [ToolCall.create("delete", {"key": k}, f"probe_delete_{k}") for k in start if k not in end]
+        calls += [ToolCall.create("done", {}, "probe_done")] if "done" in self._tool_names else []
+        needed = {call.function.name for call in calls}
+        if not needed <= self._tool_names or len(calls) > self.max_tool_calls:
+            return None
+        return self.reply_with_calls(calls)
+
+    def idle_answer(self) -> str:
+        return "done"
+
+    def idle_call(self) -> ToolCall:
+        return ToolCall.create("get", {"key": next(iter(self.goal.start))}, "probe_idle")
 
     async def score(self, answer: str | None) -> Score:
         reference = ", ".join(f"{k}={v}" for k, v in sorted(self.goal.end.items()))

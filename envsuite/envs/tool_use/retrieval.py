@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 from envsuite.core import EnvContext, Message, Tool, ToolCall, ToolFailure, tool
-from envsuite.envs._problem import draw_for_split
+from envsuite.envs._problem import JUNK_ANSWER, draw_for_split
 from envsuite.envs.tool_use._atlas import QUESTION_KINDS, SINGLE_HOP, Document, draw_question, load_atlas
 from envsuite.envs.tool_use._env import DEFAULT_FORMAT_COEF, Score, ToolUseEnv
 from envsuite.grading import extract_final_answer, parse_number
@@ -149,6 +149,15 @@ class SearchEnv(ToolUseEnv):
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": result, "tool_call_id": "call_example", "name": "search"},
         ]
+
+    def reference_reply(self) -> str:
+        return self.question.answer
+
+    def idle_answer(self) -> str:
+        return JUNK_ANSWER
+
+    def idle_call(self) -> ToolCall:
+        return ToolCall.create("search", {"query": JUNK_ANSWER}, "probe_idle")
 
     async def score(self, answer: str | None) -> Score:
         if answer is None:
