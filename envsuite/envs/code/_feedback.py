@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 
 from envsuite.core import (
     Action,
@@ -26,13 +27,15 @@ from envsuite.core import (
     Message,
     Metrics,
     Observation,
+    RewardProbe,
     StepResult,
     StopCondition,
     StopReason,
 )
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, clip
 from envsuite.envs.code._grading import DEFAULT_LIMITS, TestReport, extract_code, run_cases
-from envsuite.envs.code._single import CODE_INSTRUCTION
+from envsuite.envs.code._probes import code_probes
+from envsuite.envs.code._single import CODE_INSTRUCTION, task_probe_target
 from envsuite.envs.code._tasks import CodeTask, draw_task
 from envsuite.sandbox import Limit, SandboxConfig, SandboxUnavailableError
 
@@ -74,6 +77,10 @@ class CodeFeedbackEnv(Env):
     @property
     def stop_condition(self) -> StopCondition:
         return self.ctx.renderer.get_stop_sequences()
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """The reference solution, an honest wrong one, and every attack on the grader (docs/code.md)."""
+        return code_probes(task_probe_target(self.task))
 
     def conversation(self) -> list[Message]:
         return list(self._conversation)

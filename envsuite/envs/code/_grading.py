@@ -149,10 +149,15 @@ def _early_end(verdict: dict[str, Any]) -> str | None:
 
 
 def _shown(data: Any) -> str:
+    """A returned value as feedback shows it: its JSON, else its repr (an opaque object's type)."""
     try:
-        return canonical(decode(data))
+        value = decode(data)
     except (ValueError, TypeError, KeyError, RecursionError):
         return str(data)[:200]
+    try:
+        return canonical(value)
+    except (ValueError, TypeError):
+        return repr(value)[:200]
 
 
 def _matches(data: Any, expected: Any) -> bool:

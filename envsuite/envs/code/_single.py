@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 
-from envsuite.core import Action, ActionExtra, EnvContext, StepResult
+from envsuite.core import Action, ActionExtra, EnvContext, RewardProbe, StepResult
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
 from envsuite.envs.code._grading import DEFAULT_LIMITS, TestReport, extract_code, run_cases, run_check
 from envsuite.envs.code._humaneval import (
@@ -27,7 +28,8 @@ from envsuite.envs.code._humaneval import (
     load_humaneval,
     pick_problem,
 )
-from envsuite.envs.code._tasks import draw_task
+from envsuite.envs.code._probes import ProbeTarget, code_probes
+from envsuite.envs.code._tasks import CodeTask, draw_task
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 from envsuite.sandbox import Limit, SandboxConfig, SandboxUnavailableError
 
@@ -55,6 +57,13 @@ class _CodeEnv(ProblemEnv):
 
     async def _test(self, code: str) -> TestReport:
         raise NotImplementedError
+
+    def _probe_target(self) -> ProbeTarget:
+        raise NotImplementedError
+
+    def reward_probes(self) -> Sequence[RewardProbe]:
+        """The reference solution, an honest wrong one, and every attack on the grader (docs/code.md)."""
+        return code_probes(self._probe_target())
 
     async def check(self, reply: str) -> Verdict:
         extracted = extract_code(reply)
@@ -85,6 +94,12 @@ class _CodeEnv(ProblemEnv):
         if report is not None and self.partial_credit:
             result.reward += report.fraction - float(report.all_passed)
         return result
+
+
+def task_probe_target(task: CodeTask) -> ProbeTarget:
+    """A procedural task's probes: its family's reference, ``return None``, its expected outputs."""
+    junk = f"{task.signature}\n    return None\n"
+    return ProbeTarget(task.function, task.reference, junk, [expected for _, expected in task.cases])
 
 
 class CodeTaskEnv(_CodeEnv):
@@ -118,6 +133,9 @@ class CodeTaskEnv(_CodeEnv):
         return await asyncio.to_thread(
             run_cases, code, self.task.function, self.task.cases, limits=self.limits, config=SandboxConfig()
         )
+
+    def _probe_target(self) -> ProbeTarget:
+        return task_probe_target(self.task)
 
 
 class HumanEvalEnv(_CodeEnv):
@@ -153,3 +171,8 @@ class HumanEvalEnv(_CodeEnv):
         source = humaneval_candidate(self.item, code)
         suite = humaneval_suite(self.item)
         return await asyncio.to_thread(run_check, source, suite, limits=self.limits, config=SandboxConfig())
+
+    def _probe_target(self) -> ProbeTarget:
+        item = self.item
+        junk = f"{item.prompt}    return None\n"
+        return ProbeTarget(item.entry_point, item.prompt + item.canonical_solution, junk)
