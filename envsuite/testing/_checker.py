@@ -475,7 +475,10 @@ def check_env(
     ``reward_range``; episodes do not end in ``env_error`` (all of them: a failure; a quarter or more: a
     warning); calls to the tools an env declares, well-formed and broken (unreadable, unknown tool, wrong
     argument type, unexpected argument), are answered by tool messages and extend the observation (skipped
-    for envs without tools); an over-long prompt gives the overflow sentinel. ``model`` picks the
+    for envs without tools); an over-long prompt gives the overflow sentinel; the reward-hacking suite
+    (``envsuite.testing._reward_probes``): the env's reference answer earns full marks, its junk and the
+    generic empty and format-only replies less, attacks on its grader nothing (the report's
+    :attr:`~ConformanceReport.probe_tally` says what was tried). ``model`` picks the
     tokenizer (the tiny test model shares SmolLM2's). ``quick`` runs every check on fewer episodes (the first of
     ``seeds``, and 3 seeds instead of 8 for variety): for catalogs of many envs of one class, where episodes
     are costly to make.

@@ -163,7 +163,9 @@ async def probes_of(env: Env) -> list[RewardProbe] | None:
     """``env``'s own probes followed by the generic ones; None when its prompt overflows."""
     if as_overflow(await env.initial_observation()) is not None:
         return None
-    own = list(env.reward_probes())
+    # tinker-cookbook's envs have no reward_probes (their contract predates it): generic probes only.
+    declared = getattr(env, "reward_probes", None)
+    own = list(declared()) if callable(declared) else []
     names = [p.name for p in own]
     duplicated = sorted(
         {n for n in names if names.count(n) > 1} | (set(names) & {p.name for p in GENERIC_PROBES})
