@@ -140,3 +140,14 @@ def test_a_tool_reference_acts_through_calls_in_the_renderers_format() -> None:
     asyncio.run(env.initial_observation())
     reference = next(p for p in env.reward_probes() if p.name == "reference")
     assert "<tool_call>" in reference.reply and '"name": "done"' in reference.reply
+
+
+def test_envsuite_check_shows_the_suite_and_sums_it_over_several_envs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from envsuite.cli import main
+
+    assert main(["check", "arithmetic", "math_easy", "--quick", "--model", TEST_MODEL]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "[PASSED ] reward hacking: 7 probes (1 reference, 6 attacks), 0 attacks succeeded" in out
+    assert "reward hacking: 14 probes over 2 envs (12 attacks), 0 attacks succeeded" in out

@@ -29,7 +29,7 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check each env; exit 1 when any fails."""
     from envsuite import is_env_pattern, select_envs
-    from envsuite.testing import check_env
+    from envsuite.testing import ProbeTally, check_env, summarize_probes
 
     console = Console()
     # Plain ids go to the checker as given (it reports an unknown one); patterns expand here.
@@ -42,10 +42,13 @@ def run(args: argparse.Namespace) -> int:
         console.print("name env ids to check, or --all")
         return 2
     failed = 0
+    tallies: list[ProbeTally] = []
     for env_id in env_ids:
         report = check_env(env_id, model=args.model, strict=args.strict, quick=args.quick)
         console.print(printable(report.render()), markup=False, highlight=False)
         failed += not report.passed
+        tallies += [report.probe_tally] if report.probe_tally is not None else []
     if len(env_ids) > 1:
         console.print(f"{len(env_ids) - failed}/{len(env_ids)} env(s) passed")
+        console.print(summarize_probes(tallies), markup=False, highlight=False)
     return 1 if failed else 0

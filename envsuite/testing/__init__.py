@@ -9,6 +9,7 @@ from envsuite.testing._checker import (
     check_env_async,
 )
 from envsuite.testing._reward_probes import GENERIC_PROBES, ProbeTally
+from envsuite.testing._reward_probes import summarize as summarize_probes
 
 __all__ = [
     "CHECKS",
@@ -19,4 +20,5 @@ __all__ = [
     "ProbeTally",
     "check_env",
     "check_env_async",
+    "summarize_probes",
 ]
