@@ -5,9 +5,11 @@ imports nothing but the standard library; the host imports it too, for the value
 the verdict. docs/code.md ("Rewards that cannot be gamed") says why it is built this way:
 
 * The **judge** starts first. It makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``: no other
-  process of the sandbox can ptrace it, read its memory or open its ``/proc/<pid>/fd``), reads its
-  job from stdin to EOF (the verdict key among it: never in argv, the environment or a file), and only
-  then starts the worker, with its own pipes and none of the judge's descriptors.
+  process of the sandbox can ptrace it, read its memory or open its ``/proc/<pid>/fd``) and forks the
+  worker, then reads its job from stdin to EOF (the verdict key among it: never in argv, the
+  environment or a file). The worker's copy of the judge's memory predates the key; it closes the
+  judge's stdin and stdout and keeps only its two pipes, and it runs no candidate code before the
+  judge has drained stdin.
 * The **worker** runs the candidate's code, and calls its function on whatever the judge asks,
   answering with the values as data (:func:`encode`: JSON of builtins only). An object that overrides
   ``__eq__`` cannot cross; an exit is the end of the worker, and the judge sees it as one.
@@ -18,21 +20,16 @@ the verdict. docs/code.md ("Rewards that cannot be gamed") says why it is built 
 """
 
 import builtins
-import contextlib
 import enum
-import hashlib
-import hmac
 import json
 import os
-import signal
-import subprocess
 import sys
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any
+
+# The judge's own modules (hmac, traceback...) and the rarer value types (decimal, fractions) are
+# imported where they are used, so the host's import stays light; :func:`_judge` imports the judge's
+# before any candidate code runs.
 
 VERDICT_MARK = "@@envsuite-verdict@@ "
 """Starts the judge's verdict line: the mark, the signature (hex), a space, the payload's JSON."""
@@ -43,6 +40,7 @@ MAX_DEPTH = 60
 MAX_ITEMS = 100_000
 """Most items read from an iterator a candidate returns (more: it is kept as an opaque object)."""
 _TEXT = 300
+_JUDGE_MODULES = ("contextlib", "hashlib", "hmac", "signal", "traceback")
 _PR_SET_DUMPABLE = 4
 _PR_GET_DUMPABLE = 3
 
@@ -102,9 +100,13 @@ def _encode_container(value: object, depth: int) -> dict[str, object] | None:
         bytearray: lambda b: bytes(b).hex(),
         complex: lambda c: [complex(c).real, complex(c).imag],
         range: lambda r: [r.start, r.stop, r.step],
-        Fraction: lambda f: [f.numerator, f.denominator],
-        Decimal: lambda d: str(d),
     }
+    # A Fraction or Decimal can only exist once its module was imported: no import needed to spot one.
+    fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
+    if fractions is not None:
+        simple[fractions.Fraction] = lambda f: [f.numerator, f.denominator]
+    if decimal is not None:
+        simple[decimal.Decimal] = lambda d: str(d)
     for kind, convert in simple.items():
         if isinstance(value, kind):
             return {kind.__name__: convert(value)}
@@ -133,8 +135,8 @@ def decode(data: object, depth: int = 0) -> Any:
         "bytearray": lambda h: bytearray.fromhex(h),
         "complex": lambda p: complex(float(p[0]), float(p[1])),
         "range": lambda r: range(int(r[0]), int(r[1]), int(r[2])),
-        "Fraction": lambda f: Fraction(int(f[0]), int(f[1])),
-        "Decimal": lambda s: Decimal(str(s)),
+        "Fraction": lambda f: __import__("fractions").Fraction(int(f[0]), int(f[1])),
+        "Decimal": lambda s: __import__("decimal").Decimal(str(s)),
     }
     if kind not in scalars:
         raise ValueError(f"unknown value kind {kind!r}")
@@ -166,33 +168,35 @@ class ReplyKind(enum.StrEnum):
     ``Exception``, ``os._exit``, a signal) or broke the protocol: the run fails as a whole."""
 
 
-def _worker(source_path: str, function: str) -> None:
-    """Serve calls of ``function`` from ``source_path``: a JSON request per line on the inherited
-    stdin, a JSON reply per line on the inherited stdout. The candidate's own prints go to stderr and
-    its ``input()`` reads nothing, so neither can tangle the protocol."""
-    requests = os.fdopen(os.dup(0), "rb")
-    replies = os.fdopen(os.dup(1), "wb")
+_REQUESTS_FD, _REPLIES_FD = 3, 4
+"""The worker's ends of its two pipes to the judge (every other inherited descriptor is closed)."""
+
+
+def _serve(requests_fd: int, replies_fd: int) -> None:
+    """The worker's life, in the child the judge forked before it read its key: close what the judge
+    holds (its stdin, which still brings the key, and its stdout, the verdict's way out), load the
+    candidate named by the first request, then answer one JSON request per line with one JSON reply
+    per line. The candidate's prints go to stderr and its ``input()`` reads nothing, so neither can
+    tangle the protocol."""
+    os.dup2(requests_fd, _REQUESTS_FD)
+    os.dup2(replies_fd, _REPLIES_FD)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(2, 1)
-    sys.set_int_max_str_digits(0)
+    os.closerange(_REPLIES_FD + 1, 1 << 16)
+    os.setsid()
+    _set_dumpable(1)  # its own /proc/self is the candidate's to read, as in any process
+    requests = os.fdopen(_REQUESTS_FD, "rb")
+    replies = os.fdopen(_REPLIES_FD, "wb")
 
     def send(kind: ReplyKind, data: object = True) -> None:
         replies.write(json.dumps({kind.value: data}).encode() + b"\n")
         replies.flush()
 
-    namespace: dict[str, Any] = {"__name__": "solution", "__file__": source_path, "__builtins__": builtins}
-    try:
-        with open(source_path, encoding="utf-8", errors="surrogateescape") as handle:
-            exec(compile(handle.read(), source_path, "exec"), namespace)
-        target = namespace.get(function)
-        if not callable(target):
-            raise NameError(f"the code does not define the function {function}")
-    except Exception as exc:
-        return send(ReplyKind.LOAD_ERROR, describe(exc))
-    except BaseException as exc:
-        return send(ReplyKind.EXIT, describe(exc))
-    send(ReplyKind.LOADED)
+    job = json.loads(requests.readline() or "{}")
+    target = _load(job.get("source", ""), job.get("function", ""), send)
+    if target is None:
+        return
     for line in requests:
         try:
             call = json.loads(line)
@@ -202,7 +206,25 @@ def _worker(source_path: str, function: str) -> None:
             send(ReplyKind.ERROR, describe(exc))
         except BaseException as exc:
             return send(ReplyKind.EXIT, describe(exc))
-    return None
+
+
+def _load(source_path: str, function: str, send: Callable[..., None]) -> Callable[..., Any] | None:
+    """Run the candidate's code and find its function; None (and the reason sent) when it cannot."""
+    namespace: dict[str, Any] = {"__name__": "solution", "__file__": source_path, "__builtins__": builtins}
+    try:
+        with open(source_path, encoding="utf-8", errors="surrogateescape") as handle:
+            exec(compile(handle.read(), source_path, "exec"), namespace)
+        target = namespace.get(function)
+        if not callable(target):
+            raise NameError(f"the code does not define the function {function}")
+    except Exception as exc:
+        send(ReplyKind.LOAD_ERROR, describe(exc))
+        return None
+    except BaseException as exc:
+        send(ReplyKind.EXIT, describe(exc))
+        return None
+    send(ReplyKind.LOADED)
+    return target
 
 
 # --- the judge: the trusted process ---------------------------------------------------------------
@@ -216,28 +238,42 @@ class CandidateRaised(Exception):
     """The candidate's function raised: the call fails, as the exception would in the reference."""
 
 
-@dataclass(frozen=True)
 class Reply:
-    kind: ReplyKind
-    data: Any
+    """One answer of the worker (a plain class: the worker's start skips ``dataclasses``)."""
+
+    __slots__ = ("data", "kind")
+
+    def __init__(self, kind: ReplyKind, data: Any) -> None:
+        self.kind, self.data = kind, data
 
 
 class Worker:
-    """The judge's handle on the worker: one process, started after the judge was made private."""
+    """The judge's handle on the worker: a child forked after the judge was made private and before
+    it read its key (so the child's copy of the judge's memory holds no key)."""
 
-    def __init__(self, harness: str, source_path: str, function: str) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-I", harness, "worker", source_path, function],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-            start_new_session=True,
-        )
+    def __init__(self) -> None:
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the worker: it never returns into the judge's code
+            try:
+                os.close(requests_w)
+                os.close(replies_r)
+                _serve(requests_r, replies_w)
+            finally:
+                os._exit(0)
+        os.close(requests_r)
+        os.close(replies_w)
+        self._requests = os.fdopen(requests_w, "wb")
+        self._replies = os.fdopen(replies_r, "rb")
         self.calls = 0
 
+    def load(self, source_path: str, function: str) -> Reply:
+        """Have the worker run the candidate's code (only once the judge has read all of its stdin)."""
+        return self._send({"source": source_path, "function": function})
+
     def read(self) -> Reply:
-        assert self._process.stdout is not None
-        line = self._process.stdout.readline()
+        line = self._replies.readline()
         try:
             ((kind, data),) = json.loads(line).items()
             return Reply(ReplyKind(kind), data)
@@ -245,12 +281,13 @@ class Worker:
             return Reply(ReplyKind.EXIT, "its process ended" if not line else "it broke the protocol")
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
-        assert self._process.stdin is not None
         self.calls += 1
-        request = json.dumps({"args": encode(list(args)), "kwargs": encode(kwargs)})
+        return self._send({"args": encode(list(args)), "kwargs": encode(kwargs)})
+
+    def _send(self, request: dict[str, Any]) -> Reply:
         try:
-            self._process.stdin.write(request.encode() + b"\n")
-            self._process.stdin.flush()
+            self._requests.write(json.dumps(request).encode() + b"\n")
+            self._requests.flush()
         except OSError:
             return Reply(ReplyKind.EXIT, "its process ended")
         return self.read()
@@ -273,21 +310,25 @@ class Worker:
         return candidate
 
     def stop(self) -> None:
-        """Kill the worker's session (its descendants that stayed in it too) before the verdict."""
-        with contextlib.suppress(OSError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._process.wait()
+        """Kill the worker and its session (the descendants that stayed in it) before the verdict."""
+        import contextlib
+        import signal
+
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):  # gone already, or not yet a session of its own
+                kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
 
 
-def _make_private() -> str:
-    """Make this process non-dumpable; '' when it is, else why not."""
+def _set_dumpable(value: int) -> str:
+    """``prctl(PR_SET_DUMPABLE, value)``; '' when it took, else why not."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-        if libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
-            return f"prctl(PR_SET_DUMPABLE, 0) failed (errno {ctypes.get_errno()})"
+        libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0)
+        if libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != value:
+            return f"prctl(PR_SET_DUMPABLE, {value}) failed (errno {ctypes.get_errno()})"
     except (ImportError, OSError, AttributeError) as exc:
         return f"the sandbox's python cannot call prctl: {describe(exc)}"
     return ""
@@ -325,6 +366,8 @@ def _failure(exc: BaseException, test: str) -> str:
         return f"the program exited {exc}"
     if isinstance(exc, CandidateRaised):
         return f"the function raised {exc}"
+    import traceback
+
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<test>"]
     lines = test.splitlines()
     where = frames[-1].lineno if frames else None
@@ -333,20 +376,27 @@ def _failure(exc: BaseException, test: str) -> str:
 
 
 def sign(key: bytes, payload: str) -> str:
+    """The payload's HMAC-SHA256 under ``key``, in hex."""
+    import hashlib
+    import hmac
+
     return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
 
 
 def _judge() -> None:
-    """Read the job, make the worker, judge, stop the worker, print the signed verdict."""
-    private = _make_private()
+    """Become private, fork the worker, read the job and key, judge, stop the worker, print the signed
+    verdict (one line, the judge's only output)."""
+    private = _set_dumpable(0)
+    for module in _JUDGE_MODULES:  # loaded now, while no candidate code runs
+        __import__(module)
+    worker = None if private else Worker()
     sys.set_int_max_str_digits(0)
-    job = json.loads(sys.stdin.buffer.read())
+    job = json.loads(sys.stdin.buffer.read())  # to EOF: nothing of it is left in the pipe
     key = bytes.fromhex(job.pop("key"))
-    if private:
+    if worker is None:
         verdict: dict[str, Any] = {"harness_error": private}
     else:
-        worker = Worker(os.path.abspath(__file__), job["source"], job["function"])
-        loaded = worker.read()
+        loaded = worker.load(job["source"], job["function"])
         if loaded.kind is not ReplyKind.LOADED:
             detail = f"while loading: {loaded.data}" if loaded.kind is ReplyKind.EXIT else loaded.data
             verdict = {loaded.kind.value: detail}
@@ -360,6 +410,8 @@ def _judge() -> None:
 
 def read_verdict(stdout: str, key: bytes) -> dict[str, Any] | None:
     """The judge's verdict from a run's stdout: the last line whose signature verifies, else None."""
+    import hmac
+
     for line in reversed(stdout.splitlines()):
         if not line.startswith(VERDICT_MARK):
             continue
@@ -370,12 +422,5 @@ def read_verdict(stdout: str, key: bytes) -> dict[str, Any] | None:
     return None
 
 
-def _main(argv: list[str]) -> None:
-    if argv[1:2] == ["worker"]:
-        _worker(argv[2], argv[3])
-    else:
-        _judge()
-
-
 if __name__ == "__main__":
-    _main(sys.argv)
+    _judge()
