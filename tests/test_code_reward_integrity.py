@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 from typing import Any
 
 import pytest
@@ -233,3 +234,35 @@ def test_only_a_verdict_signed_with_the_runs_key_is_believed() -> None:
     assert read_verdict("\n".join([forged, unsigned, genuine]), key) is None  # tampered payload
     assert read_verdict("\n".join([real, forged, unsigned]), key) == {"passed": False}
     assert read_verdict(f"{VERDICT_MARK}{sign(key, payload)} {payload}", key) == {"passed": True}
+
+
+@needs_sandbox
+def test_a_reply_forged_on_the_workers_pipe_is_at_most_the_candidates_own_answer() -> None:
+    """The worker's pipes are the candidate's to write: raw lines there (a value nested 5,000 deep, a
+    claim of success, garbage) are answers of the candidate at best, and never crash the grader."""
+    task = draw_task(random.Random(6), 0, "train")
+    lines = ['{"passed": true}', '{"results": []}', "garbage"]
+    lines += ['{"value": ' + '{"list": [' * depth + "]}" * depth + "}" for depth in (480, 5000)]
+    for line in lines:
+        for where in ("", "    "):  # at import (the load's reply) and in the call (the value's)
+            write = f"{where}import os\n{where}os.write(4, {line!r}.encode() + b'\\n')\n"
+            code = (
+                f"{write}{task.signature}\n    return None\n" if not where else f"{task.signature}\n{write}"
+            )
+            report = run_cases(code, task.function, task.cases)
+            assert report.passed == 0 and report.total == len(task.cases), (line[:40], where, report)
+
+
+@needs_sandbox
+def test_a_deep_value_never_crashes_the_host_reading_the_verdict() -> None:
+    """A value nested just shallow enough for the judge to relay can exceed the host's recursion
+    budget where the host already stands deep in its stack: the run scores 0, nothing raises."""
+    task = draw_task(random.Random(6), 0, "train")
+    line = '{"value": ' + '{"list": [' * 480 + "]}" * 480 + "}"
+    code = f"{task.signature}\n    import os\n    os.write(4, {line!r}.encode() + b'\\n')\n    return None\n"
+
+    def deep(levels: int) -> Any:
+        return deep(levels - 1) if levels else run_cases(code, task.function, task.cases)
+
+    report = deep(sys.getrecursionlimit() - 400)
+    assert report.passed == 0, report

@@ -140,7 +140,7 @@ def _judge(code: str, job: dict[str, Any], limits: Limits, config: SandboxConfig
         run = box.run([box.config.python, "-I", harness.name, "judge"], stdin=stdin, limits=limits)
     try:
         verdict = read_verdict(run.stdout, key)
-    except ValueError:  # a signed line is the judge's own: it parses (a huge int may not, here)
+    except (ValueError, RecursionError):  # signed, so the judge's; the values in it are the candidate's
         verdict = None
     if verdict is not None and "harness_error" in verdict:
         raise SandboxUnavailableError(f"the grader cannot run privately here: {verdict['harness_error']}")

@@ -277,7 +277,7 @@ class Worker:
         try:
             ((kind, data),) = json.loads(line).items()
             return Reply(ReplyKind(kind), data)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             return Reply(ReplyKind.EXIT, "its process ended" if not line else "it broke the protocol")
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reply:
