@@ -253,6 +253,7 @@ class TrainConfig:
             (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
             (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
             *self._trainer_v2_checks(),
+            *self._contradictions(),
         ]
         for ok, message in checks:
             if not ok:
@@ -283,6 +284,41 @@ class TrainConfig:
         if self.loss_fn == PolicyLoss.DRO:
             return {"beta": self.dro_beta}
         return None
+
+    def _contradictions(self) -> list[tuple[bool, str]]:
+        """Settings each fine alone that contradict one another: one of them would silently do nothing."""
+        return [
+            (
+                self.warmup_steps < self.n_steps or self.warmup_steps == 0,
+                f"warmup_steps {self.warmup_steps} is not shorter than the run (n_steps {self.n_steps}): "
+                "the learning rate would never reach learning_rate; pass fewer warmup steps or more steps",
+            ),
+            (
+                self.kl_discount_factor == 0 or self.kl_penalty_coef > 0,
+                "kl_discount_factor is set but kl_penalty_coef is 0 (no penalty to discount): pass "
+                "--kl-penalty C to use it",
+            ),
+            (
+                not self.eval_rungs or (self.eval_every > 0 and self.n_test_groups > 0),
+                f"eval_rungs {self.eval_rungs} are held-out evaluations, but the run never evaluates "
+                f"(eval_every {self.eval_every}, n_test_groups {self.n_test_groups}): set both above 0",
+            ),
+            (
+                self.wandb_name is None or bool(self.wandb_project or self.trackio_project),
+                "wandb_name names a tracker run, but no tracker is on: pass --wandb-project or "
+                "--trackio-project too",
+            ),
+            (
+                self.train_unembed or self.lora_rank >= 1,
+                "train_unembed=False chooses what LoRA adapts, but lora_rank=0 trains every weight: "
+                "pass a LoRA rank or drop --no-unembed-lora",
+            ),
+            (
+                self.captured_dir is None or self.curriculum is None,
+                "a run on captured episodes trains on the difficulty they were sampled at, which a "
+                "curriculum cannot move: drop the curriculum (or captured_dir)",
+            ),
+        ]
 
     def _trainer_v2_checks(self) -> list[tuple[bool, str]]:
         """Async, streaming, KL penalty and sampler replicas (issue 37)."""

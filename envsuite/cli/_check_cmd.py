@@ -8,6 +8,7 @@ from rich.console import Console
 
 from envsuite.cli._args import Subparsers
 from envsuite.display import printable
+from envsuite.errors import UsageError
 from envsuite.registration import registry
 
 
@@ -27,20 +28,24 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check each env; exit 1 when any fails."""
+    """Check each env; exit 1 when any fails (2: an unknown id, or none named)."""
     from envsuite import is_env_pattern, select_envs
     from envsuite.testing import ProbeTally, check_env, summarize_probes
 
     console = Console()
-    # Plain ids go to the checker as given (it reports an unknown one); patterns expand here.
     env_ids: list[str] = []
     for text in args.env_ids:
-        env_ids += [s.id for s in select_envs([text])] if is_env_pattern(text) else [text]
+        if is_env_pattern(text):
+            env_ids += [s.id for s in select_envs([text])]
+        else:
+            # An unknown id is the user's mistake (one line, exit 2, close ids suggested, as `make`),
+            # found before any env is checked; a deprecated one goes on for the checker to report.
+            registry.spec(text, deprecated_ok=True)
+            env_ids.append(text)
     if args.all:
         env_ids += [s.id for s in registry.all_specs() if not s.unavailable and not s.deprecated]
     if not env_ids:
-        console.print("name env ids to check, or --all")
-        return 2
+        raise UsageError("name env ids to check, or --all")
     failed = 0
     tallies: list[ProbeTally] = []
     for env_id in env_ids:

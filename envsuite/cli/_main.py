@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, cast
+from typing import NoReturn, Protocol, cast
 
 from envsuite.cli._args import Subparsers
 from envsuite.display import printable
@@ -73,10 +73,24 @@ def command(name: str) -> Command:
     return cast(Command, importlib.import_module(COMMANDS[name]))
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line and exit 2, as every other user mistake.
+
+    argparse's own ``error`` prints the whole usage block first (39 lines for ``envsuite train``) and the
+    line that matters last. Every parser of the command is this class (``add_subparsers`` makes its
+    sub-parsers of the parent's class), so an unknown choice of any enum-valued flag (``--loss``,
+    ``--runner``, ``--kind``...), a value of the wrong type or a missing argument all read the same.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        line = printable(f"{self.prog}: error: {message}; see `{self.prog} --help`")
+        self.exit(2, line + "\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``envsuite`` parser. With ``only`` (a command name) the other commands are listed without their
     flags, so parsing one command imports nothing another one needs."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="envsuite", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
+import sys
+from enum import IntEnum
 
 from rich.console import Console
 
 from envsuite import RendererConfig, make_env
 from envsuite.cli._args import Subparsers, parse_env_args
-from envsuite.cli._policies import LegalMoves, build_policy
+from envsuite.cli._policies import InputClosed, LegalMoves, build_policy
 from envsuite.core import (
     ActionExtra,
     Env,
@@ -87,6 +91,7 @@ class _View:
 
 
 async def _play(args: argparse.Namespace, console: Console) -> float:
+    _stop_at_the_first_interrupt(asyncio.get_running_loop())
     env_spec = spec(args.env_id)
     if args.policy.startswith("tinker://") and not args.model:
         raise UsageError("--policy tinker://...: pass --model BASE too (its tokenizer and chat format)")
@@ -131,7 +136,39 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     return total
 
 
+class PlayExit(IntEnum):
+    """``envsuite play``'s exit codes (a bad id or setting is 2, as every command's usage error)."""
+
+    FINISHED = 0
+    """The episode ran to its end."""
+    INPUT_CLOSED = 3
+    """``--policy human``: the input ended (Ctrl-D, or the end of piped moves) before the episode did."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT): stopped at once, even while waiting for a person's reply."""
+
+
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_at_the_first_interrupt(loop: asyncio.AbstractEventLoop) -> None:
+    """Make the first Ctrl-C raise ``KeyboardInterrupt`` out of the loop, whichever thread takes it.
+
+    asyncio.run's own handler only cancels the main task at the first Ctrl-C, and a signal the kernel
+    hands to another thread (torch's) wakes nobody while the loop waits for stdin. A loop signal handler
+    sets the signal wakeup fd, so the waiting loop wakes and raises. Loops run outside the main thread
+    cannot take signals; their caller keeps its own handling.
+    """
+    with contextlib.suppress(RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, _raise_interrupt)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Play one episode, showing each turn."""
-    asyncio.run(_play(args, Console()))
-    return 0
+    """Play one episode, showing each turn; exit codes are :class:`PlayExit`'s (``envsuite main`` turns
+    the ``KeyboardInterrupt`` of Ctrl-C into one line and 130)."""
+    try:
+        asyncio.run(_play(args, Console()))
+    except InputClosed as exc:
+        print(f"envsuite play: {exc}: stopped unfinished", file=sys.stderr)
+        return PlayExit.INPUT_CLOSED
+    return PlayExit.FINISHED

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,17 +18,80 @@ LegalMoves = Callable[[], list[str] | None]
 """The current seat's legal moves (None when the env does not know them)."""
 
 
+class InputClosed(Exception):
+    """The person's input ended (end of file: Ctrl-D, or the end of piped input) before the episode did."""
+
+
 @dataclass
 class HumanTokenCompleter(TokenCompleter):
-    """Reads the reply from the terminal; the text becomes a cleanly stopped turn."""
+    """Reads the reply from the terminal (or piped lines); the text becomes a cleanly stopped turn.
+    Raises :class:`InputClosed` at the end of the input.
+
+    stdin is read from its file descriptor once the event loop sees it readable, never by a blocking
+    ``input()``: a worker thread blocked there cannot be stopped (asyncio.run waits for it after Ctrl-C
+    until a line comes), and a main thread blocked there misses a SIGINT the kernel hands to another
+    thread (torch's and the tokenizer's threads take signals too). The loop wakes for both (``play``
+    installs its SIGINT handler on the loop).
+    """
 
     renderer: Renderer
+    _pending: bytearray = field(default_factory=bytearray, init=False, repr=False)
+    """Read but not yet used: the lines after the current one (piped input comes in chunks)."""
 
     async def __call__(
         self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
-        text = await asyncio.to_thread(input, "your reply> ")
+        print("your reply> ", end="", flush=True)
+        text = await self._read_line()
         return TokensWithLogprobs(tokens=reply_to_tokens(self.renderer, text, stop), maybe_logprobs=None)
+
+    async def _read_line(self) -> str:
+        line = await self._next_line()
+        if line is None:
+            print()  # end the prompt's line
+            raise InputClosed("the input ended (end of file) before the episode did")
+        return line.rstrip("\r\n")
+
+    async def _next_line(self) -> str | None:
+        """The next line with its end, or None at the end of the input."""
+        stdin = sys.stdin
+        if stdin is None:  # started with stdin closed
+            return None
+        try:
+            fd = stdin.fileno()
+        except (OSError, ValueError):  # an in-memory stream (a test's, a host program's): never blocks
+            return stdin.readline() or None
+        while b"\n" not in self._pending:
+            chunk = await _read_when_ready(fd)
+            if not chunk:
+                break
+            self._pending += chunk
+        if not self._pending:
+            return None
+        line, _, rest = bytes(self._pending).partition(b"\n")
+        self._pending = bytearray(rest)
+        return line.decode(errors="replace")
+
+
+async def _read_when_ready(fd: int) -> bytes:
+    """``os.read(fd)`` once the running loop sees ``fd`` readable (b"" at the end of the input). A file
+    the loop cannot watch (a regular file: epoll refuses it, and its reads never block) is read at once."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    try:
+        loop.add_reader(fd, wake)
+    except (OSError, ValueError, NotImplementedError):
+        return os.read(fd, 65536)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, 65536)
 
 
 @dataclass
