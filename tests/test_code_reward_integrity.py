@@ -131,10 +131,10 @@ def test_the_candidate_cannot_reach_the_judge_process() -> None:
 
 
 @needs_sandbox
-def test_prints_and_input_of_an_honest_solution_do_not_disturb_grading() -> None:
+def test_prints_and_reads_of_an_honest_solution_do_not_disturb_grading() -> None:
     task = draw_task(random.Random(4), 1, "train")
     body = task.reference.split("\n", 1)[1]
-    noisy = f"print('loading', flush=True)\n{task.signature}\n    print('called', input)\n{body}"
+    noisy = f"import sys\nprint('loading', flush=True)\n{task.signature}\n    print('read', repr(sys.stdin.read()))\n{body}"
     report = run_cases(noisy, task.function, task.cases)
     assert report.all_passed, report
 
