@@ -4,8 +4,9 @@ An env names its own probes (:meth:`envsuite.core.Env.reward_probes`): its refer
 earn full marks (the top of the spec's ``reward_range``), a junk answer, which must earn strictly less,
 and for code envs attacks on the grader, which must earn nothing. Every env also gets the
 :data:`GENERIC_PROBES`: an empty reply and replies that are only a format shell with nothing in it
-(``\\boxed{}``, ``<answer></answer>``, ``[]``), which must earn less than the reference (or, for an env
-with no reference answer, such as a game, less than the top of its reward range).
+(``\\boxed{}``, ``<answer></answer>``, ``[]``), which must earn less than the reference. An env with no
+reference answer (a game against an opponent) is judged on each probe's mean return over the seeds,
+which must stay below the top of its reward range (see :func:`_judge`).
 
 Each probe is played on a fresh env of the seed it was asked on: its reply (an assistant message
 rendered by the checker's renderer) is the first action; an episode that goes on is played out with
