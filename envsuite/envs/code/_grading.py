@@ -98,10 +98,6 @@ def _call(function: str, args: Sequence[Any]) -> str:
     return f"{function}({', '.join(repr(a) for a in args)})"
 
 
-def _call(function: str, args: Sequence[Any]) -> str:
-    return f"{function}({', '.join(repr(a) for a in args)})"
-
-
 @dataclass(frozen=True)
 class _HarnessFile:
     name: str

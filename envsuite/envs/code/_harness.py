@@ -129,7 +129,10 @@ def decode(data: object, depth: int = 0) -> Any:
         return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
     if kind in ("list", "tuple", "set", "frozenset", "iter"):
         items = [decode(item, depth + 1) for item in body]
-        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "iter": iter}[kind](items)
+        build: dict[str, Callable[[list[Any]], Any]] = {
+            "list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "iter": iter,
+        }  # fmt: skip
+        return build[kind](items)
     scalars: dict[str, Callable[[Any], Any]] = {
         "bytes": bytes.fromhex,
         "bytearray": lambda h: bytearray.fromhex(h),
