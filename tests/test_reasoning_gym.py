@@ -65,6 +65,8 @@ def test_a_dataset_whose_junk_ties_its_reference_is_listed_unavailable_with_the_
             make_env(env_id(name), renderer=RENDERER)
         report = asyncio.run(rg_ties.measure(name, seeds=3))
         assert report.tied and report.references, report.line()
+    with pytest.raises(EnvKwargsError, match="composite cannot mix coin_flip"):
+        make_env(env_id("composite"), renderer=RENDERER, datasets={"gcd": 1, "coin_flip": 1})
     untied = asyncio.run(rg_ties.measure("circuit_logic", seeds=3))  # '0' and '1' right, and earning 1
     assert not untied.tied and untied.references == [1.0] * 3 and untied.as_high, untied.line()
 

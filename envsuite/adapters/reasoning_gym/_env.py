@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from envsuite._make import episode_seed
+from envsuite.adapters.reasoning_gym import TIED_DATASETS
 from envsuite.adapters.reasoning_gym._table import DatasetInfo, load_table
 from envsuite.core import (
     Action,
@@ -239,6 +240,8 @@ def composite_specs(mix: object) -> list[Any]:
     for item in mix:
         if not isinstance(item, dict) or "name" not in item:
             raise ValueError(f"composite dataset entry {item!r} has no name")
+        if item["name"] in TIED_DATASETS:  # not offered alone, so not inside a mix either
+            raise ValueError(f"composite cannot mix {item['name']}: {TIED_DATASETS[item['name']]}")
         spec = spec_cls(
             name=item["name"], weight=float(item.get("weight", 1.0)), config=dict(item.get("config") or {})
         )
