@@ -17,7 +17,7 @@ import pytest
 
 from envsuite import RendererConfig, make_env
 from envsuite.core import ProbeExpectation, RewardProbe
-from envsuite.envs.code import FAMILIES, RUNGS, draw_task, load_humaneval, run_cases
+from envsuite.envs.code import FAMILIES, RUNGS, CheckSuite, draw_task, load_humaneval, run_cases, run_check
 from envsuite.envs.code._harness import VERDICT_MARK, Opaque, decode, encode, read_verdict, sign
 from envsuite.renderers import reply_to_tokens
 from envsuite.sandbox import SandboxConfig, SandboxUnavailableError, sandbox_support
@@ -169,6 +169,17 @@ def test_humaneval_grades_values_as_its_reference_harness_does() -> None:
     as_tuple = canonical.prompt + canonical.canonical_solution.replace("return False", "return (False,)")
     assert asyncio.run(score(as_tuple, 0)) == 0.0
     assert problem.entry_point == "sort_third"
+
+
+@needs_sandbox
+def test_a_check_sees_ints_of_any_size() -> None:
+    """Both processes lift Python's 4,300-digit limit on int conversion: a 5,000-digit result is
+    compared as it would be in one process."""
+    suite = CheckSuite(
+        "big", setup="", test="def check(candidate):\n    assert candidate(5000) == 10**5000\n"
+    )
+    assert run_check("def big(n):\n    return 10**n\n", suite).all_passed
+    assert not run_check("def big(n):\n    return 10**n + 1\n", suite).all_passed
 
 
 # --------------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ SOLUTION_FILE = "solution.py"
 MAX_DEPTH = 60
 """Deepest nesting of a value that crosses between the processes (deeper ones are an error)."""
 MAX_ITEMS = 100_000
-"""Most items read from an iterator a candidate returns (more: it is kept as an opaque object)."""
+"""Most items read from an iterator a candidate returns (the first ones cross; an endless generator
+does not hang the worker)."""
 _TEXT = 300
 _JUDGE_MODULES = ("contextlib", "hashlib", "hmac", "signal", "traceback")
 _PR_SET_DUMPABLE = 4
@@ -392,8 +393,8 @@ def _judge() -> None:
     private = _set_dumpable(0)
     for module in _JUDGE_MODULES:  # loaded now, while no candidate code runs
         __import__(module)
+    sys.set_int_max_str_digits(0)  # ints of any size cross, as they compare in one process
     worker = None if private else Worker()
-    sys.set_int_max_str_digits(0)
     job = json.loads(sys.stdin.buffer.read())  # to EOF: nothing of it is left in the pipe
     key = bytes.fromhex(job.pop("key"))
     if worker is None:
