@@ -51,7 +51,7 @@ def test_cli_new_creates_once_then_refuses(tmp_path: Path, capsys: pytest.Captur
     assert main(["new", "scaffold_cli_probe", "--kind", "game", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "envsuite-scaffold-cli-probe (game)" in out and "envsuite check scaffold_cli_probe" in out
-    assert (tmp_path / "scaffold_cli_probe" / "scaffold_cli_probe" / "env.py").is_file()
+    assert (tmp_path / "scaffold_cli_probe" / "src" / "scaffold_cli_probe" / "env.py").is_file()
     assert main(["new", "scaffold_cli_probe", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
 
@@ -62,7 +62,7 @@ def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[
     names = {kind: f"scaffold_{kind.value.replace('-', '_')}_probe" for kind in EnvKind}
     for kind, name in names.items():
         result = create_env_package(name, tmp_path, kind=kind)
-        monkeypatch.syspath_prepend(str(result.root))
+        monkeypatch.syspath_prepend(str(result.package_dir.parent))
         importlib.import_module(name).register_envs()
     yield names
     for name in names.values():
@@ -95,7 +95,7 @@ def _run(*args: str, cwd: Path, timeout: int = 300) -> str:
 
 def test_generated_package_installs_and_works_with_every_tool(tmp_path: Path) -> None:
     name = "scaffold_e2e_probe"
-    result = create_env_package(name, tmp_path / "src", kind=EnvKind.SINGLE_TURN)
+    result = create_env_package(name, tmp_path / "projects", kind=EnvKind.SINGLE_TURN)
     pip = [sys.executable, "-m", "pip", "-q"]
     envsuite_cli = str(BIN / "envsuite")
     _run(*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(result.root), cwd=tmp_path)
@@ -119,5 +119,10 @@ def test_generated_package_installs_and_works_with_every_tool(tmp_path: Path) ->
         assert (tmp_path / "train" / "metrics.jsonl").is_file()
         tests = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=result.root)
         assert " passed" in tests and "failed" not in tests
+        # From the folder above, whose entry on sys.path (python -m) holds a folder named as the package.
+        above = _run(
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name, cwd=result.root.parent
+        )
+        assert " passed" in above and "failed" not in above
     finally:
         subprocess.run([*pip, "uninstall", "-y", result.distribution], capture_output=True, timeout=120)

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         "next steps:\n"
         f"  pip install -e {result.root}      # registers {result.env_id} via the envsuite.envs entry point\n"
         f"  envsuite check {base_id}          # the conformance gate\n"
-        f"  pytest {result.root}/tests\n"
-        f"  edit {result.root / result.package / 'env.py'} (bump -vN when behaviour changes)"
+        f"  python -m pytest {result.root}\n"
+        f"  edit {result.package_dir / 'env.py'} (bump -vN when behaviour changes)"
     )
     return 0

@@ -70,6 +70,8 @@ class ScaffoldResult:
     """A created package: where it is, what it registers, and the files written."""
 
     root: Path
+    package_dir: Path
+    """The package's source folder (``root/src/<package>``: a src layout)."""
     package: str
     """The importable module name (also the entry-point name)."""
     distribution: str
@@ -113,7 +115,9 @@ def create_env_package(
     """Write a ready-to-install env package ``<directory>/<name>`` for an env of ``kind``.
 
     The package registers ``<name>-v0`` through the ``envsuite.envs`` entry point and ships tests that
-    run the conformance checker. An existing target directory is never overwritten.
+    run the conformance checker; its code is under ``src/`` (the project folder has the package's name,
+    which would shadow it for ``python -m pytest <name>`` from the folder above). An existing target
+    directory is never overwritten.
     """
     name = validate_name(name)
     env_kind = parse_kind(kind)
@@ -135,8 +139,8 @@ def create_env_package(
     layout = {
         Path("pyproject.toml"): "pyproject.toml.tmpl",
         Path("README.md"): "README.md.tmpl",
-        Path(name) / "__init__.py": "package_init.py.tmpl",
-        Path(name) / "env.py": template.env_template,
+        Path("src") / name / "__init__.py": "package_init.py.tmpl",
+        Path("src") / name / "env.py": template.env_template,
         Path("tests") / f"test_{name}.py": "test_env.py.tmpl",
     }
     written: list[Path] = []
@@ -147,6 +151,7 @@ def create_env_package(
         written.append(path)
     return ScaffoldResult(
         root=root,
+        package_dir=root / "src" / name,
         package=name,
         distribution=values["__DIST__"],
         env_id=values["__ENV_ID__"],
