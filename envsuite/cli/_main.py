@@ -90,7 +90,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``envsuite`` parser. With ``only`` (a command name) the other commands are listed without their
     flags, so parsing one command imports nothing another one needs."""
-    parser = OneLineErrorParser(
+    # Typed as the base class, which the commands' add_parser takes; its sub-parsers are still this class.
+    parser: argparse.ArgumentParser = OneLineErrorParser(
         prog="envsuite", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
