@@ -50,11 +50,11 @@ def test_a_sound_env_passes_and_reports_what_was_tried(toys: None) -> None:
     assert result.outcome is CheckOutcome.PASSED and report.passed, report.render()
     tally = report.probe_tally
     assert tally is not None and tally.attacks_succeeded == 0 and not tally.failures
-    own, generic = 3, len(GENERIC_PROBES)
+    own, generic = 3, len(GENERIC_PROBES)  # 'sys.exit' (NO_CREDIT) is played on the first seed only
     assert (tally.probes, tally.references, tally.attacks) == (
-        2 * (own + generic),
+        2 * (own + generic) - 1,
         2,
-        2 * (own + generic - 1),
+        2 * (own + generic - 1) - 1,
     )
     assert "0 attacks succeeded" in result.detail and "reward hacking" in report.render()
 
@@ -66,7 +66,7 @@ def test_an_env_that_rewards_every_answer_is_caught(toys: None) -> None:
         "'junk' earned 1 (must earn less than 1)" in result.detail and "'sys.exit' earned 1" in result.detail
     )
     tally = report.probe_tally
-    assert tally is not None and tally.attacks_succeeded == tally.attacks == 2 * (2 + len(GENERIC_PROBES))
+    assert tally is not None and tally.attacks_succeeded == tally.attacks == 2 * (2 + len(GENERIC_PROBES)) - 1
     assert "unavailable" in result.fix
     assert summarize([tally]).endswith(f"{tally.attacks} attacks succeeded")
 

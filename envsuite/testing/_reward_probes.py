@@ -186,12 +186,15 @@ async def run_reward_probes(
 ) -> ProbeTally | None:
     """Play every probe of every seed's episode (see the module docstring) and judge it.
 
-    ``make(seed)`` builds a fresh env of that seed. None when every seed's prompt overflows (nothing
-    was tried)."""
+    ``make(seed)`` builds a fresh env of that seed. ``NO_CREDIT`` probes (attacks on a code grader,
+    each a sandbox run) are played on the first seed only: the harness they attack is the same on every
+    seed, only the problem changes. None when every seed's prompt overflows (nothing was tried)."""
     runs: list[ProbeRun] = []
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         probes = await probes_of(make(seed))
         for probe in probes or ():
+            if index and probe.expect is ProbeExpectation.NO_CREDIT:
+                continue  # an attack on the grader attacks its harness, the same on every seed
             record: EpisodeRecord = await play_episode(
                 make(seed), _scripted(renderer, probe.reply), max_steps
             )
