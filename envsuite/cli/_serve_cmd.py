@@ -51,6 +51,20 @@ def add_parser(sub: Subparsers) -> None:
         "--max-body-mb", type=float, default=defaults.max_body_bytes / 2**20, help="request body limit"
     )
     p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=defaults.max_tokens,
+        help="most tokens one sample may generate; a request asking more gets this many (as vLLM clamps)",
+    )
+    p.add_argument(
+        "--grader-openenv",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an OpenEnv server (http://host:port) the capture grader may use as env_id openenv:URL; "
+        "repeat for more. Any other URL is refused without being contacted",
+    )
+    p.add_argument(
         "--session-timeout",
         type=float,
         default=defaults.session_timeout_s,
@@ -70,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         allowed_dirs=tuple(Path(d) for d in args.allow_dir),
         max_body_bytes=int(args.max_body_mb * 2**20),
         session_timeout_s=args.session_timeout,
+        max_tokens=args.max_tokens,
+        grader_openenv_urls=tuple(args.grader_openenv),
     )
     try:
         capture_keys = read_capture_keys(args.capture_keys) if args.capture_keys else None

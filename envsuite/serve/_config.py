@@ -7,18 +7,23 @@ which keeps only its SHA-256 digest.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from envsuite._http_guard import check_exposure, is_loopback
 from envsuite.errors import UsageError
 
 API_KEY_VAR = "ENVSUITE_SERVE_API_KEY"
 """Environment variable holding the key clients must send (``X-API-Key``, the SDK's ``api_key``)."""
 
 Device = Literal["cpu", "cuda"]
+DEFAULT_MAX_TOKENS = 4096
+"""The most tokens one sample may generate unless the operator says otherwise (half the 8,192-token
+context of the default model)."""
+_ENGINE_DEFAULT_MAX_TOKENS = 1024
+"""A request that names no ``max_tokens`` gets this many (the sampling engine's default budget)."""
 
 
 class ServeConfigError(UsageError):
@@ -47,24 +52,37 @@ class ServeConfig:
     """A session silent (no heartbeat, no request) this long is ended and its models released."""
     snapshot_samplers_per_model: int = 4
     """In-memory sampling clients kept per training model (older snapshots are released)."""
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    """The most tokens one sample may generate, on every route. A request asking for more gets this
+    many (its choices then finish with ``length``), as vLLM clamps to its operator's
+    ``max_new_tokens``; the model's context still bounds prompt plus reply."""
+    grader_openenv_urls: tuple[str, ...] = ()
+    """OpenEnv servers (``http://host:port``) the capture grader may connect to (``openenv:<url>``
+    env ids); any other URL is refused without being contacted."""
 
     @property
     def loopback(self) -> bool:
         """True when only this machine can connect."""
-        if self.host in ("localhost",):
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
+
+    def tokens_for(self, asked: int | None) -> int | None:
+        """The token budget of a sample that asked for ``asked`` (None: the engine's default) under
+        :attr:`max_tokens`."""
+        if asked is None:
+            return None if self.max_tokens >= _ENGINE_DEFAULT_MAX_TOKENS else self.max_tokens
+        return min(asked, self.max_tokens)
 
     def check(self, api_key: str | None) -> None:
         """Refuse to start unsafely: any non-loopback bind needs a key; ``cuda`` needs a GPU."""
-        if not self.loopback and not api_key:
-            raise ServeConfigError(
-                f"binding {self.host} exposes training and sampling to the network: set an API key "
-                f"(--api-key or {API_KEY_VAR}); every request without it is then refused"
-            )
+        check_exposure(
+            self.host,
+            api_key,
+            what="training and sampling",
+            key_hint=f"--api-key or {API_KEY_VAR}",
+            error=ServeConfigError,
+        )
+        if self.max_tokens < 1:
+            raise ServeConfigError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if not 0 < self.port < 65536:
             raise ServeConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1024:

@@ -97,6 +97,8 @@ def to_messages(messages: list[ChatMessageIn]) -> list[Message]:
     """The request's messages as envsuite messages (text, tool calls and tool results), refusing what
     cannot be rendered."""
     out: list[Message] = []
+    called: set[str] = set()
+    """Ids of the tool calls made so far: a tool message answers one of them, as OpenAI requires."""
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         role = _ROLES.get(message.role)
@@ -110,10 +112,18 @@ def to_messages(messages: list[ChatMessageIn]) -> list[Message]:
         converted = Message(role=role, content=_text(message, where))
         if role == "assistant" and "tool_calls" in extras:
             converted["tool_calls"] = _tool_calls(extras["tool_calls"], f"{where}.tool_calls")
+            called.update(call["id"] for call in converted["tool_calls"] if call.get("id"))
         if role == "tool":
             call_id = extras.get("tool_call_id")
             if not isinstance(call_id, str):
                 raise OpenAIError(400, f"{where}.tool_call_id is missing", param=f"{where}.tool_call_id")
+            if call_id not in called:
+                raise OpenAIError(
+                    400,
+                    f"{where}.tool_call_id {call_id[:100]!r} answers no tool call of an earlier assistant "
+                    "message (a tool message must follow the assistant message whose tool_calls name it)",
+                    param=f"{where}.tool_call_id",
+                )
             converted["tool_call_id"] = call_id
             if message.name is not None:
                 converted["name"] = message.name

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 FinishReason = Literal["stop", "length", "tool_calls"]
+OPENAI_PREFIXES = ("/oai/api/v1", "/v1")
+"""Where the OpenAI routes live: Tinker's address for them, and where most clients look."""
 MAX_N = 64
 """Choices per request at most (each is a row of the sampling engine's batch)."""
 MAX_TOP_LOGPROBS = 20
@@ -31,6 +33,11 @@ class OpenAIError(Exception):
     def body(self) -> dict[str, Any]:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+def is_openai_path(path: str) -> bool:
+    """Whether ``path`` is under the OpenAI routes (whose errors take OpenAI's shape)."""
+    return any(path == p or path.startswith(f"{p}/") for p in OPENAI_PREFIXES)
 
 
 def unsupported(param: str, why: str) -> OpenAIError:
@@ -49,9 +56,10 @@ class StreamOptions(BaseModel):
 
 
 class _SamplingRequest(BaseModel):
-    """What both endpoints take. Unknown fields are kept (``model_extra``) to be checked, not dropped."""
+    """What both endpoints take. Unknown fields are kept (``model_extra``) to be checked, not dropped;
+    numbers must be finite (a NaN temperature is refused as such, not as out of range)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str = Field(min_length=1)
     """A ``tinker://`` sampler path, a live sampling session id, a checkpoint or model directory inside
     the server's allowed directories, or a base model name."""

@@ -23,6 +23,7 @@ from envsuite.serve._errors import NotFound
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """A Hugging Face hub id (``owner/name``): tried on the hub when it is reachable, never as a path."""
+_SHOWN_CHARS = 200
 
 
 def _hub_offline() -> bool:
@@ -49,41 +50,50 @@ class PathScope:
 
     def checkpoint(self, path: str) -> str:
         """``path`` as the backend should get it: a ``tinker://`` path unchanged, a directory as its real
-        absolute path. Raises :class:`NotFound` when it is outside the roots or names no directory.
-
-        A malformed ``tinker://`` path still raises ``ValueError`` (a 400): that depends on its
-        spelling alone, never on what exists.
-        """
-        directory = resolve_checkpoint_path(path, self.runs_dir)
-        if self._inside(directory) is None:
+        absolute path. Raises :class:`NotFound` for every other path: outside the roots, naming no
+        directory, malformed (``tinker://../..``), too long or unreadable for the OS alike."""
+        try:
+            inside = self._inside(resolve_checkpoint_path(path, self.runs_dir))
+        except (OSError, ValueError):
+            inside = None
+        if inside is None:
             raise NotFound(
-                f"no checkpoint {path!r} on this server (checkpoints are named by tinker:// path or by a "
-                "directory inside the server's state dir or its --allow-dir directories)"
+                f"no checkpoint {_shown(path)} on this server (checkpoints are named by tinker:// path or "
+                "by a directory inside the server's state dir or its --allow-dir directories)"
             )
-        return path if path.startswith("tinker://") else str(self._inside(directory))
+        return path if path.startswith("tinker://") else str(inside)
 
     def model(self, name: str) -> str:
         """A base model name as the backend should get it: a known model or hub id unchanged, a
         directory inside the roots as its real absolute path. Raises :class:`NotFound` for every other
-        name, existing or not (a directory elsewhere, a path, a hub id while the hub is off)."""
+        name, existing or not (a directory elsewhere, a path, a hub id while the hub is off, a name
+        the OS refuses as a path)."""
         if name in KNOWN_MODELS:
             return name
+        try:
+            found = self._model(name)
+        except (OSError, ValueError):
+            found = None
+        if found is None:
+            known = ", ".join(sorted(KNOWN_MODELS))
+            raise NotFound(
+                f"unknown model {_shown(name)} on this server: name a known model ({known}), a hub id "
+                "(when the server can reach the hub), or a model or checkpoint directory inside its "
+                "state dir or its --allow-dir directories"
+            )
+        return found
+
+    def _model(self, name: str) -> str | None:
         local = Path(name).expanduser()
         path_like = local.is_absolute() or name.startswith((".", "~")) or local.exists()
         if not path_like and _HUB_ID.match(name) and ".." not in name and not _hub_offline():
             return name
         inside = self._inside(local)
-        if inside is None:
-            known = ", ".join(sorted(KNOWN_MODELS))
-            raise NotFound(
-                f"unknown model {name!r} on this server: name a known model ({known}), a hub id (when the "
-                "server can reach the hub), or a model or checkpoint directory inside its state dir or "
-                "its --allow-dir directories"
-            )
-        return str(inside)
+        return None if inside is None else str(inside)
 
     def _inside(self, path: Path) -> Path | None:
-        """The real path of an existing directory inside one of the roots; None otherwise."""
+        """The real path of an existing directory inside one of the roots; None otherwise. (May raise
+        ``OSError``/``ValueError`` for names the OS refuses: callers answer those as not found.)"""
         real = Path(os.path.realpath(path.expanduser().absolute()))
         if not real.is_dir():
             return None
@@ -91,3 +101,8 @@ class PathScope:
             if real == root or real.is_relative_to(root):
                 return real
         return None
+
+
+def _shown(name: str) -> str:
+    """A client's name as an error message repeats it: cut short (a 5,000-character name is not echoed)."""
+    return repr(name if len(name) <= _SHOWN_CHARS else f"{name[:_SHOWN_CHARS]}...")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -14,12 +15,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from envsuite.capture import CaptureStore, UnknownEpisodeError, grade_episode
+from envsuite.registration import registry
 from envsuite.serve._capture_http import capture_set, episode_summary
-from envsuite.serve._http import state_of
+from envsuite.serve._http import state_of, validate_json
 from envsuite.serve._oai_wire import OpenAIError
 from envsuite.serve._routes_openai import PREFIXES, openai_errors
 
 router = APIRouter()
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*$")
+"""What precedes ``:`` in an env id that names a server or a file (``openenv:``, ``file:``, ``http:``)."""
 
 
 class RewardBody(BaseModel):
@@ -77,7 +81,7 @@ async def get_episode(request: Request) -> Response:
 
 async def post_reward(request: Request) -> Response:
     store, episode_id = _store(request), _episode_id(request)
-    body = RewardBody.model_validate_json(await request.body())
+    body = await validate_json(await request.body(), RewardBody)
     if (body.reward is None) == (body.rewards is None):
         raise OpenAIError(400, "give either reward (one number) or rewards (one per choice)", param="reward")
     rewards = body.rewards if body.rewards is not None else [float(body.reward or 0.0)]
@@ -85,9 +89,37 @@ async def post_reward(request: Request) -> Response:
     return JSONResponse({"id": episode_id, "rewards": score.rewards, "source": score.source})
 
 
+def _refused(env_id: str) -> OpenAIError:
+    """The one answer for every env id the grader will not build, whatever it names (a URL on this
+    machine or elsewhere, a file): nothing is contacted, so nothing about the target comes back."""
+    shown = env_id if len(env_id) <= 200 else f"{env_id[:200]}..."
+    return OpenAIError(
+        400,
+        f"cannot grade with {shown!r}: the grader takes catalog env ids (`envsuite list`) and the "
+        "OpenEnv servers this server was started with (--grader-openenv URL)",
+        param="env_id",
+    )
+
+
+def check_grader(env_id: str, openenv_urls: tuple[str, ...]) -> None:
+    """Refuse an env id the capture grader must not build: anything but a catalog id (an unknown one
+    gets the catalog's suggestion) or ``openenv:<url>`` for a URL the operator listed."""
+    scheme, colon, rest = env_id.partition(":")
+    if colon and _SCHEME.match(scheme):
+        allowed = {url.rstrip("/") for url in openenv_urls}
+        if scheme == "openenv" and rest.rstrip("/") in allowed:
+            return
+        raise _refused(env_id)
+    try:
+        registry.spec(env_id)
+    except (LookupError, ValueError) as exc:
+        raise OpenAIError(400, f"cannot grade with that env_id: {exc}", param="env_id") from exc
+
+
 async def post_grade(request: Request) -> Response:
     store, episode_id = _store(request), _episode_id(request)
-    body = GradeBody.model_validate_json(await request.body())
+    body = await validate_json(await request.body(), GradeBody)
+    check_grader(body.env_id, state_of(request).config.grader_openenv_urls)
     episode = _known(lambda: store.episode(episode_id))
     try:
         rewards = await asyncio.to_thread(

@@ -27,7 +27,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from envsuite.capture import CapturedChoice
 from envsuite.chat import Message
 from envsuite.serve._capture_http import CaptureRequest, Turn
-from envsuite.serve._http import state_of
+from envsuite.serve._config import ServeConfig
+from envsuite.serve._http import describe_invalid, state_of, validate_json
 from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, read_tools, to_messages
 from envsuite.serve._oai_models import ServedModel, list_models, serve_model
 from envsuite.serve._oai_sampling import (
@@ -43,6 +44,7 @@ from envsuite.serve._oai_sampling import (
 )
 from envsuite.serve._oai_wire import (
     MAX_N,
+    OPENAI_PREFIXES,
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -61,7 +63,7 @@ from envsuite.serve._oai_wire import (
 )
 
 router = APIRouter()
-PREFIXES = ("/oai/api/v1", "/v1")
+PREFIXES = OPENAI_PREFIXES
 _RECORDED_PARAMS = {"max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop"}
 """Sampling parameters kept with a captured call."""
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -78,19 +80,18 @@ def openai_errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            param = ".".join(str(p) for p in first["loc"]) or None
-            raise OpenAIError(400, f"{param}: {first['msg']}", param=param) from exc
+            invalid = describe_invalid(exc)
+            raise OpenAIError(400, invalid.message, param=invalid.param) from exc
         except json.JSONDecodeError as exc:
-            raise OpenAIError(400, f"the body is not JSON: {exc}") from exc
+            raise OpenAIError(400, f"the body is not valid JSON: {exc}") from exc
 
     return wrapped
 
 
-def _parse(raw: bytes, model: type[M]) -> M:
-    request = model.model_validate_json(raw)
-    refuse_unknown(request)
-    return request
+async def _parse(request: Request, model: type[M]) -> M:
+    body = await validate_json(await request.body(), model)
+    refuse_unknown(body)
+    return body
 
 
 def _dump(model: pydantic.BaseModel) -> dict[str, Any]:
@@ -144,14 +145,16 @@ class _Chat:
         return {"X-Envsuite-Episode": self.turn.episode_id} if self.turn is not None else {}
 
 
-def _chat_spec(body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: ServedModel) -> SampleSpec:
+def _chat_spec(
+    body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: ServedModel, config: ServeConfig
+) -> SampleSpec:
     if body.top_logprobs and not body.logprobs:
         raise OpenAIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     tokenizer = served.client.get_tokenizer()
     return build_spec(
         prompt_T=prompt,
         n=body.n,
-        max_tokens=body.max_completion_tokens or body.max_tokens,
+        max_tokens=config.tokens_for(body.max_completion_tokens or body.max_tokens),
         temperature=body.temperature,
         top_p=body.top_p,
         top_k=body.top_k,
@@ -164,8 +167,21 @@ def _chat_spec(body: ChatRequest, prompt: list[int], fmt: ChatFormat, served: Se
     )
 
 
+def _chat_prompt(
+    capture: CaptureRequest | None,
+    turn: Turn | None,
+    fmt: ChatFormat,
+    served: ServedModel,
+    messages: list[Message],
+) -> list[int]:
+    prompt = None
+    if capture is not None and turn is not None:
+        prompt = capture.spliced_prompt(turn, fmt, served, messages)
+    return prompt or fmt.prompt(messages)
+
+
 async def _prepare_chat(request: Request) -> _Chat:
-    body = _parse(await request.body(), ChatRequest)
+    body = await _parse(request, ChatRequest)
     tools = read_tools(body)
     messages = to_messages(body.messages)
     state = state_of(request)
@@ -175,15 +191,14 @@ async def _prepare_chat(request: Request) -> _Chat:
     fmt = chat_format(
         client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools, messages
     )
-    # Placing a call may read the capture set's files (the first time): off the event loop.
+    # Placing a call may read the capture set's files (the first time), and rendering a long
+    # conversation tokenizes megabytes: both off the event loop.
     turn = await asyncio.to_thread(capture.place_chat, messages) if capture is not None else None
-    prompt = None
-    if capture is not None and turn is not None:
-        prompt = capture.spliced_prompt(turn, fmt, served, messages)
-    prompt = prompt or fmt.prompt(messages)
+    prompt = await asyncio.to_thread(_chat_prompt, capture, turn, fmt, served, messages)
     if capture is not None:
         turn = await asyncio.to_thread(capture.place_tokens, turn, prompt)
-    return _Chat(body, served, fmt, messages, _chat_spec(body, prompt, fmt, served), capture, turn)
+    spec = _chat_spec(body, prompt, fmt, served, state.config)
+    return _Chat(body, served, fmt, messages, spec, capture, turn)
 
 
 def chat_reply(fmt: ChatFormat, choice: SampledChoice, stops: tuple[str, ...]) -> tuple[AssistantReply, str]:
@@ -358,12 +373,12 @@ class _Completions:
 
 
 async def _prepare_completions(request: Request) -> _Completions:
-    body = _parse(await request.body(), CompletionRequest)
+    body = await _parse(request, CompletionRequest)
     state = state_of(request)
     capture = CaptureRequest.of(request, state)
     served = await serve_model(state, body.model)
     tokenizer = served.client.get_tokenizer()
-    prompts = _prompts(body, served)
+    prompts = await asyncio.to_thread(_prompts, body, served)
     if capture is not None and len(prompts) > 1:
         raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")
     specs = []
@@ -371,7 +386,7 @@ async def _prepare_completions(request: Request) -> _Completions:
         spec = build_spec(
             prompt_T=prompt,
             n=body.n,
-            max_tokens=body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+            max_tokens=state.config.tokens_for(body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS),
             temperature=body.temperature,
             top_p=body.top_p,
             top_k=body.top_k,

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from typing import Any
 
 from fastapi import APIRouter, Request
 from tinker import types
 
+from envsuite.serve._config import ServeConfig
 from envsuite.serve._futures import then
-from envsuite.serve._http import Unsupported, parse, state_of
+from envsuite.serve._http import Unsupported, parse, state_of, validate_json
 
 router = APIRouter(prefix="/api/v1")
 
@@ -46,8 +48,9 @@ async def get_sampler(sampler_id: str, request: Request) -> dict[str, Any]:
 @router.post("/asample")
 async def asample(request: Request) -> dict[str, Any]:
     raw = await request.body()
-    body = types.SampleRequest.model_validate_json(raw)
+    body = await validate_json(raw, types.SampleRequest)
     state = state_of(request)
+    params = _bounded(body.sampling_params, state.config)
     session_id = None
     if body.sampling_session_id is not None:
         sampler = state.sampler(body.sampling_session_id)
@@ -63,7 +66,7 @@ async def asample(request: Request) -> dict[str, Any]:
         sampled = client.sample(
             body.prompt,
             body.num_samples,
-            body.sampling_params,
+            params,
             include_prompt_logprobs=bool(body.prompt_logprobs),
             topk_prompt_logprobs=body.topk_prompt_logprobs,
             topk_sample_logprobs=body.topk_sample_logprobs,
@@ -87,6 +90,15 @@ async def asample(request: Request) -> dict[str, Any]:
     return types.UntypedAPIFuture(
         request_id=request_id, sample_sequence_ids=sequence_ids(request_id, body.num_samples)
     ).model_dump(exclude_none=True)
+
+
+def _bounded(params: types.SamplingParams, config: ServeConfig) -> types.SamplingParams:
+    """``params`` under the server's token cap (a request asking more gets the cap, as on the OpenAI
+    routes); a non-finite number is refused by name rather than sampled with."""
+    for name in ("temperature", "top_p"):
+        if not math.isfinite(getattr(params, name)):
+            raise Unsupported(f"sampling_params.{name} must be a finite number")
+    return params.model_copy(update={"max_tokens": config.tokens_for(params.max_tokens)})
 
 
 def sequence_ids(request_id: str, num_samples: int) -> list[str]:
