@@ -39,8 +39,8 @@ def _vector_unit(flags: set[str]) -> str:
 
 
 @functools.cache
-def cpu_identity() -> CpuIdentity:
-    """This machine's CPU (from ``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (empty where there is none)."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -48,13 +48,26 @@ def cpu_identity() -> CpuIdentity:
             key = key.strip()
             if sep and key not in fields:
                 fields[key] = value.strip()
-    flags = (fields.get("flags") or fields.get("Features") or "").split()
+    return fields
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags as ``/proc/cpuinfo`` names them (``avx2``, ``avx512f``, ...)."""
+    fields = _cpuinfo()
+    return frozenset((fields.get("flags") or fields.get("Features") or "").split())
+
+
+@functools.cache
+def cpu_identity() -> CpuIdentity:
+    """This machine's CPU (from ``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
+    fields = _cpuinfo()
+    flags = sorted(cpu_flags())
     return CpuIdentity(
         vendor=fields.get("vendor_id") or fields.get("CPU implementer") or platform.machine(),
         model_name=fields.get("model name") or platform.processor() or platform.machine(),
         family=fields.get("cpu family") or fields.get("CPU architecture") or "",
         model=fields.get("model") or fields.get("CPU part") or "",
-        flags_digest=hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12],
+        flags_digest=hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12],
         logical_cpus=os.cpu_count() or 1,
         vector_unit=_vector_unit(set(flags)),
     )

@@ -20,7 +20,7 @@ from envsuite.engine.kernels._calibration import (
     calibration_file,
     choose,
 )
-from envsuite.engine.kernels._native import NativeKernels, native_kernels
+from envsuite.engine.kernels._native import InstructionSet, NativeKernels, instruction_set, native_kernels
 from envsuite.engine.kernels._onednn import (
     OneDnnLinear,
     onednn_available,
@@ -93,8 +93,10 @@ __all__ = [
     "zero_filled_biases",
     # envsuite's native CPU kernels (built on first use)
     "CpuIdentity",
+    "InstructionSet",
     "NativeKernels",
     "cpu_identity",
+    "instruction_set",
     "native_kernels",
     # where the decode step's team of threads spends its time (a diagnostic)
     "CLOCK_ENV",

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from envsuite.engine._host import cpu_identity
-from envsuite.engine.kernels._native import source_digest
+from envsuite.engine.kernels._native import instruction_set, source_digest
 from envsuite.engine.kernels._products import ROW_BUCKETS, Layout, ProductPath, lay_out, run_path
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,8 @@ class MachineKey:
             cpu_id=repr(cpu),
             versions=_library_versions(),
             threads=torch.get_num_threads(),
-            native_source=source_digest()[:12],
+            # the same sources built for another instruction set are other kernels, with other timings
+            native_source=f"{source_digest()[:12]}/{instruction_set()}",
         )
 
     @property

@@ -2,10 +2,15 @@
 
 The sources ship with the package (``_native.h`` says which file holds what); :func:`native_kernels`
 compiles them into one library once with the host's C++ compiler
-(``$CXX``, else ``g++``/``c++``/``clang++``), ``-O3 -march=native`` against the installed torch, into
+(``$CXX``, else ``g++``/``c++``/``clang++``), ``-O3`` for an :class:`InstructionSet` (``-march=native``
+unless ``$ENVSUITE_NATIVE_ISA`` names a narrower one) against the installed torch, into
 ``$ENVSUITE_NATIVE_CACHE/<key>/``, else ``<envsuite cache>/native/<key>/`` (``envsuite.models.cache_dir``), where the key hashes the sources, the
-torch version, the compiler and the CPU (model and instruction-set flags: a library built for one CPU
+torch version, the compiler, the instruction set and the CPU (model and instruction-set flags: a library built for one CPU
 may not run on another that shares the home directory). Later processes load it in a few milliseconds.
+
+The same sources serve every vector width (GCC's generic vectors, ``_native.h``), so the tests build and
+run them for each width the project ships on whatever box runs the tests (``tests/test_native_isa.py``):
+an AVX-512 box checks its own build, the AVX2 build and the portable one; an AVX2 box the last two.
 The first build takes 20-60 s on two cores; concurrent processes wait for one build (a file lock), and a
 failed build is remembered under its key (with the compiler's message), so it is not retried until the
 source, torch or the compiler change.
@@ -21,11 +26,13 @@ layer stack (``decode_layers``), and next-token choice (``sample_rows``).
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -37,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from envsuite.engine._host import cpu_identity
+from envsuite.engine._host import cpu_flags, cpu_identity
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +53,58 @@ SOURCES = tuple(sorted(SOURCE_DIR.glob("_native*.cpp")))
 """The translation units compiled into the library (``_native.h`` is included by each)."""
 HEADERS = tuple(sorted(SOURCE_DIR.glob("_native*.h")))
 CACHE_ENV = "ENVSUITE_NATIVE_CACHE"
+ISA_ENV = "ENVSUITE_NATIVE_ISA"
 LIBRARY_NAME = "envsuite_kernels.so"
 BUILD_TIMEOUT_S = 600.0
 """A build that takes longer is abandoned (and remembered as failed)."""
+
+
+class InstructionSet(enum.StrEnum):
+    """The instructions a build of the native kernels may use (``$ENVSUITE_NATIVE_ISA``)."""
+
+    NATIVE = "native"
+    """Everything this CPU has (``-march=native``): the default, what users run."""
+    AVX512 = "avx512"
+    """x86-64-v4: AVX-512 F/BW/CD/DQ/VL with FMA (Zen 4-5, Intel Xeon since Skylake-SP)."""
+    AVX2 = "avx2"
+    """x86-64-v3: AVX2 with FMA, 16 vector registers (Zen 1-3, Intel since Haswell)."""
+    PORTABLE = "portable"
+    """The architecture's baseline (x86-64: SSE2; aarch64: NEON): runs on any CPU of the architecture."""
+
+    def compiler_flags(self) -> tuple[str, ...]:
+        if self is InstructionSet.NATIVE:
+            return ("-march=native",)
+        if platform.machine() in ("x86_64", "AMD64"):
+            level = {InstructionSet.AVX512: "x86-64-v4", InstructionSet.AVX2: "x86-64-v3"}
+            return (f"-march={level.get(self, 'x86-64')}",)
+        return ("-march=armv8-a",) if self is InstructionSet.PORTABLE else ()
+
+    def runs_here(self) -> bool:
+        """Whether this CPU executes a build for this instruction set (every flag its level requires)."""
+        if self in (InstructionSet.NATIVE, InstructionSet.PORTABLE):
+            return True
+        if platform.machine() not in ("x86_64", "AMD64"):
+            return False
+        return _LEVEL_FLAGS[self] <= cpu_flags()
+
+
+# The /proc/cpuinfo flags each x86-64 micro-architecture level requires (the x86-64 psABI's table;
+# v4 includes v3).
+_V3_FLAGS = frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave", "abm"})
+_LEVEL_FLAGS = {
+    InstructionSet.AVX2: _V3_FLAGS,
+    InstructionSet.AVX512: _V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+}
+
+
+def instruction_set() -> InstructionSet:
+    """The instruction set this process builds for: ``$ENVSUITE_NATIVE_ISA``, else ``native``."""
+    name = os.environ.get(ISA_ENV, "").strip().lower() or InstructionSet.NATIVE.value
+    try:
+        return InstructionSet(name)
+    except ValueError:
+        choices = ", ".join(isa.value for isa in InstructionSet)
+        raise ValueError(f"${ISA_ENV}={name!r} is not an instruction set; choose one of {choices}") from None
 
 
 @dataclass(frozen=True)
@@ -59,6 +115,12 @@ class NativeKernels:
     library: Path | None
     reason: str
     """How they were obtained ("built in 23.1 s", "cached build") or why they are unavailable."""
+    isa: InstructionSet = InstructionSet.NATIVE
+    """The instructions the build was allowed to use."""
+
+    def describe(self) -> str:
+        """One line for reports (``envsuite doctor``): how they were obtained and for which instructions."""
+        return f"{self.reason}, for {self.isa} instructions" if self.available else self.reason
 
 
 def _compiler() -> str | None:
@@ -84,8 +146,9 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def _build_key(compiler: str) -> str:
+def _build_key(compiler: str, isa: InstructionSet) -> str:
     parts = [
+        isa.value,
         source_digest(),
         torch.__version__,
         str(torch._C._GLIBCXX_USE_CXX11_ABI),
@@ -96,14 +159,14 @@ def _build_key(compiler: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _command(compiler: str, output: Path) -> list[str]:
+def _command(compiler: str, output: Path, isa: InstructionSet) -> list[str]:
     from torch.utils.cpp_extension import include_paths, library_paths
 
     torch_lib = library_paths()[0]
     return [
         compiler,
         "-O3",
-        "-march=native",
+        *isa.compiler_flags(),
         "-fopenmp",
         "-shared",
         "-fPIC",
@@ -132,15 +195,17 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(compiler: str, directory: Path) -> str:
+def _build(compiler: str, directory: Path, isa: InstructionSet) -> str:
     """Compile into ``directory`` (atomically: a temporary name, then a rename); returns how long it took."""
     library = directory / LIBRARY_NAME
     partial = directory / f".{LIBRARY_NAME}.{os.getpid()}"
-    logger.warning("building envsuite's native CPU kernels for this CPU (once; 20-60 s): %s", directory)
+    logger.warning(
+        "building envsuite's native CPU kernels for this CPU, %s (once; 20-60 s): %s", isa, directory
+    )
     started = time.perf_counter()
     try:
         result = subprocess.run(
-            _command(compiler, partial), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            _command(compiler, partial, isa), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise RuntimeError(f"the compiler did not run: {exc}") from exc
@@ -160,28 +225,31 @@ def _load_once() -> NativeKernels:
 
     if not sys.platform.startswith("linux"):
         return NativeKernels(False, None, f"built only on Linux (this is {sys.platform})")
+    isa = instruction_set()
+    if not isa.runs_here():
+        return NativeKernels(False, None, f"this CPU cannot run a build for {isa} (${ISA_ENV})", isa)
     compiler = _compiler()
     if compiler is None:
-        return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)")
+        return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)", isa)
     root = Path(os.environ[CACHE_ENV]).expanduser() if os.environ.get(CACHE_ENV) else cache_dir() / "native"
-    directory = root / _build_key(compiler)
+    directory = root / _build_key(compiler, isa)
     library, failed = directory / LIBRARY_NAME, directory / "build-failed.txt"
     with _locked(directory / ".lock"):
         if failed.is_file():
-            return NativeKernels(False, None, f"an earlier build failed (see {failed})")
+            return NativeKernels(False, None, f"an earlier build failed (see {failed})", isa)
         how = "cached build"
         if not library.is_file():
             try:
-                how = _build(compiler, directory)
+                how = _build(compiler, directory, isa)
             except RuntimeError as exc:
                 failed.write_text(str(exc))
                 logger.warning("envsuite's native CPU kernels are unavailable: %s", str(exc)[:500])
-                return NativeKernels(False, None, f"the build failed (see {failed})")
+                return NativeKernels(False, None, f"the build failed (see {failed})", isa)
     try:
         torch.ops.load_library(str(library))
     except (OSError, RuntimeError) as exc:
-        return NativeKernels(False, library, f"the library did not load: {exc}")
-    return NativeKernels(True, library, how)
+        return NativeKernels(False, library, f"the library did not load: {exc}", isa)
+    return NativeKernels(True, library, how, isa)
 
 
 def native_kernels() -> NativeKernels:

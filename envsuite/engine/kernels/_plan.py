@@ -262,7 +262,7 @@ def kernel_plan(
     allowed and usable here (of ``among``'s names, if given), ``path`` forced everywhere if given,
     else measured (cached in ``cache``)."""
     status = native_kernels() if native else None
-    native_note = status.reason if status is not None else "turned off"
+    native_note = status.describe() if status is not None else "turned off"
     weights = [site.linears[0].weight for site in product_sites(model, shared)]
     sample = weights[0] if weights else torch.empty(0, device="meta")
     paths = usable_paths(
