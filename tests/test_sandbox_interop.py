@@ -180,6 +180,8 @@ def test_run_code_answers_in_sandboxfusions_shapes(sandbox_url: str) -> None:
         "cpu_time": ok["sandbox"]["cpu_time"],
         "isolated": True,
         "truncated": False,
+        "run_timeout": 10.0,
+        "memory_MB": 1024,
     }
 
     failed = _post(sandbox_url, {"code": "raise SystemExit(3)", "language": "python"})

@@ -15,7 +15,7 @@ from envsuite.errors import UsageError
 
 def add_parser(subparsers: Subparsers) -> None:
     """Register ``envsuite serve-sandbox``."""
-    from envsuite.sandbox import Limits, SandboxServerConfig
+    from envsuite.sandbox import SANDBOX_API_KEY_VAR, Limits, SandboxServerConfig
 
     defaults, limits = SandboxServerConfig(), Limits()
     p = subparsers.add_parser(
@@ -24,9 +24,27 @@ def add_parser(subparsers: Subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--host", default=defaults.host, help="address to listen on")
+    p.add_argument(
+        "--host", default=defaults.host, help="address to listen on (anything but loopback needs a key)"
+    )
     p.add_argument("--port", type=int, default=defaults.port)
-    p.add_argument("--memory-mb", type=int, default=limits.memory_mb, help="memory per request")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"key every request must carry (X-API-Key or Authorization: Bearer); default: ${SANDBOX_API_KEY_VAR}",
+    )
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=limits.wall_s,
+        help="most seconds (wall and CPU) a run may take; a request's run_timeout is capped at it",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=limits.memory_mb,
+        help="memory per request; a request's memory_limit_MB is capped at it",
+    )
     p.add_argument("--processes", type=int, default=limits.processes, help="processes per request")
     p.add_argument("--output-bytes", type=int, default=limits.output_bytes, help="stdout/stderr kept")
     p.add_argument(
@@ -38,9 +56,12 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the server; a machine that cannot isolate is a one-line UsageError."""
+    import os
     from dataclasses import replace
 
+    from envsuite._http_guard import check_exposure
     from envsuite.sandbox import (
+        SANDBOX_API_KEY_VAR,
         Isolation,
         Limits,
         SandboxConfig,
@@ -50,8 +71,17 @@ def run(args: argparse.Namespace) -> int:
         serve_fusion,
     )
 
+    api_key = args.api_key or os.environ.get(SANDBOX_API_KEY_VAR) or None
+    # Checked here too (the app checks it again) so a refusal comes before the line announcing the URL.
+    what, hint = "code execution", f"--api-key or {SANDBOX_API_KEY_VAR}"
+    check_exposure(args.host, api_key, what=what, key_hint=hint, error=UsageError)
+    if not args.run_timeout > 0:
+        raise UsageError(f"--run-timeout must be > 0, got {args.run_timeout}")
     limits = replace(
-        Limits(), memory_mb=args.memory_mb, processes=args.processes, output_bytes=args.output_bytes
+        Limits().with_time(args.run_timeout),
+        memory_mb=args.memory_mb,
+        processes=args.processes,
+        output_bytes=args.output_bytes,
     )
     isolation = Isolation.NONE if args.unisolated else Isolation.BWRAP
     sandbox = SandboxConfig(limits=limits, isolation=isolation)
@@ -61,5 +91,5 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     url = f"http://{args.host}:{args.port}/run_code"
     print(f"SandboxFusion run_code API at {url} ({support.describe()}); SANDBOX_URL={url}", flush=True)
-    serve_fusion(SandboxServerConfig(host=args.host, port=args.port, sandbox=sandbox))
+    serve_fusion(SandboxServerConfig(host=args.host, port=args.port, sandbox=sandbox), api_key)
     return 0

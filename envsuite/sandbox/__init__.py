@@ -19,12 +19,14 @@ from envsuite.sandbox._session import COOKBOOK_OUTPUT_BYTES, Sandbox, run_python
 from envsuite.sandbox._support import SandboxSupport, sandbox_support
 from envsuite.sandbox._types import (
     ISOLATION_ENV_VAR,
+    SANDBOX_API_KEY_VAR,
     SANDBOX_TMPDIR,
     SANDBOX_WORKDIR,
     Isolation,
     Limit,
     Limits,
     RunResult,
+    SandboxCancelledError,
     SandboxClosedError,
     SandboxConfig,
     SandboxError,
@@ -35,21 +37,24 @@ from envsuite.sandbox._types import (
 )
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from envsuite._http_guard import ASGIApp
 
 
-def create_fusion_app(config: SandboxServerConfig | None = None) -> FastAPI:
-    """SandboxFusion's ``run_code`` API as a FastAPI app (fastapi loads only when this is called)."""
+def create_fusion_app(config: SandboxServerConfig | None = None, api_key: str | None = None) -> ASGIApp:
+    """SandboxFusion's ``run_code`` API as an ASGI app (fastapi loads only when this is called).
+
+    ``api_key``: the key every request must carry (``X-API-Key`` or ``Authorization: Bearer``); required
+    when ``config.host`` is not loopback (a :class:`~envsuite.errors.UsageError` otherwise)."""
     from envsuite.sandbox._fusion import create_app
 
-    return create_app(config)
+    return create_app(config, api_key)
 
 
-def serve_fusion(config: SandboxServerConfig) -> None:
+def serve_fusion(config: SandboxServerConfig, api_key: str | None = None) -> None:
     """Serve SandboxFusion's ``run_code`` API with uvicorn until interrupted (``envsuite serve-sandbox``)."""
     from envsuite.sandbox._fusion import serve_fusion as serve
 
-    serve(config)
+    serve(config, api_key)
 
 
 __all__ = [
@@ -70,6 +75,7 @@ __all__ = [
     "COOKBOOK_OUTPUT_BYTES",
     # SandboxFusion's HTTP API (envsuite serve-sandbox)
     "SandboxServerConfig",
+    "SANDBOX_API_KEY_VAR",
     "create_fusion_app",
     "serve_fusion",
     # what this machine supports
@@ -79,6 +85,7 @@ __all__ = [
     "sandbox_support",
     # errors
     "SandboxError",
+    "SandboxCancelledError",
     "SandboxClosedError",
     "SandboxPathError",
     "SandboxUnavailableError",

@@ -17,13 +17,18 @@ import asyncio
 import base64
 import binascii
 import enum
+import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request  # the route's annotation, resolved by FastAPI at import
 
+from envsuite._http_guard import ASGIApp, KeyCheck, Refusal, RequestGuard, Scope, check_exposure, key_digest
+from envsuite.errors import UsageError
 from envsuite.sandbox._session import Sandbox
 from envsuite.sandbox._types import (
+    SANDBOX_API_KEY_VAR,
     Isolation,
     Limit,
     Limits,
@@ -32,11 +37,6 @@ from envsuite.sandbox._types import (
     SandboxError,
     SandboxServerConfig,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from fastapi import FastAPI, Response
 
 _LANGUAGES = {"python": "python", "python3": "python", "bash": "bash"}
 
@@ -54,8 +54,10 @@ class CommandRunStatus(enum.StrEnum):
 
 
 class RunCodeRequest(BaseModel):
-    """SandboxFusion's request body of ``POST /run_code``."""
+    """SandboxFusion's request body of ``POST /run_code``. Timeouts and memory are capped by the
+    server's own limits (``envsuite serve-sandbox --run-timeout/--memory-mb``)."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
     code: str
     language: str = "python"
     compile_timeout: float = 10
@@ -80,8 +82,13 @@ class SandboxDetails(BaseModel):
 
     limit: str
     cpu_time: float
+    """CPU seconds of the sandboxed process tree (user + system)."""
     isolated: bool
     truncated: bool
+    run_timeout: float | None = None
+    """The wall-clock limit the run had (the request's, capped by the server's)."""
+    memory_MB: int | None = None
+    """The memory limit the run had (likewise)."""
 
 
 class RunCodeResponse(BaseModel):
@@ -95,11 +102,14 @@ class RunCodeResponse(BaseModel):
 
 
 def _limits(request: RunCodeRequest, base: Limits) -> Limits:
+    """The request's timeout and memory, capped by the server's own limits (``base``): a client may
+    ask for less, never for more."""
     if not request.run_timeout > 0:
         raise ValueError(f"run_timeout must be > 0, got {request.run_timeout}")
-    limits = base.with_time(request.run_timeout)
+    seconds = min(float(request.run_timeout), base.wall_s)
+    limits = replace(base, wall_s=seconds, cpu_s=min(seconds, base.cpu_s))
     if request.memory_limit_MB > 0:
-        limits = replace(limits, memory_mb=int(request.memory_limit_MB))
+        limits = replace(limits, memory_mb=min(int(request.memory_limit_MB), base.memory_mb))
     return limits
 
 
@@ -114,8 +124,11 @@ def _command_result(done: RunResult) -> CommandRunResult:
     )
 
 
-def run_code(request: RunCodeRequest, config: SandboxConfig) -> RunCodeResponse:
-    """Answer one ``run_code`` request (blocking): files in, program run, files out."""
+def run_code(
+    request: RunCodeRequest, config: SandboxConfig, cancel: threading.Event | None = None
+) -> RunCodeResponse:
+    """Answer one ``run_code`` request (blocking): files in, program run, files out. Setting ``cancel``
+    (the client left) kills the run; the answer then says so (nobody reads it)."""
     language = _LANGUAGES.get(request.language)
     if language is None:
         supported = ", ".join(sorted(_LANGUAGES))
@@ -129,9 +142,10 @@ def run_code(request: RunCodeRequest, config: SandboxConfig) -> RunCodeResponse:
             for path, content in request.files.items():
                 box.write_bytes(path, base64.b64decode(content or "", validate=True))
             if language == "python":
-                done = box.run_python(request.code, stdin=request.stdin, limits=limits)
+                done = box.run_python(request.code, stdin=request.stdin, limits=limits, cancel=cancel)
             else:
-                done = box.run(["bash", "-c", request.code], stdin=request.stdin, limits=limits)
+                argv = ["bash", "-c", request.code]
+                done = box.run(argv, stdin=request.stdin, limits=limits, cancel=cancel)
             fetched = _fetch(box, request.fetch_files)
     except (SandboxError, OSError, ValueError, binascii.Error) as exc:
         return RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=f"{type(exc).__name__}: {exc}")
@@ -142,7 +156,12 @@ def run_code(request: RunCodeRequest, config: SandboxConfig) -> RunCodeResponse:
         run_result=result,
         files=fetched,
         sandbox=SandboxDetails(
-            limit=done.limit.value, cpu_time=done.cpu_s, isolated=done.isolated, truncated=done.truncated
+            limit=done.limit.value,
+            cpu_time=done.cpu_s,
+            isolated=done.isolated,
+            truncated=done.truncated,
+            run_timeout=limits.wall_s,
+            memory_MB=limits.memory_mb,
         ),
     )
 
@@ -158,27 +177,42 @@ def _fetch(box: Sandbox, paths: list[str]) -> dict[str, str]:
     return fetched
 
 
-def create_app(config: SandboxServerConfig | None = None) -> FastAPI:
-    """The FastAPI app: ``POST /run_code``, ``GET /v1/ping`` and ``GET /`` (health)."""
-    from fastapi import FastAPI, Request
+def _error_body(scope: Scope, refusal: Refusal, message: str) -> dict[str, object]:
+    return {"detail": message}  # FastAPI's shape, which SandboxFusion's own server answers in
+
+
+def create_app(config: SandboxServerConfig | None = None, api_key: str | None = None) -> ASGIApp:
+    """The app: ``POST /run_code``, ``GET /v1/ping`` and ``GET /`` (health), behind the body limit, the
+    key check (``api_key``; required off loopback) and the cancelling of runs whose client left."""
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
 
     settings = config or SandboxServerConfig()
+    check_exposure(
+        settings.host,
+        api_key,
+        what="code execution",
+        key_hint=f"--api-key or {SANDBOX_API_KEY_VAR}",
+        error=UsageError,
+    )
     Sandbox(settings.sandbox).close()  # refuse to start where isolation cannot work (clear error)
     app = FastAPI(title="envsuite sandbox (SandboxFusion run_code API)")
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > settings.max_body_bytes:
-            return JSONResponse(
-                {"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413
-            )
-        return await call_next(request)
-
     @app.post("/run_code", response_model=RunCodeResponse)
-    async def run_code_route(request: RunCodeRequest) -> RunCodeResponse:
-        return await asyncio.to_thread(run_code, request, settings.sandbox)
+    async def run_code_route(request: Request) -> JSONResponse:
+        raw = await request.body()
+        try:  # a 64 MB body takes a while to parse: off the event loop, as the run itself
+            body = await asyncio.to_thread(RunCodeRequest.model_validate_json, raw)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_input=False, include_url=False)) from exc
+        cancel = threading.Event()
+        try:
+            answer = await asyncio.to_thread(run_code, body, settings.sandbox, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the client left (the request guard cancelled us): kill the run now
+            raise
+        return JSONResponse(answer.model_dump(mode="json"))
 
     @app.get("/v1/ping", response_class=PlainTextResponse)
     async def ping() -> str:
@@ -188,11 +222,13 @@ def create_app(config: SandboxServerConfig | None = None) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "isolated": settings.sandbox.isolation is Isolation.BWRAP}
 
-    return app
+    keyed = KeyCheck(app, key_digest(api_key) if api_key else None, _error_body)
+    return RequestGuard(keyed, settings.max_body_bytes, _error_body)
 
 
-def serve_fusion(config: SandboxServerConfig) -> None:
+def serve_fusion(config: SandboxServerConfig, api_key: str | None = None) -> None:
     """Run the server with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning", access_log=False)
+    app = create_app(config, api_key)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)

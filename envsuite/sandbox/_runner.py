@@ -23,7 +23,7 @@ from pathlib import Path
 from envsuite.sandbox._cgroup import CgroupEvents, CgroupKind, RunCgroup
 from envsuite.sandbox._layout import INIT_ARGV, bwrap_argv, prlimit_argv, program_env
 from envsuite.sandbox._support import SandboxSupport
-from envsuite.sandbox._types import Isolation, Limit, Limits, RunResult, SandboxError
+from envsuite.sandbox._types import Isolation, Limit, Limits, RunResult, SandboxCancelledError, SandboxError
 
 _READ_CHUNK = 1 << 16
 _DISK_POLL_S = 0.25
@@ -34,6 +34,8 @@ _SYNC_TIMEOUT_S = 10.0
 _MAX_SCAN_ENTRIES = 200_000
 _SLOTS = threading.BoundedSemaphore(max(2, 2 * (os.cpu_count() or 1)))
 """Runs at once in this process; more wait their turn (their wall clock starts when they start)."""
+_CANCEL_POLL_S = 0.05
+"""How often a cancellable run (and one waiting for a slot) looks at its cancel event."""
 
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 _PROCESS_MARKERS = (
@@ -58,6 +60,12 @@ class _Watch:
     killed_for: Limit = Limit.NONE
     truncated: bool = False
     exited: bool = False
+    cancel: threading.Event | None = None
+    """Set by another thread when nobody waits for the run any more: it is killed at once."""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
 def execute(
@@ -69,15 +77,29 @@ def execute(
     stdin: bytes | None = None,
     cwd: str,
     env: Mapping[str, str] | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunResult:
-    """Run ``argv`` in the sandbox rooted at ``root`` under ``limits``; never raises for the program."""
-    with _SLOTS:
+    """Run ``argv`` in the sandbox rooted at ``root`` under ``limits``; never raises for the program.
+
+    ``cancel``: once set (from any thread), the run is killed, or never started if it is still waiting
+    for a slot, and :class:`SandboxCancelledError` is raised instead of a result.
+    """
+    _take_slot(cancel)
+    try:
         cgroup = _make_cgroup(support, limits)
         try:
-            return _execute(support, root, list(argv), limits, stdin, cwd, env, cgroup)
+            return _execute(support, root, list(argv), _Watch(limits, cancel=cancel), stdin, cwd, env, cgroup)
         finally:
             if cgroup is not None:
                 cgroup.remove()
+    finally:
+        _SLOTS.release()
+
+
+def _take_slot(cancel: threading.Event | None) -> None:
+    while not _SLOTS.acquire(timeout=None if cancel is None else _CANCEL_POLL_S):
+        if cancel is not None and cancel.is_set():
+            raise SandboxCancelledError("the run was cancelled while it waited for a slot")
 
 
 def _make_cgroup(support: SandboxSupport, limits: Limits) -> RunCgroup | None:
@@ -115,12 +137,13 @@ def _execute(
     support: SandboxSupport,
     root: Path,
     argv: list[str],
-    limits: Limits,
+    watch: _Watch,
     stdin: bytes | None,
     cwd: str,
     env: Mapping[str, str] | None,
     cgroup: RunCgroup | None,
 ) -> RunResult:
+    limits = watch.limits
     isolated = support.isolation is Isolation.BWRAP
     info_r, info_w, block_r, block_w = (*os.pipe(), *os.pipe()) if cgroup and isolated else (-1,) * 4
     sync = (info_w, block_r) if info_w >= 0 else None
@@ -140,7 +163,7 @@ def _execute(
             if fd >= 0:
                 os.close(fd)
         raise SandboxError(f"could not start the sandbox: {exc}") from exc
-    watch = _Watch(limits)
+    tree_cpu_s = 0.0
     try:
         if sync is not None and cgroup is not None:
             os.close(info_w)
@@ -150,9 +173,13 @@ def _execute(
             cgroup.attach(proc.pid)  # unisolated runs: best effort, the program may fork first
         _watch(proc, watch, stdin, root, start)
     finally:
+        if not watch.exited or watch.killed_for is not Limit.NONE:
+            tree_cpu_s = _tree_cpu_s(proc.pid)  # before the kill: nobody reports a killed tree's time
         _kill_all(proc, cgroup)
         cpu_s, status = _reap(proc)
-    return _result(watch, status, cpu_s, time.monotonic() - start, isolated, cgroup)
+    if watch.cancelled:
+        raise SandboxCancelledError("the run was cancelled (killed with its whole process tree)")
+    return _result(watch, status, max(cpu_s, tree_cpu_s), time.monotonic() - start, isolated, cgroup)
 
 
 def _start(
@@ -261,12 +288,16 @@ def _watch(
                     return
                 if drain_until is not None and now >= drain_until:
                     return
+                if watch.cancelled:
+                    return
                 if now >= next_disk:
                     if _scratch_bytes(root) > watch.limits.disk_mb << 20:
                         watch.killed_for = Limit.DISK
                         return
                     next_disk = now + _DISK_POLL_S
                 wait = min(deadline, next_disk, drain_until or deadline) - now
+                if watch.cancel is not None:
+                    wait = min(wait, _CANCEL_POLL_S)
                 for key, _ in sel.select(max(0.0, wait)):
                     if key.fileobj is pidfd:
                         sel.unregister(pidfd)
@@ -280,6 +311,39 @@ def _watch(
                     return
         finally:
             os.close(pidfd)
+
+
+def _tree_cpu_s(root_pid: int) -> float:
+    """CPU seconds (user + system, reaped children included) of ``root_pid`` and its live descendants.
+
+    ``wait4`` reports the tree's time only through processes that reaped their children; a tree killed
+    at a limit is reaped by nobody who reports, so a run that spun to its wall clock would seem to have
+    used no CPU. Read from ``/proc`` just before the kill, every live process's own time plus what it
+    reaped covers the tree (inside bubblewrap too: the host sees the sandbox's processes)."""
+    parent_of: dict[int, int] = {}
+    ticks_of: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue  # ended meanwhile
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            pid = int(entry.name)
+            parent_of[pid] = int(fields[1])
+            ticks_of[pid] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    children: dict[int, list[int]] = {}
+    for pid, parent in parent_of.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += ticks_of.get(pid, 0)
+        stack.extend(children.get(pid, ()))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _feed(sel: selectors.BaseSelector, proc: subprocess.Popen[bytes], pending: memoryview) -> memoryview:

@@ -83,8 +83,12 @@ class Sandbox:
         cwd: str = SANDBOX_WORKDIR,
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        cancel: threading.Event | None = None,
     ) -> RunResult:
-        """Run ``argv`` (found on the sandbox's ``PATH``) and return what happened; never raises for it."""
+        """Run ``argv`` (found on the sandbox's ``PATH``) and return what happened; never raises for it.
+
+        ``cancel``: set it from another thread to kill the run (its caller left); the run then raises
+        :class:`~envsuite.sandbox.SandboxCancelledError`."""
         self._check_open()
         data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
         where = _files.sandbox_path(cwd)
@@ -96,6 +100,7 @@ class Sandbox:
             stdin=data,
             cwd=where,
             env=env,
+            cancel=cancel,
         )
 
     def run_shell(
@@ -117,8 +122,9 @@ class Sandbox:
         cwd: str = SANDBOX_WORKDIR,
         limits: Limits | None = None,
         args: Sequence[str] = (),
+        cancel: threading.Event | None = None,
     ) -> RunResult:
-        """Run Python source ``code`` as a script in ``cwd``.
+        """Run Python source ``code`` as a script in ``cwd`` (``cancel`` as for :meth:`run`).
 
         The script is a hidden file in ``cwd`` (so ``cwd`` is first on ``sys.path``, as for SandboxFusion's
         scripts and ``python main.py``), removed after the run.
@@ -129,7 +135,8 @@ class Sandbox:
         self.write_bytes(path, code.encode("utf-8", "surrogatepass"))
         try:
             # By name, relative to cwd: the same file inside bwrap and for unisolated runs.
-            return self.run([self.config.python, name, *args], stdin=stdin, cwd=cwd, limits=limits)
+            argv = [self.config.python, name, *args]
+            return self.run(argv, stdin=stdin, cwd=cwd, limits=limits, cancel=cancel)
         finally:
             if not self._closed:
                 _files.remove_file(self.root, path)

@@ -28,6 +28,9 @@ from typing import Any
 ISOLATION_ENV_VAR = "ENVSUITE_SANDBOX_ISOLATION"
 """Set to ``none`` to opt every default-configured sandbox into unisolated runs (marked in results)."""
 
+SANDBOX_API_KEY_VAR = "ENVSUITE_SANDBOX_API_KEY"
+"""Environment variable holding the key ``envsuite serve-sandbox`` requires of every request (``X-API-Key``
+or ``Authorization: Bearer``); it must have one to listen beyond loopback."""
 SANDBOX_WORKDIR = "/work"
 """The working directory and ``HOME`` inside the sandbox (under the scratch root)."""
 SANDBOX_TMPDIR = "/tmp"
@@ -84,6 +87,10 @@ class SandboxUnavailableError(SandboxError):
 
 class SandboxClosedError(SandboxError):
     """The sandbox was cleaned up; it cannot run anything any more."""
+
+
+class SandboxCancelledError(SandboxError):
+    """The caller cancelled a run (its ``cancel`` event was set): it was killed, or never started."""
 
 
 class SandboxPathError(SandboxError, PermissionError):
