@@ -13,8 +13,10 @@ OpenAI and Tinker requests on the same weights batch together in one engine.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from envsuite.backends.local import CheckpointError, LocalSamplingClient
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
@@ -67,3 +69,23 @@ def list_models(state: ServerState) -> ModelList:
         if checkpoint.checkpoint_type == "sampler":
             cards.append(ModelCard(id=checkpoint.tinker_path, created=int(checkpoint.time.timestamp())))
     return ModelList(data=cards)
+
+
+@functools.lru_cache(maxsize=16)
+def _longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` can stand for (its longest vocabulary entry)."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1)
+
+
+def refuse_beyond_context(served: ServedModel, chars: int, param: str) -> None:
+    """Refuse, before tokenizing it, a prompt whose text cannot fit the model's context however it is
+    tokenized (no token stands for more characters than the longest one): tokenizing megabytes costs
+    seconds of CPU, only to be refused as too long afterwards."""
+    context = served.client.max_context
+    if chars > context * _longest_token_chars(served.client.get_tokenizer()):
+        raise OpenAIError(
+            400,
+            f"this model's context is {context} tokens; the prompt's {chars} characters cannot fit in it",
+            param=param,
+            code="context_length_exceeded",
+        )

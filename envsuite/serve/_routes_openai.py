@@ -25,12 +25,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from envsuite.capture import CapturedChoice
-from envsuite.chat import Message
+from envsuite.chat import Message, ToolSpec
 from envsuite.serve._capture_http import CaptureRequest, Turn
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._http import describe_invalid, state_of, validate_json
 from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, read_tools, to_messages
-from envsuite.serve._oai_models import ServedModel, list_models, serve_model
+from envsuite.serve._oai_models import ServedModel, list_models, refuse_beyond_context, serve_model
 from envsuite.serve._oai_sampling import (
     ChoicesEvent,
     SampledChoice,
@@ -180,13 +180,17 @@ def _chat_prompt(
     return prompt or fmt.prompt(messages)
 
 
+def _read_chat(body: ChatRequest) -> tuple[list[ToolSpec], list[Message]]:
+    return read_tools(body), to_messages(body.messages)
+
+
 async def _prepare_chat(request: Request) -> _Chat:
     body = await _parse(request, ChatRequest)
-    tools = read_tools(body)
-    messages = to_messages(body.messages)
+    tools, messages = await asyncio.to_thread(_read_chat, body)  # a long conversation takes a while
     state = state_of(request)
     capture = CaptureRequest.of(request, state)
     served = await serve_model(state, body.model)
+    refuse_beyond_context(served, sum(len(m["content"]) for m in messages), "messages")
     client = served.client
     fmt = chat_format(
         client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools, messages
@@ -309,13 +313,13 @@ def _prompts(body: CompletionRequest, served: ServedModel) -> list[list[int]]:
         raise OpenAIError(400, "prompt is empty", param="prompt")
     if all(isinstance(p, int) for p in prompt):
         return [[int(t) for t in prompt if isinstance(t, int)]]
+    if len(prompt) * (body.n or 1) > MAX_N:  # before tokenizing any of them
+        raise OpenAIError(400, f"at most {MAX_N} choices per request (prompts times n)", param="prompt")
     out = [
         list(tokenizer.encode(p)) if isinstance(p, str) else [int(t) for t in p]
         for p in prompt
         if not isinstance(p, int)
     ]
-    if len(out) * (body.n or 1) > MAX_N:
-        raise OpenAIError(400, f"at most {MAX_N} choices per request (prompts times n)", param="prompt")
     return out
 
 
@@ -378,6 +382,10 @@ async def _prepare_completions(request: Request) -> _Completions:
     capture = CaptureRequest.of(request, state)
     served = await serve_model(state, body.model)
     tokenizer = served.client.get_tokenizer()
+    texts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    for text in texts:
+        if isinstance(text, str):
+            refuse_beyond_context(served, len(text), "prompt")
     prompts = await asyncio.to_thread(_prompts, body, served)
     if capture is not None and len(prompts) > 1:
         raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")

@@ -7,6 +7,7 @@ one at a time, in seq order). A request repeated with the same seq id gets the f
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from tinker import types
 
 from envsuite.backends.local import LocalTrainingClient, tinker_path_of
 from envsuite.serve._futures import then
-from envsuite.serve._http import Unsupported, error, parse, state_of
+from envsuite.serve._http import INLINE_PARSE_BYTES, Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
 from envsuite.serve._wire import decode_forward_backward
 
@@ -121,18 +122,24 @@ def _create_from_checkpoint(state: ServerState, body: types.LoadWeightsRequest) 
 # -- compute ------------------------------------------------------------------------------------
 
 
+def _decode(raw: bytes, zstd: bool, limit: int) -> tuple[types.ForwardBackwardRequest, bool]:
+    if zstd:
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(raw, max_output_size=limit)
+        except zstandard.ZstdError as exc:
+            raise Unsupported(f"the zstd body does not decompress: {exc}") from exc
+    return decode_forward_backward(raw)
+
+
 @router.post("/forward_backward")
 async def forward_backward(request: Request) -> dict[str, Any]:
     raw = await request.body()
-    if request.headers.get("content-encoding", "").lower() == "zstd":
-        try:
-            raw = zstandard.ZstdDecompressor().decompress(
-                raw, max_output_size=state_of(request).config.max_body_bytes
-            )
-        except zstandard.ZstdError as exc:
-            raise Unsupported(f"the zstd body does not decompress: {exc}") from exc
-    body, forward_only = decode_forward_backward(raw)
     state = state_of(request)
+    zstd = request.headers.get("content-encoding", "").lower() == "zstd"
+    if zstd or len(raw) > INLINE_PARSE_BYTES:  # megabytes of datums: decoded off the event loop
+        body, forward_only = await asyncio.to_thread(_decode, raw, zstd, state.config.max_body_bytes)
+    else:
+        body, forward_only = _decode(raw, zstd, state.config.max_body_bytes)
     client = state.model(body.model_id).client
     data = list(body.forward_backward_input.data)
     loss_fn = body.forward_backward_input.loss_fn
