@@ -107,6 +107,18 @@ def test_a_requests_limits_are_capped_by_the_servers(server: tuple[str, int]) ->
     assert nan.status_code == 422 and "finite" in nan.text
 
 
+def test_files_fetched_back_are_bounded(server: tuple[str, int]) -> None:
+    """At most 256 paths, and 64 MB of files in all: a 15 MB file named twice comes back once, and the
+    fifth one, which would pass the budget, is left out (as a missing file is)."""
+    base, _ = server
+    many = httpx.post(f"{base}/run_code", json={"code": "", "fetch_files": ["f"] * 257}, timeout=60)
+    assert many.status_code == 422
+    code = "for name in 'abcde':\n    open(name, 'wb').write(b'x' * (15 << 20))"
+    answer = _run(base, code=code, fetch_files=["a", "a", "b", "c", "d", "e"], timeout=300)
+    assert answer["status"] == "Success", answer["run_result"]
+    assert list(answer["files"]) == ["a", "b", "c", "d"], list(answer["files"])
+
+
 def _last_seen(stdout: str) -> float:
     return float(stdout.split()[-1])
 

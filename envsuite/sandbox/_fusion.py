@@ -41,6 +41,12 @@ from envsuite.sandbox._types import (
 _LANGUAGES = {"python": "python", "python3": "python", "bash": "bash"}
 
 
+MAX_FETCH_FILES = 256
+"""Paths one request may ask back (more is a 422): each read through a link is a sandboxed run."""
+FETCH_BYTES = 64 << 20
+"""Bytes of files one answer carries at most, like the request body limit (the rest are left out)."""
+
+
 class RunStatus(enum.StrEnum):
     SUCCESS = "Success"
     FAILED = "Failed"
@@ -66,7 +72,7 @@ class RunCodeRequest(BaseModel):
     stdin: str | None = None
     files: dict[str, str | None] = Field(default_factory=dict)
     """Path (relative to the working dir, or absolute inside the sandbox) -> base64 content."""
-    fetch_files: list[str] = Field(default_factory=list)
+    fetch_files: list[str] = Field(default_factory=list, max_length=MAX_FETCH_FILES)
 
 
 class CommandRunResult(BaseModel):
@@ -146,7 +152,7 @@ def run_code(
             else:
                 argv = ["bash", "-c", request.code]
                 done = box.run(argv, stdin=request.stdin, limits=limits, cancel=cancel)
-            fetched = _fetch(box, request.fetch_files)
+            fetched = _fetch(box, request.fetch_files, cancel)
     except (SandboxError, OSError, ValueError, binascii.Error) as exc:
         return RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=f"{type(exc).__name__}: {exc}")
     result = _command_result(done)
@@ -166,14 +172,21 @@ def run_code(
     )
 
 
-def _fetch(box: Sandbox, paths: list[str]) -> dict[str, str]:
-    """Files to send back (base64); missing or refused ones are left out, as SandboxFusion does."""
+def _fetch(box: Sandbox, paths: list[str], cancel: threading.Event | None) -> dict[str, str]:
+    """Files to send back (base64); missing or refused ones are left out, as SandboxFusion does, and
+    so are those past :data:`FETCH_BYTES` in all (one path named many times is read once)."""
     fetched: dict[str, str] = {}
-    for path in paths:
+    room = FETCH_BYTES
+    for path in dict.fromkeys(paths):
+        if cancel is not None and cancel.is_set():
+            break  # the client left: reading more (each read of a link is a sandboxed run) is waste
         try:
-            fetched[path] = base64.b64encode(box.read_bytes(path)).decode("ascii")
+            data = box.read_bytes(path, max_bytes=room + 1)
         except (OSError, SandboxError):
             continue
+        if len(data) <= room:
+            room -= len(data)
+            fetched[path] = base64.b64encode(data).decode("ascii")
     return fetched
 
 
