@@ -73,7 +73,7 @@ typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
 
 pytest: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 test: lint typecheck pytest
 
