@@ -183,7 +183,7 @@ class RequestGuard:
                 finished = True  # before sending: the server reports the end as a disconnect
             await send(message)
 
-        handling = asyncio.create_task(self.app(scope, replay, tracked))
+        handling: asyncio.Future[None] = asyncio.ensure_future(self.app(scope, replay, tracked))
 
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
