@@ -160,6 +160,10 @@ def test_max_tokens_over_the_cap_is_clamped_on_every_route(capped: str) -> None:
     )
     nan = httpx.post(f"{capped}/api/v1/asample", content=raw, headers=_auth(), timeout=60)
     assert nan.status_code == 400 and "temperature must be a finite number" in nan.json()["error"], nan.text
+    # One request may not ask for a million samples (the engine admits a request's samples together).
+    many = raw.replace(b'"num_samples": 1', b'"num_samples": 1000000').replace(b"NaN", b"1.0")
+    refused = httpx.post(f"{capped}/api/v1/asample", content=many, headers=_auth(), timeout=60)
+    assert refused.status_code == 400 and "num_samples 1000000" in refused.json()["error"], refused.text
 
 
 # -- the capture grader contacts only what the operator listed -------------------------------------

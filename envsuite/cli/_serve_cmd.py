@@ -57,6 +57,12 @@ def add_parser(sub: Subparsers) -> None:
         help="most tokens one sample may generate; a request asking more gets this many (as vLLM clamps)",
     )
     p.add_argument(
+        "--max-samples",
+        type=int,
+        default=defaults.max_samples,
+        help="most samples one Tinker sample request may ask for (num_samples); more is refused",
+    )
+    p.add_argument(
         "--grader-openenv",
         action="append",
         default=[],
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         session_timeout_s=args.session_timeout,
         max_tokens=args.max_tokens,
+        max_samples=args.max_samples,
         grader_openenv_urls=tuple(args.grader_openenv),
     )
     try:

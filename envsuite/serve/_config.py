@@ -56,6 +56,10 @@ class ServeConfig:
     """The most tokens one sample may generate, on every route. A request asking for more gets this
     many (its choices then finish with ``length``), as vLLM clamps to its operator's
     ``max_new_tokens``; the model's context still bounds prompt plus reply."""
+    max_samples: int = 256
+    """The most samples one Tinker ``asample`` may ask for (``num_samples``); more is a 400 naming it.
+    The sampling engine admits one request's samples together, so an unbounded count is unbounded
+    memory (the OpenAI routes' ``n`` stops at 64)."""
     grader_openenv_urls: tuple[str, ...] = ()
     """OpenEnv servers (``http://host:port``) the capture grader may connect to (``openenv:<url>``
     env ids); any other URL is refused without being contacted."""
@@ -81,8 +85,10 @@ class ServeConfig:
             key_hint=f"--api-key or {API_KEY_VAR}",
             error=ServeConfigError,
         )
-        if self.max_tokens < 1:
-            raise ServeConfigError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.max_tokens < 1 or self.max_samples < 1:
+            raise ServeConfigError(
+                f"max_tokens and max_samples must be at least 1, got {self.max_tokens}, {self.max_samples}"
+            )
         if not 0 < self.port < 65536:
             raise ServeConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1024:

@@ -51,6 +51,11 @@ async def asample(request: Request) -> dict[str, Any]:
     body = await validate_json(raw, types.SampleRequest)
     state = state_of(request)
     params = _bounded(body.sampling_params, state.config)
+    if body.num_samples > state.config.max_samples:
+        raise Unsupported(
+            f"num_samples {body.num_samples} is over this server's limit of {state.config.max_samples} "
+            "per request (envsuite serve --max-samples); split the request"
+        )
     session_id = None
     if body.sampling_session_id is not None:
         sampler = state.sampler(body.sampling_session_id)
