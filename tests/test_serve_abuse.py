@@ -8,10 +8,13 @@ A real server on 127.0.0.1 with the tiny test model, real HTTP clients; the disc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ import pytest
 import tinker
 from tinker import types
 
+from envsuite import make_env
 from envsuite.serve import ServeConfig
 from tests.conftest import TEST_MODEL
 from tests.test_serve import ENVSUITE, _free_port, running, sdk
@@ -338,3 +342,33 @@ def test_errors_are_clean_and_in_the_routes_own_shape(capped: str, tmp_path: Pat
         assert _openai_error(httpx.post(f"{small}/v1/chat/completions", json=too_big), 413)
         tinker_413 = httpx.post(f"{small}/api/v1/create_session", content=b"x" * 5000)
         assert tinker_413.status_code == 413 and "over 4096 bytes" in tinker_413.json()["error"]
+
+
+def test_the_grader_uses_an_openenv_server_the_operator_listed(tmp_path: Path) -> None:
+    """``--grader-openenv URL`` lets the grader play ``openenv:URL``: an arithmetic episode graded
+    through ``envsuite serve-env arithmetic`` scores as the catalog's own arithmetic grades it."""
+    loaded = importlib.util.spec_from_file_location("openenv_load", Path("bench/openenv_load.py").resolve())
+    assert loaded is not None and loaded.loader is not None
+    load = importlib.util.module_from_spec(loaded)
+    sys.modules.setdefault("openenv_load", load)
+    loaded.loader.exec_module(load)
+    with load.served("arithmetic", TEST_MODEL) as (env_url, _):
+        config = ServeConfig(state_dir=tmp_path / "state", grader_openenv_urls=(env_url,))
+        with running(config) as base:
+            env = make_env("arithmetic", seed=7, model=TEST_MODEL)
+            asyncio.run(env.initial_observation())
+            body = {**CHAT, "messages": [dict(m) for m in env.conversation()], "max_tokens": 8, "n": 2}
+            headers = {**CAPTURE, "X-Envsuite-Episode": "sum"}
+            sampled = httpx.post(f"{base}/v1/chat/completions", json=body, headers=headers, timeout=600)
+            assert sampled.status_code == 200, sampled.text
+            grades = {}
+            for env_id in (f"openenv:{env_url}", "arithmetic"):
+                graded = httpx.post(
+                    f"{base}/v1/episodes/sum/grade",
+                    json={"env_id": env_id, "seed": 7},
+                    headers=CAPTURE,
+                    timeout=300,
+                )
+                assert graded.status_code == 200, graded.text
+                grades[env_id] = graded.json()["rewards"]
+            assert grades[f"openenv:{env_url}"] == grades["arithmetic"]
