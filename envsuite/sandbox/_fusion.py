@@ -7,8 +7,13 @@ and response shapes are SandboxFusion's (``RunCodeRequest`` / ``RunCodeResponse`
 ``Error``); each request runs in a fresh sandbox whose ``/work`` is the working directory, like
 SandboxFusion's per-request temp dir. Languages: ``python`` (also ``python3``) and ``bash``; others are
 answered ``SandboxError`` saying so. Responses add one field SandboxFusion does not have,
-``sandbox``: the :class:`~envsuite.sandbox.Limit` that ended the run, CPU time, and whether it was
-isolated (clients ignore unknown fields).
+``sandbox``: the :class:`~envsuite.sandbox.Limit` that ended the run, CPU time, whether it was
+isolated, and the limits it had (clients ignore unknown fields).
+
+The server, not the client, has the last word on resources: a request's ``run_timeout`` and
+``memory_limit_MB`` are capped by the server's own limits, a run whose client disconnects is killed
+(``envsuite._http_guard`` cancels the request, which sets the run's cancel event), and the server
+refuses to listen beyond loopback without a key.
 """
 
 from __future__ import annotations

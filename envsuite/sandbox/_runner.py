@@ -2,8 +2,9 @@
 
 Phases of :func:`execute`: start (bwrap, or prlimit alone when unisolated, as the unprivileged host
 uid, in a new session, with an empty environment and no inherited descriptors), attach to the run's
-cgroup, watch (pipes, the process's pidfd, deadlines), kill everything that is left, reap (rusage:
-CPU time of the tree), and attribute the end to a :class:`Limit`.
+cgroup, watch (pipes, the process's pidfd, deadlines, the caller's cancel event), kill everything that
+is left (its CPU time read from ``/proc`` first), reap (rusage: CPU time of what was reaped), and
+attribute the end to a :class:`Limit`.
 """
 
 from __future__ import annotations
