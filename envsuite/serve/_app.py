@@ -42,6 +42,8 @@ from envsuite.serve._wire import WireError
 
 logger = logging.getLogger("envsuite.serve")
 _REAP_EVERY_S = 30.0
+_OPENAI_CODES = {Refusal.NO_KEY: "invalid_api_key", Refusal.TOO_LARGE: "request_too_large"}
+"""OpenAI's error codes for the guards' refusals."""
 
 
 def error_body(scope: Scope, refusal: Refusal, message: str) -> dict[str, object]:
@@ -49,9 +51,6 @@ def error_body(scope: Scope, refusal: Refusal, message: str) -> dict[str, object
     if is_openai_path(str(scope.get("path", ""))):
         return OpenAIError(int(refusal), message, code=_OPENAI_CODES[refusal]).body()
     return {"error": message, "category": "user"}
-
-
-_OPENAI_CODES = {Refusal.NO_KEY: "invalid_api_key", Refusal.TOO_LARGE: "request_too_large"}
 
 
 class ServeApp(RequestGuard):
