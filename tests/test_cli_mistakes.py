@@ -159,3 +159,15 @@ def test_train_refuses_a_warmup_longer_than_the_run(
 def test_contradicting_train_settings_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         TrainConfig(env_id="a", log_dir="b", **settings).validate()
+
+
+def test_serve_env_refuses_to_bind_beyond_loopback() -> None:
+    """OpenEnv's protocol carries no key, so ``serve-env`` never opens a port beyond loopback (as
+    ``envsuite serve`` and ``serve-sandbox`` do without a key): one line, exit 2, nothing bound."""
+    done = _envsuite(["serve-env", "arithmetic", "--host", "0.0.0.0", "--port", "1"])
+    assert done.returncode == 2 and "serving" not in done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "envsuite serve-env: error: binding 0.0.0.0 would expose the env to the network, and OpenEnv's "
+        "protocol carries no key: serve on 127.0.0.1 and reach it through an authenticating proxy or an "
+        "SSH tunnel"
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from envsuite.cli._args import Subparsers, parse_env_args
+from envsuite.errors import UsageError
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -29,8 +30,17 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve the env until interrupted."""
+    """Serve the env until interrupted (loopback only: OpenEnv's protocol carries no key)."""
+    from envsuite._http_guard import is_loopback
     from envsuite.adapters.openenv import serve
+
+    if not is_loopback(args.host):
+        # envsuite serve and serve-sandbox bind beyond loopback only with a key; OpenEnv's clients send
+        # none (HTTP and WebSocket alike), so this server would be open to anyone who can reach it.
+        raise UsageError(
+            f"binding {args.host} would expose the env to the network, and OpenEnv's protocol carries no "
+            "key: serve on 127.0.0.1 and reach it through an authenticating proxy or an SSH tunnel"
+        )
 
     print(f"serving {args.env_id} over OpenEnv at http://{args.host}:{args.port} (Ctrl-C stops)", flush=True)
     serve(
