@@ -6,6 +6,7 @@ sync and ``_async``; :func:`install` makes ``tinker.ServiceClient(...)`` build t
 
 from __future__ import annotations
 
+from envsuite.backends.local._constrained import ConstrainedSampledSequence, ConstrainedSamplingParams
 from envsuite.backends.local._futures import LocalFuture, completed_future, failed_future, submit
 from envsuite.backends.local._install import install, installed, is_installed, uninstall
 from envsuite.backends.local._rest import LocalRestClient
@@ -62,6 +63,8 @@ __all__ = [
     "is_installed",
     "uninstall",
     # sampling
+    "ConstrainedSampledSequence",
+    "ConstrainedSamplingParams",
     "EngineClosedError",
     "EngineConfig",
     "PromptTooLongError",

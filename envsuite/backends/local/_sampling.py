@@ -11,6 +11,10 @@ Stop semantics (``SamplingParams.stop``): ``None`` stops at the tokenizer's end-
 ``[]`` disables stopping (sampling runs to ``max_tokens``); a string or a list of strings stops once the
 decoded sampled text contains one of them; a list of ints stops at any of those token ids. An explicit
 list replaces the end-of-sequence default. The returned tokens include the stop token(s).
+
+Constraints (envsuite's extension, docs/backend_sampling.md "Constrained sampling"): ``sample`` takes a
+:class:`~envsuite.constraints.Constraint` as ``constraint=`` or inside ``ConstrainedSamplingParams``;
+every sample then belongs to its language, and comes back as a ``ConstrainedSampledSequence``.
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ import tinker
 from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
+from envsuite.backends.local._constrained import ConstrainedSampledSequence, constraint_of
 from envsuite.backends.local._futures import LocalFuture, failed_future
 from envsuite.backends.local._sequences import SequenceScope
 from envsuite.backends.local._unsupported import not_local
+from envsuite.constraints import Constraint
 from envsuite.engine import limit_heap_fragmentation
 from envsuite.engine.kernels import ReorderReport
 from envsuite.engine.sampling import (
     EngineConfig,
     EngineRequest,
     EngineResult,
+    GeneratedSequence,
     KVStats,
     PrefixCacheStats,
     SampledToken,
@@ -95,7 +102,7 @@ class LocalSamplingClient:
         # The engine gets a decoder closed over the tokenizer, not a method of this client: a bound
         # method would make client and engine a reference cycle, and a dropped client (with its model
         # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
-        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights)
+        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights, tokenizer)
         self._client_id = next(self._ids)
         # Random, so ids stay distinct across clients and processes (records outlive a process).
         self._sequence_prefix = f"seq-{uuid.uuid4().hex[:12]}"
@@ -227,6 +234,13 @@ class LocalSamplingClient:
         None where it did not try (``onednn_products`` off)."""
         return self._engine.reorder_report
 
+    def compile_constraint(self, constraint: Constraint) -> None:
+        """Compile ``constraint`` for this model's tokenizer now (cached; ``sample`` would on submit):
+        raises :class:`~envsuite.constraints.ConstraintError` with the reason if it cannot be used. For
+        servers that refuse a bad schema before they answer, and to keep a first compile off a hot path."""
+        assert self._engine.grammars is not None
+        self._engine.grammars.compile(constraint)
+
     def sample(
         self,
         prompt: tinker.ModelInput,
@@ -240,13 +254,16 @@ class LocalSamplingClient:
         prompt_logprobs_last_n: int | None = None,
         *,
         on_token: Callable[[SampledToken], None] | None = None,
+        constraint: Constraint | None = None,
     ) -> LocalFuture[tinker.SampleResponse]:
         """Sample ``num_samples`` continuations of ``prompt`` (one shared prefill).
 
         ``topk_sample_logprobs`` (at most :data:`MAX_TOPK_SAMPLE_LOGPROBS`) fills each sequence's
         ``topk_logprobs``: the most likely tokens at each sampled position under the distribution sampled
         from (docs/backend_sampling.md). ``on_token`` (envsuite's extension, for streaming) is called on
-        the engine's thread with each token as it is sampled; it must return quickly.
+        the engine's thread with each token as it is sampled; it must return quickly. ``constraint``
+        (envsuite's extension, or ``ConstrainedSamplingParams.constraint``) restricts every sample to its
+        language; a constraint that cannot be compiled fails the future with ``ConstraintError``.
         """
         unsupported = {
             "topk_prompt_logprobs": topk_prompt_logprobs != 0,
@@ -258,7 +275,12 @@ class LocalSamplingClient:
                 return failed_future(NotImplementedError(_UNSUPPORTED.format(option)))
         try:
             request = self._build_request(
-                prompt, num_samples, sampling_params, include_prompt_logprobs, topk_sample_logprobs
+                prompt,
+                num_samples,
+                sampling_params,
+                include_prompt_logprobs,
+                topk_sample_logprobs,
+                constraint_of(sampling_params, constraint),
             )
             _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs, len(request.prompt_T))
         except (ValueError, TypeError) as exc:
@@ -285,6 +307,8 @@ class LocalSamplingClient:
         target_prompt_logprobs: tinker.TensorData | None = None,
         prompt_alt_tokens_k: int = 0,
         prompt_logprobs_last_n: int | None = None,
+        *,
+        constraint: Constraint | None = None,
     ) -> tinker.SampleResponse:
         """:meth:`sample`, awaited: the response itself (as the SDK's ``sample_async``)."""
         return await self.sample(
@@ -297,6 +321,7 @@ class LocalSamplingClient:
             target_prompt_logprobs,
             prompt_alt_tokens_k,
             prompt_logprobs_last_n,
+            constraint=constraint,
         )
 
     async def compute_logprobs_async(
@@ -330,6 +355,7 @@ class LocalSamplingClient:
         params: tinker.SamplingParams,
         include_prompt_logprobs: bool,
         topk_sample_logprobs: int = 0,
+        constraint: Constraint | None = None,
     ) -> EngineRequest:
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
@@ -357,6 +383,17 @@ class LocalSamplingClient:
             stop=self._stop_matcher(params.stop),
             prompt_logprobs=include_prompt_logprobs,
             top_logprobs=topk_sample_logprobs,
+            constraint=constraint,
+        )
+
+    def _to_sequence(self, seq: GeneratedSequence) -> tinker.SampledSequence:
+        fields = _sequence_fields(seq, f"{self._sequence_prefix}-{next(self._sequence_ids)}")
+        if seq.constrained_logprobs is None:
+            return tinker.SampledSequence(**fields)
+        return ConstrainedSampledSequence(
+            **fields,
+            constrained_logprobs_np=np.asarray(seq.constrained_logprobs, dtype=np.float32),
+            constraint_outcome=seq.constraint_outcome,
         )
 
     def _stop_matcher(self, stop: str | Sequence[str] | Sequence[int] | None) -> StopMatcher:
@@ -374,16 +411,7 @@ class LocalSamplingClient:
         raise TypeError(f"stop must be strings or token ids, not a mix: {list(stop)!r}")
 
     def _to_response(self, result: EngineResult, last_n: int | None) -> tinker.SampleResponse:
-        sequences = [
-            tinker.SampledSequence(
-                stop_reason=seq.finish.value,
-                sequence_id=f"{self._sequence_prefix}-{next(self._sequence_ids)}",
-                tokens_np=np.asarray(seq.tokens, dtype=np.int32),
-                logprobs_np=np.asarray(seq.logprobs, dtype=np.float32),
-                topk_logprobs_np=None if seq.top_logprobs is None else _topk_matrices(seq.top_logprobs),
-            )
-            for seq in result.sequences
-        ]
+        sequences = [self._to_sequence(seq) for seq in result.sequences]
         prompt_logprobs_np = None
         if result.prompt_logprobs is not None:
             kept = _keep_last_n(result.prompt_logprobs, last_n)
@@ -393,6 +421,16 @@ class LocalSamplingClient:
             prompt_logprobs_np=prompt_logprobs_np,
             prompt_cache_hit_tokens=result.prompt_cache_hit_tokens,
         )
+
+
+def _sequence_fields(seq: GeneratedSequence, sequence_id: str) -> dict[str, Any]:
+    return {
+        "stop_reason": seq.finish.value,
+        "sequence_id": sequence_id,
+        "tokens_np": np.asarray(seq.tokens, dtype=np.int32),
+        "logprobs_np": np.asarray(seq.logprobs, dtype=np.float32),
+        "topk_logprobs_np": None if seq.top_logprobs is None else _topk_matrices(seq.top_logprobs),
+    }
 
 
 def _topk_matrices(top_T: list[list[tuple[int, float]]]) -> TopkLogprobs:

@@ -4,11 +4,18 @@ See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_r
 limits, requests and results, ``_kv_batch`` for the running batch over one KV cache
 (``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean decode step of
 Llama-family models (``_captured_step``: its layers as one native call), ``_prefix_cache`` for the KV kept across the turns of an episode, and
-``_token_choice`` for per-row sampling and stop detection.
+``_token_choice`` for per-row sampling and stop detection, ``_grammar`` for constrained rows' grammars.
 """
 
 from envsuite.engine.sampling._captured_step import CapturedLayers, ProductCode
 from envsuite.engine.sampling._engine import SamplingEngine
+from envsuite.engine.sampling._grammar import (
+    CompiledGrammar,
+    GrammarCompiler,
+    RowGrammar,
+    TokenMasks,
+    token_masks,
+)
 from envsuite.engine.sampling._kv_batch import KVBatch, PrefillOutput, kv_bytes_per_position, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
 from envsuite.engine.sampling._prefix_cache import PrefixCache, PrefixCacheStats, PrefixMatch
@@ -50,6 +57,12 @@ __all__ = [
     "TokenChoice",
     "choose_tokens",
     "make_generator",
+    # constrained sampling (a Constraint compiled per tokenizer; per-row token masks)
+    "CompiledGrammar",
+    "GrammarCompiler",
+    "RowGrammar",
+    "TokenMasks",
+    "token_masks",
     # the running batch over one KV cache (rows join and leave without copying the others)
     "KVBatch",
     "PrefillOutput",

@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from envsuite.core import tokens_outside_vocabulary
 from envsuite.engine._memory import release_free_memory
@@ -47,6 +47,7 @@ from envsuite.engine.kernels import (
     native_kernels,
     onednn_fits,
 )
+from envsuite.engine.sampling._grammar import CompiledGrammar, GrammarCompiler, token_masks
 from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
@@ -65,7 +66,6 @@ from envsuite.engine.sampling._requests import (
     EngineRequest,
     EngineResult,
     FinishReason,
-    GeneratedSequence,
     KVStats,
     PromptTooLongError,
     SampledToken,
@@ -92,7 +92,9 @@ class SamplingEngine:
         decode: Callable[[list[int]], str],
         config: EngineConfig | None = None,
         shared_weights: Collection[int] = (),
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
+        """``tokenizer`` (the one ``decode`` uses) lets requests carry a constraint; without it they fail."""
         self.model = model.eval()
         self.config = config or EngineConfig()
         self.reorder_report: ReorderReport | None = None
@@ -136,6 +138,8 @@ class SamplingEngine:
             getattr(model.config, "max_position_embeddings", None) or 2048
         )
         self._decode = decode
+        self.grammars = None if tokenizer is None else GrammarCompiler(tokenizer, self.vocab_size)
+        """Compiles requests' constraints (None: this engine takes no constrained request)."""
         self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -167,6 +171,13 @@ class SamplingEngine:
         """
         future: concurrent.futures.Future[R] = concurrent.futures.Future()
         error = self._check(request)
+        grammar: CompiledGrammar | None = None
+        if error is None and request.constraint is not None:
+            # Compiled here, on the caller's thread (cached), so a new schema never stalls the batch.
+            try:
+                grammar = self._compile(request)
+            except ValueError as exc:
+                error = exc
         if error is not None:
             future.set_exception(error)
             return future
@@ -174,7 +185,7 @@ class SamplingEngine:
             if self._closed:
                 future.set_exception(EngineClosedError("the sampling engine is closed"))
                 return future
-            self._queue.put(Job(request, future, convert, on_token=on_token))
+            self._queue.put(Job(request, future, convert, on_token=on_token, grammar=grammar))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="envsuite-sampling-engine", daemon=True
@@ -212,6 +223,12 @@ class SamplingEngine:
     def kv_stats(self) -> KVStats:
         """What the running batch's KV took (read from any thread; the counters may lag a step)."""
         return KVStats(self._peak_admitted_bytes, self._peak_allocated_bytes, self._budget_waits)
+
+    def _compile(self, request: EngineRequest) -> CompiledGrammar:
+        assert request.constraint is not None
+        if self.grammars is None:
+            raise ValueError("this sampling engine was built without a tokenizer: it takes no constraint")
+        return self.grammars.compile(request.constraint)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -493,7 +510,8 @@ class SamplingEngine:
         sampling = RowSampling(
             request.temperature, request.top_k, request.top_p, generator, request.top_logprobs
         )
-        return Row(job, index, sampling)
+        grammar = None if job.grammar is None else job.grammar.row(request.stop.stop_token_ids)
+        return Row(job, index, sampling, grammar=grammar)
 
     def _decode_step(self) -> None:
         assert self._batch is not None
@@ -511,20 +529,25 @@ class SamplingEngine:
 
     def _advance(self, rows: Sequence[Row], logits_B_V: torch.Tensor, batch: KVBatch) -> list[int]:
         """Append one sampled token to each row; finish rows that stopped; return the rows to keep."""
+        masks = token_masks([row.grammar for row in rows], logits_B_V.shape[-1])
         choice = choose_tokens(
-            logits_B_V, [row.sampling for row in rows], native=self.decode_step_plan.native_sampling
+            logits_B_V, [row.sampling for row in rows], self.decode_step_plan.native_sampling, masks
         )
+        dead = set(masks.dead) if masks is not None else set()
         keep: list[int] = []
         for i, row in enumerate(rows):
-            row.tokens.append(choice.tokens_B[i])
-            row.logprobs.append(choice.logprobs_B[i])
+            token, logprob = choice.tokens_B[i], choice.logprobs_B[i]
+            constrained = choice.constrained_B[i] if choice.constrained_B is not None else None
             top = choice.top_B[i] if choice.top_B is not None else []
-            if row.sampling.top_logprobs:
-                row.top.append(top)
-            batch.pending_B[i] = choice.tokens_B[i]
+            if i in dead:  # no token continues its document: it ends here, incomplete
+                assert row.grammar is not None
+                row.grammar.dead_end()
+            else:
+                row.take(token, logprob, constrained, top)
+                batch.pending_B[i] = token
             try:
-                if row.job.on_token is not None:
-                    row.job.on_token(SampledToken(row.index, choice.tokens_B[i], choice.logprobs_B[i], top))
+                if row.job.on_token is not None and i not in dead:
+                    row.job.on_token(SampledToken(row.index, token, logprob, top, constrained))
                 finish = self._finish_reason(row)
             except Exception as exc:
                 row.job.fail(exc)
@@ -534,8 +557,7 @@ class SamplingEngine:
                     keep.append(i)
                 continue
             self._remember(batch, i, row)
-            top_logprobs = row.top if row.sampling.top_logprobs else None
-            row.job.sequences[row.index] = GeneratedSequence(row.tokens, row.logprobs, finish, top_logprobs)
+            row.job.sequences[row.index] = row.sequence(finish)
             row.job.open_rows -= 1
             if row.job.open_rows == 0 and not row.job.future.done():
                 row.job.finish()
@@ -543,7 +565,11 @@ class SamplingEngine:
 
     def _finish_reason(self, row: Row) -> FinishReason | None:
         request = row.job.request
-        if request.stop.is_stop(row.tokens, self._decode):
+        grammar = row.grammar
+        if grammar is not None and grammar.ended:
+            return FinishReason.LENGTH if grammar.failed else FinishReason.STOP
+        # A constrained row ends at a stop string only where its text is a complete document.
+        if (grammar is None or grammar.accepting) and request.stop.is_stop(row.tokens, self._decode):
             return FinishReason.STOP
         if len(row.tokens) >= request.max_tokens:
             return FinishReason.LENGTH

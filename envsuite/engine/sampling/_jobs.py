@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from envsuite.engine.sampling._requests import EngineRequest, EngineResult, GeneratedSequence, SampledToken
+from envsuite.engine.sampling._grammar import CompiledGrammar, RowGrammar
+from envsuite.engine.sampling._requests import (
+    EngineRequest,
+    EngineResult,
+    FinishReason,
+    GeneratedSequence,
+    SampledToken,
+)
 from envsuite.engine.sampling._token_choice import RowSampling
 
 R = TypeVar("R")
@@ -30,6 +37,8 @@ class Job(Generic[R]):
     """How much of the prompt came from the prefix cache."""
     on_token: Callable[[SampledToken], None] | None = None
     """Called on the engine thread with every token as it is sampled (streaming); must be quick."""
+    grammar: CompiledGrammar | None = None
+    """The request's constraint, compiled when it was submitted."""
 
     def finish(self) -> None:
         result = EngineResult(
@@ -60,6 +69,31 @@ class Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
+    grammar: RowGrammar | None = None
+    """A constrained row's grammar state (None: a free row)."""
+    constrained_logprobs: list[float] = field(default_factory=list)
+
+    def take(
+        self, token: int, logprob: float, constrained: float | None, top: list[tuple[int, float]]
+    ) -> None:
+        """Append a sampled token (to the grammar state too); ``constrained`` is its masked logprob."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        if self.sampling.top_logprobs:
+            self.top.append(top)
+        if self.grammar is not None:
+            assert constrained is not None
+            self.constrained_logprobs.append(constrained)
+            self.grammar.advance(token)
+
+    def sequence(self, finish: FinishReason) -> GeneratedSequence:
+        """What the row sampled, as it ends for ``finish``."""
+        top = self.top if self.sampling.top_logprobs else None
+        if self.grammar is None:
+            return GeneratedSequence(self.tokens, self.logprobs, finish, top)
+        return GeneratedSequence(
+            self.tokens, self.logprobs, finish, top, self.constrained_logprobs, self.grammar.outcome
+        )
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from envsuite.constraints import Constraint, ConstraintOutcome
 from envsuite.engine.kernels import ROW_BUCKETS
 from envsuite.engine.sampling._token_choice import StopMatcher
 
@@ -115,6 +116,9 @@ class EngineRequest:
     prompt_logprobs: bool = False
     top_logprobs: int = 0
     """Also report, per sampled token, this many most likely tokens and their logprobs (0: none)."""
+    constraint: Constraint | None = None
+    """Every sample belongs to this language (``envsuite.constraints``; the engine's ``GrammarCompiler``
+    compiles it when the request is submitted). None: free sampling."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,11 @@ class GeneratedSequence:
     top_logprobs: list[list[tuple[int, float]]] | None = None
     """Per sampled token, the request's ``top_logprobs`` most likely ``(token, logprob)`` pairs, most
     likely first (see ``_token_choice`` for the distribution); None when the request asked for none."""
+    constrained_logprobs: list[float] | None = None
+    """Constrained requests: per sampled token, its logprob under the masked, renormalized distribution it
+    was drawn from (``logprobs`` holds the one without the mask, which training compares against)."""
+    constraint_outcome: ConstraintOutcome | None = None
+    """Constrained requests: whether the tokens (less a final stop token) are a complete document."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,8 @@ class SampledToken:
     logprob: float
     top: list[tuple[int, float]]
     """The most likely tokens at this position (empty unless the request asked for ``top_logprobs``)."""
+    constrained_logprob: float | None = None
+    """Constrained requests: the token's logprob under the masked distribution it was drawn from."""
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+
+from envsuite.engine.sampling._grammar import TokenMasks
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,14 @@ class RowSampling:
         return self.temperature <= 0.0
 
     @property
+    def untruncated(self) -> bool:
+        """No top-k or top-p truncation."""
+        return self.top_k <= 0 and self.top_p >= 1.0
+
+    @property
     def plain(self) -> bool:
         """No truncation (top-k, top-p) and no top logprobs to report: what ``sample_rows`` covers."""
-        untruncated = self.greedy or (self.top_k <= 0 and self.top_p >= 1.0)
-        return untruncated and self.top_logprobs == 0
+        return (self.greedy or self.untruncated) and self.top_logprobs == 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class TokenChoice:
     top_B: list[list[tuple[int, float]]] | None = None
     """Per row, its ``top_logprobs`` most likely ``(token, logprob)`` pairs (empty for rows that asked
     for none); None when no row asked."""
+    constrained_B: list[float | None] | None = None
+    """Per row, the chosen token's logprob under the masked distribution it was drawn from (None for
+    free rows); None when no row was constrained. ``logprobs_B`` holds the unmasked one."""
 
 
 def row_seed(seed: int, sample_index: int) -> int:
@@ -75,45 +84,145 @@ def make_generator(seed: int) -> torch.Generator:
     return generator
 
 
-def choose_tokens(logits_B_V: torch.Tensor, rows: Sequence[RowSampling], native: bool = False) -> TokenChoice:
+def choose_tokens(
+    logits_B_V: torch.Tensor,
+    rows: Sequence[RowSampling],
+    native: bool = False,
+    masks: TokenMasks | None = None,
+) -> TokenChoice:
     """Pick one token per row of ``logits_B_V`` (float32, on any device) following each row's settings;
-    with ``native`` (the caller loaded envsuite's native kernels), plain rows on the CPU in one call."""
+    with ``native`` (the caller loaded envsuite's native kernels), plain rows on the CPU in one call.
+    The rows ``masks`` names pick among their allowed tokens only (:func:`_choose_masked`); the others
+    are chosen exactly as without them."""
     logits_B_V = logits_B_V.float()
     native = native and logits_B_V.device.type == "cpu"
-    if native and all(row.plain for row in rows):  # the usual batch: one call, nothing to scatter
+    if masks is None and native and all(row.plain for row in rows):  # the usual batch: one call
         tokens, logprobs = _sample_plain(logits_B_V, rows)
         return TokenChoice(tokens_B=tokens.tolist(), logprobs_B=logprobs.tolist())
     n_rows = logits_B_V.shape[0]
     top_B: list[list[tuple[int, float]]] = [[] for _ in rows]
     tokens_B = torch.empty(n_rows, dtype=torch.long, device=logits_B_V.device)
     logprobs_B = torch.empty(n_rows, dtype=torch.float32, device=logits_B_V.device)
-    in_native_B = [native and row.plain for row in rows]
-    plain_idx = [i for i, on in enumerate(in_native_B) if on]
-    greedy_idx = [i for i, row in enumerate(rows) if row.greedy and not in_native_B[i]]
-    sample_idx = [i for i, row in enumerate(rows) if not row.greedy and not in_native_B[i]]
+    masked = set(masks.rows) if masks is not None else set()
+    free = [i for i in range(n_rows) if i not in masked]
+    plain_idx = [i for i in free if native and rows[i].plain]
+    greedy_idx = [i for i in free if rows[i].greedy and not (native and rows[i].plain)]
+    sample_idx = [i for i in free if not rows[i].greedy and not (native and rows[i].plain)]
+
+    def rows_of(indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.tensor(indices, device=logits_B_V.device)
+        return index, logits_B_V.index_select(0, index) if len(indices) < n_rows else logits_B_V
+
     if plain_idx:
-        index = torch.tensor(plain_idx, device=logits_B_V.device)
-        logits = logits_B_V.index_select(0, index) if len(plain_idx) < n_rows else logits_B_V
+        index, logits = rows_of(plain_idx)
         tokens_B[index], logprobs_B[index] = _sample_plain(logits, [rows[i] for i in plain_idx])
     if greedy_idx:
-        index = torch.tensor(greedy_idx, device=logits_B_V.device)
-        logits = logits_B_V.index_select(0, index) if len(greedy_idx) < n_rows else logits_B_V
+        index, logits = rows_of(greedy_idx)
         chosen = logits.argmax(dim=-1)
         tokens_B[index] = chosen
         logprobs_B[index] = _gather_logprobs(logits, chosen)
         _top_of(top_B, greedy_idx, rows, logits, torch.logsumexp(logits, dim=-1))
     if sample_idx:
-        index = torch.tensor(sample_idx, device=logits_B_V.device)
-        logits = logits_B_V.index_select(0, index) if len(sample_idx) < n_rows else logits_B_V
+        index, logits = rows_of(sample_idx)
         sampled = _sample_rows(logits, [rows[i] for i in sample_idx])
         tokens_B[index] = sampled.tokens_B
         logprobs_B[index] = sampled.logprobs_B
         _top_of(top_B, sample_idx, rows, sampled.scaled_B_V, sampled.log_norm_B)
+    constrained_B: list[float | None] | None = None
+    if masks is not None:
+        index, logits = rows_of(masks.rows)
+        chosen_masked = _choose_masked(logits, [rows[i] for i in masks.rows], masks.bias(), native)
+        tokens_B[index] = chosen_masked.tokens_C
+        logprobs_B[index] = chosen_masked.logprobs_C
+        _top_of(top_B, masks.rows, rows, chosen_masked.scaled_C_V, chosen_masked.log_norm_C)
+        constrained_B = [None] * n_rows
+        for position, i in enumerate(masks.rows):
+            constrained_B[i] = float(chosen_masked.constrained_C[position])
     return TokenChoice(
         tokens_B=tokens_B.tolist(),
         logprobs_B=logprobs_B.tolist(),
         top_B=top_B if any(row.top_logprobs > 0 for row in rows) else None,
+        constrained_B=constrained_B,
     )
+
+
+@dataclass(frozen=True)
+class _MaskedChoice:
+    """Constrained rows' tokens, their logprobs without and under the mask, and the unmasked distribution."""
+
+    tokens_C: torch.Tensor
+    logprobs_C: torch.Tensor
+    """Under the row's distribution without the mask: ``logits / temperature`` (1 for greedy rows),
+    log-softmax over the whole vocabulary, no truncation."""
+    constrained_C: torch.Tensor
+    """Under the distribution the token was drawn from: the mask, then temperature, top-k and top-p
+    within the allowed tokens, renormalized (greedy rows: temperature 1, no truncation)."""
+    scaled_C_V: torch.Tensor
+    log_norm_C: torch.Tensor
+
+
+def _choose_masked(
+    logits_C_V: torch.Tensor, rows: Sequence[RowSampling], bias_C_V: torch.Tensor, native: bool
+) -> _MaskedChoice:
+    """Constrained rows: the logits plus each row's mask bias (-inf outside its allowed set), then the same choice as a
+    free row's on them (each sampled row one draw from its generator). With ``native``, untruncated rows
+    choose through ``sample_rows`` and the normalizers of the unmasked distributions come from it too
+    (a greedy call reports the top token's logprob, ``max - log_norm``); the others take torch's way.
+
+    The mask comes before truncation, so top-k and top-p pick among allowed tokens (truncating first
+    could leave none). Both logprobs are reported; which one training uses, and why, is in
+    docs/backend_sampling.md ("Constrained sampling").
+    """
+    device = logits_C_V.device
+    temperatures = torch.tensor([1.0 if row.greedy else row.temperature for row in rows], device=device)
+    scaled_C_V = logits_C_V if bool((temperatures == 1.0).all()) else logits_C_V / temperatures[:, None]
+    bias_C_V = bias_C_V.to(device)
+    masked_C_V = logits_C_V + bias_C_V
+    tokens_C = torch.empty(len(rows), dtype=torch.long, device=device)
+    constrained_C = torch.empty(len(rows), dtype=torch.float32, device=device)
+    fast = [i for i, row in enumerate(rows) if native and (row.greedy or row.untruncated)]
+    redo: list[int] = []
+    if fast:
+        index = torch.tensor(fast, device=device)
+        picked = masked_C_V.index_select(0, index) if len(fast) < len(rows) else masked_C_V
+        tokens_C[index], constrained_C[index] = _sample_plain(picked, [rows[i] for i in fast])
+        # The native exp has a floor (e^-87.3), so a masked token keeps a weight near 1e-38: a draw could
+        # land on one with a probability near 1e-33. Such a row is drawn again through torch.
+        landed = bias_C_V[index, tokens_C[index]] == 0
+        redo = [fast[k] for k in (~landed).nonzero().flatten().tolist()]
+    slow = sorted((set(range(len(rows))) - set(fast)) | set(redo))
+    _choose_masked_torch(masked_C_V, rows, slow, tokens_C, constrained_C)
+    if native:
+        top, top_logprobs = _sample_plain(scaled_C_V, [replace(row, temperature=0.0) for row in rows])
+        log_norm_C = scaled_C_V.gather(1, top[:, None]).squeeze(1) - top_logprobs
+    else:
+        log_norm_C = torch.logsumexp(scaled_C_V, dim=-1)
+    logprobs_C = scaled_C_V.gather(1, tokens_C[:, None]).squeeze(1) - log_norm_C
+    return _MaskedChoice(tokens_C, logprobs_C, constrained_C, scaled_C_V, log_norm_C)
+
+
+def _choose_masked_torch(
+    masked_C_V: torch.Tensor,
+    rows: Sequence[RowSampling],
+    indices: list[int],
+    tokens_C: torch.Tensor,
+    constrained_C: torch.Tensor,
+) -> None:
+    """Constrained rows ``indices`` through torch's operations, into ``tokens_C`` and ``constrained_C``."""
+    device = masked_C_V.device
+    greedy = [i for i in indices if rows[i].greedy]
+    sampled = [i for i in indices if not rows[i].greedy]
+    if greedy:
+        index = torch.tensor(greedy, device=device)
+        picked = masked_C_V.index_select(0, index)
+        chosen = picked.argmax(dim=-1)
+        tokens_C[index] = chosen
+        constrained_C[index] = _gather_logprobs(picked, chosen)
+    if sampled:
+        index = torch.tensor(sampled, device=device)
+        drawn = _sample_rows(masked_C_V.index_select(0, index), [rows[i] for i in sampled])
+        tokens_C[index] = drawn.tokens_B
+        constrained_C[index] = drawn.logprobs_B
 
 
 def _sample_plain(logits_R_V: torch.Tensor, rows: Sequence[RowSampling]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -246,8 +355,10 @@ def _apply_top_p(scaled_B_V: torch.Tensor, top_p_B: list[float]) -> torch.Tensor
     mass_before_B_V = probs_B_V.cumsum(dim=-1) - probs_B_V
     top_p = torch.tensor(top_p_B, dtype=probs_B_V.dtype, device=scaled_B_V.device)
     # A token stays while the mass of the tokens ranked above it is below top_p, so the top token
-    # always stays and the kept set is the smallest prefix reaching top_p.
-    drop_sorted = mass_before_B_V >= top_p[:, None]
+    # always stays and the kept set is the smallest prefix reaching top_p. A row without a nucleus
+    # (top_p 1) keeps every token: the rounding of its cumulative sum can reach 1 before its tail, and
+    # its tokens must not depend on whether a row with a nucleus shares its batch.
+    drop_sorted = (mass_before_B_V >= top_p[:, None]) & (top_p[:, None] < 1.0)
     drop = torch.zeros_like(drop_sorted).scatter(1, order_B_V, drop_sorted)
     return scaled_B_V.masked_fill(drop, float("-inf"))
 
