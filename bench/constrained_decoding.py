@@ -15,7 +15,7 @@ without, and the schema conformance of constrained samples.
   ``--repeats``. Temperature 1, no truncation, so free rows take the native sampler.
 * **conformance**: 200 constrained samples from ``tiny-random`` (20 per tool schema, temperature 1,
   ``max_tokens`` 512), each complete document checked with ``jsonschema`` (formats included); then the
-  same with every free-text string bounded (``maxLength`` 24), which a random model can finish.
+  same with free strings, arrays and numbers bounded (:func:`_bounded`), which a random model can finish.
 
 The script restarts itself under jemalloc, as the ``envsuite`` command does.
 """
@@ -232,7 +232,7 @@ def conformance(per_schema: int, max_tokens: int) -> None:
     params = tinker.SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=SEED)
     print(f"\n## conformance: tiny-random, {per_schema} samples per schema, max_tokens {max_tokens}")
     print("schemas | samples | complete | complete and valid | incomplete (stop_reason length) | wall s")
-    for label, schemas in (("as given", TOOLS), ("strings bounded (maxLength 24)", _bounded(TOOLS))):
+    for label, schemas in (("as given", TOOLS), ("strings, arrays, numbers bounded", _bounded(TOOLS))):
         started = time.perf_counter()
         futures = {
             name: client.sample(prompt, per_schema, params, constraint=Constraint.json_schema(schema))
@@ -263,17 +263,22 @@ def conformance(per_schema: int, max_tokens: int) -> None:
 
 
 def _bounded(schemas: dict[str, Schema]) -> dict[str, Schema]:
-    """The schemas with ``maxLength: 24`` on every string that has no enum, pattern or format."""
+    """The schemas with what a random model cannot end bounded: strings (patterns and formats too) to 24
+    characters at most, arrays to 4 items, numbers without a maximum to ``10**6``."""
 
     def bound(node: Any) -> Any:
-        if isinstance(node, dict):
-            node = {key: bound(value) for key, value in node.items()}
-            free = not ({"enum", "const", "pattern", "format", "maxLength"} & set(node))
-            if node.get("type") == "string" and free:
-                node["maxLength"] = 24
-            return node
         if isinstance(node, list):
             return [bound(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        node = {key: bound(value) for key, value in node.items()}
+        kind, keys = node.get("type"), set(node)
+        if kind == "string" and not {"enum", "const"} & keys:
+            node["maxLength"] = min(node.get("maxLength", 24), 24)
+        elif kind == "array" and "maxItems" not in keys:
+            node["maxItems"] = 4
+        elif kind in ("integer", "number") and "maximum" not in keys:
+            node["maximum"] = 10**6
         return node
 
     return {name: bound(copy.deepcopy(schema)) for name, schema in schemas.items()}
