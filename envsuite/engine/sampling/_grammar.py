@@ -8,12 +8,12 @@ every step share them. A compiled grammar is a template matcher; every constrain
 constrained row of a batch may take next, computed for all of them in one call that runs outside the GIL.
 
 Why llguidance rather than xgrammar (measured, docs/benchmarks.md "Constrained decoding"): it compiled
-the schemas of ten real tool definitions 6-20 times faster (a request's schema is compiled on its
+the schemas of ten real tool definitions 10-17 times faster (a request's schema is compiled on its
 critical path), it refuses schema keywords a grammar cannot enforce where xgrammar ignored them (a
 ``uniqueItems`` array came out with duplicates), its Lark grammars embed JSON Schemas (a tool call's
-arguments inside the model family's call markup), and it is a 8 MB wheel with no dependencies (xgrammar
-pulls triton, about 1 GB). xgrammar's per-token masks were faster (2 against 7 microseconds, median),
-both far below a decode step.
+arguments inside the model family's call markup), and it is an 8 MB wheel with no dependencies (xgrammar
+pulls triton, about 1 GB). Per-token masks took about as long with either (7-8 microseconds, median),
+far below a decode step.
 
 End tokens: a row's stop tokens (``SamplingParams.stop`` ids, the end-of-sequence tokens by default) are
 never content. They are allowed exactly where the grammar accepts the text so far, and sampling one ends
@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from envsuite.constraints import JSON_LAYOUT, Constraint, ConstraintError, Const
 
 if TYPE_CHECKING:
     from llguidance import LLExecutor, LLMatcher, LLTokenizer
+    from llguidance._lib import JsonCompileOptions
     from transformers import PreTrainedTokenizerBase
 
 MAX_CACHED_GRAMMARS = 512
@@ -136,7 +137,9 @@ def _grammar_text(constraint: Constraint) -> str:
 
     kind = constraint.kind
     if kind is ConstraintKind.JSON_SCHEMA:
-        return LLMatcher.grammar_from_json_schema(constraint.spec, defaults=JSON_LAYOUT)
+        return LLMatcher.grammar_from_json_schema(
+            constraint.spec, defaults=cast("JsonCompileOptions", JSON_LAYOUT)
+        )
     if kind is ConstraintKind.REGEX:
         return LLMatcher.grammar_from_regex(constraint.spec)
     if kind is ConstraintKind.CHOICE:
