@@ -11,6 +11,11 @@ through ``concurrent.futures.Future`` objects. The engine thread loops over thre
    of its own (the next decode step feeds its tail, ``EngineConfig.max_fed_tail_tokens``);
 3. **decode** one token for every running row in one forward pass over the shared KV cache.
 
+A request with a constraint (``EngineRequest.constraint``) has it compiled when submitted (on the
+caller's thread, cached); each of its rows keeps a grammar state, and every step picks its token among
+those its grammar allows (``_grammar``, ``choose_tokens``) while the batch's free rows sample as they
+would without it.
+
 Rows leave the batch as soon as they stop, and new requests join between two decode steps
 (continuous batching), first come first served, while the batch's rows, its padded KV cache
 (``EngineConfig.max_kv_bytes``) and the prefill budget allow. A request whose future was cancelled
