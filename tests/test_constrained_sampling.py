@@ -4,12 +4,15 @@ language, through the real engine and the tiny random Llama with SmolLM2's token
 * the contract: constraints are small values (equal, hashable, picklable, to and from dicts); malformed
   ones and specs the compiler refuses fail alone with ``ConstraintError``; ``ConstrainedSamplingParams``
   reaches the local client and is dropped by the real SDK's serialization;
+* the compiler: one compiled grammar per (tokenizer, constraint); a row no token can continue is
+  reported dead and ends incomplete;
 * the sampler: a constrained row only takes allowed tokens; its masked logprob is the log-softmax of the
   masked logits (exp over the allowed set sums to 1) and its reported ``logprobs`` the unmasked one; free
   rows in the same batch get the tokens and logprobs they get without it, natively and through torch;
 * the engine: 200 of 200 JSON-schema samples are complete and valid (``jsonschema``); a budget too short
   ends with ``stop_reason="length"`` and an incomplete outcome; the end token comes only where the
   grammar accepts; free requests sharing the batch sample exactly what they sample beside a free one;
+  streamed tokens carry both logprobs;
 * training on constrained rollouts: the learner's logprobs equal the reported (unmasked) sampling
   logprobs, so the importance ratio is 1 on-policy, where the masked ones would be far off.
 """
@@ -34,6 +37,7 @@ from envsuite.backends.local import (
     ConstrainedSamplingParams,
     LocalSamplingClient,
     LocalServiceClient,
+    SampledToken,
     SamplingModel,
     load_sampling_model,
 )
@@ -214,6 +218,25 @@ def test_masked_logprobs_are_the_masked_distributions_and_free_rows_are_untouche
             assert (mixed.tokens_B[i], mixed.logprobs_B[i]) == (free.tokens_B[i], free.logprobs_B[i])
 
 
+def test_grammars_are_compiled_once_per_tokenizer_and_constraint(loaded: SamplingModel) -> None:
+    first = GrammarCompiler(loaded.tokenizer, VOCAB).compile(Constraint.regex("[ab]{3}"))
+    again = GrammarCompiler(loaded.tokenizer, VOCAB).compile(Constraint.regex("[ab]{3}"))
+    assert again is first
+    assert GrammarCompiler(loaded.tokenizer, VOCAB).compile(Constraint.regex("[ab]{4}")) is not first
+
+
+def test_a_row_no_token_can_continue_is_reported_dead(loaded: SamplingModel) -> None:
+    compiled = GrammarCompiler(loaded.tokenizer, VOCAB).compile(Constraint.regex("ab"))
+    alive, stuck = compiled.row(frozenset({2})), compiled.row(frozenset({2}))
+    stuck.matcher.consume_token(int(loaded.tokenizer.encode("zz")[0]))  # not in the language: error state
+    masks = token_masks([alive, None, stuck], VOCAB)
+    assert masks is not None and masks.rows == [0, 2] and masks.dead == [2]
+    assert bool(masks.allowed()[1].all())  # the sampler stays well-defined; the engine ends the row
+    assert not bool(masks.allowed()[0].all())
+    stuck.dead_end()
+    assert stuck.outcome is ConstraintOutcome.INCOMPLETE and alive.outcome is ConstraintOutcome.INCOMPLETE
+
+
 # ---------------------------------------------------------------------------------------- the engine
 
 
@@ -267,6 +290,20 @@ async def test_regex_choice_and_grammars_hold_for_every_complete_sample(
         assert (seq.stop_reason == "stop") == (seq.constraint_outcome is ConstraintOutcome.COMPLETE)
     for seq in complete:
         assert re.fullmatch(pattern, _text(client, seq.tokens)), _text(client, seq.tokens)
+
+
+async def test_streamed_tokens_carry_both_logprobs(client: LocalSamplingClient) -> None:
+    streamed: list[SampledToken] = []
+    params = tinker.SamplingParams(max_tokens=30, temperature=1.0, seed=4)
+    constraint = Constraint.choice(["alpha", "beta"])
+    response = await client.sample(
+        _prompt(client, "x"), 2, params, on_token=streamed.append, constraint=constraint
+    )
+    for index, seq in enumerate(response.sequences):
+        mine = [t for t in streamed if t.sample_index == index]
+        assert isinstance(seq, ConstrainedSampledSequence)
+        assert [t.token for t in mine] == seq.tokens
+        assert [t.constrained_logprob for t in mine] == pytest.approx(seq.constrained_logprobs)
 
 
 async def test_a_budget_too_short_ends_incomplete_never_as_a_document(client: LocalSamplingClient) -> None:
