@@ -243,36 +243,32 @@ def token_masks(grammars: Sequence[RowGrammar | None], vocab_size: int) -> Token
     rows = [i for i, grammar in enumerate(grammars) if grammar is not None]
     if not rows:
         return None
-    from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask_par
+    from llguidance.torch import fill_next_token_bitmask, fill_next_token_bitmask_par
 
     states = [grammar for grammar in grammars if grammar is not None]
-    bits_C_W = allocate_token_bitmask(len(rows), vocab_size)
-    fill_next_token_bitmask_par(
-        _shared_executor(), [(state.matcher, position) for position, state in enumerate(states)], bits_C_W
-    )
+    bits_C_W = torch.empty((len(rows), (vocab_size + 31) // 32), dtype=torch.int32)  # llguidance fills it
+    if len(states) == 1:  # one row: no hand-off to the executor's threads
+        fill_next_token_bitmask(states[0].matcher, bits_C_W, 0)
+    else:
+        matchers = [(state.matcher, position) for position, state in enumerate(states)]
+        fill_next_token_bitmask_par(_shared_executor(), matchers, bits_C_W)
     words = bits_C_W.numpy().view(np.uint32)
-    _set_bits(words, [(p, state.never_content) for p, state in enumerate(states)], vocab_size, False)
-    ends = [(p, state.end_tokens) for p, state in enumerate(states) if state.end_tokens and state.accepting]
-    _set_bits(words, ends, vocab_size, True)
+    for position, state in enumerate(states):
+        _set_bits(words[position], state.never_content, vocab_size, False)
+        if state.end_tokens and state.accepting:
+            _set_bits(words[position], state.end_tokens, vocab_size, True)
     dead_positions = np.flatnonzero(~words.any(axis=1)).tolist()
     words[dead_positions] = np.uint32(0xFFFFFFFF)
     return TokenMasks(rows, bits_C_W, vocab_size, [rows[p] for p in dead_positions])
 
 
-def _set_bits(
-    words: np.ndarray, tokens_of_rows: list[tuple[int, frozenset[int]]], vocab_size: int, on: bool
-) -> None:
-    """Set (``on``) or clear the bits of every listed token of every listed row, in place."""
-    pairs = [(row, token) for row, tokens in tokens_of_rows for token in tokens if token < vocab_size]
-    if not pairs:
-        return
-    row_index, tokens = (np.asarray(column, dtype=np.int64) for column in zip(*pairs, strict=True))
-    bits = np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32))
-    where = (row_index, tokens >> 5)
-    if on:
-        np.bitwise_or.at(words, where, bits)
-    else:
-        np.bitwise_and.at(words, where, ~bits)
+def _set_bits(words: np.ndarray, tokens: frozenset[int], vocab_size: int, on: bool) -> None:
+    """Set (``on``) or clear the bits of ``tokens`` in one row's mask words, in place (a few tokens a row:
+    plain integer operations beat numpy's indexed ones here)."""
+    for token in tokens:
+        if token < vocab_size:
+            word, bit = token >> 5, 1 << (token & 31)
+            words[word] = int(words[word]) | bit if on else int(words[word]) & ~bit & 0xFFFFFFFF
 
 
 def _shared_executor() -> LLExecutor:

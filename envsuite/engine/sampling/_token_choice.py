@@ -174,8 +174,10 @@ def _choose_masked(
     docs/backend_sampling.md ("Constrained sampling").
     """
     device = logits_C_V.device
-    temperatures = torch.tensor([1.0 if row.greedy else row.temperature for row in rows], device=device)
-    scaled_C_V = logits_C_V if bool((temperatures == 1.0).all()) else logits_C_V / temperatures[:, None]
+    temperatures = [1.0 if row.greedy else row.temperature for row in rows]
+    scaled_C_V = logits_C_V
+    if any(t != 1.0 for t in temperatures):
+        scaled_C_V = logits_C_V / torch.tensor(temperatures, device=device)[:, None]
     bias_C_V = bias_C_V.to(device)
     masked_C_V = logits_C_V + bias_C_V
     tokens_C = torch.empty(len(rows), dtype=torch.long, device=device)
