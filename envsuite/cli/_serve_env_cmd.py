@@ -31,8 +31,8 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve the env until interrupted (loopback only: OpenEnv's protocol carries no key)."""
-    from envsuite._http_guard import is_loopback
     from envsuite.adapters.openenv import serve
+    from envsuite.http_guard import is_loopback
 
     if not is_loopback(args.host):
         # envsuite serve and serve-sandbox bind beyond loopback only with a key; OpenEnv's clients send

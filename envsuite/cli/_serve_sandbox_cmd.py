@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     from dataclasses import replace
 
-    from envsuite._http_guard import check_exposure
+    from envsuite.http_guard import check_exposure
     from envsuite.sandbox import (
         SANDBOX_API_KEY_VAR,
         Isolation,

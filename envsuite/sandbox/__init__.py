@@ -37,7 +37,7 @@ from envsuite.sandbox._types import (
 )
 
 if TYPE_CHECKING:
-    from envsuite._http_guard import ASGIApp
+    from envsuite.http_guard import ASGIApp
 
 
 def create_fusion_app(config: SandboxServerConfig | None = None, api_key: str | None = None) -> ASGIApp:

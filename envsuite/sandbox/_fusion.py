@@ -12,7 +12,7 @@ isolated, and the limits it had (clients ignore unknown fields).
 
 The server, not the client, has the last word on resources: a request's ``run_timeout`` and
 ``memory_limit_MB`` are capped by the server's own limits, a run whose client disconnects is killed
-(``envsuite._http_guard`` cancels the request, which sets the run's cancel event), and the server
+(``envsuite.http_guard`` cancels the request, which sets the run's cancel event), and the server
 refuses to listen beyond loopback without a key.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request  # the route's annotation, resolved by FastAPI at import
 
-from envsuite._http_guard import ASGIApp, KeyCheck, Refusal, RequestGuard, Scope, check_exposure, key_digest
 from envsuite.errors import UsageError
+from envsuite.http_guard import ASGIApp, KeyCheck, Refusal, RequestGuard, Scope, check_exposure, key_digest
 from envsuite.sandbox._session import Sandbox
 from envsuite.sandbox._types import (
     SANDBOX_API_KEY_VAR,

@@ -1,5 +1,5 @@
 """The ASGI app: the SDK's HTTP API over :class:`ServerState`, behind a key check and a body-size cap
-(``envsuite._http_guard``, shared with ``envsuite serve-sandbox``), which also cancels the handling of
+(``envsuite.http_guard``, shared with ``envsuite serve-sandbox``), which also cancels the handling of
 a request whose client disconnected.
 
 Tinker routes answer errors in one shape, ``{"error": message, "category": "user" | "server"}``; the
@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from envsuite._http_guard import KeyCheck, Refusal, RequestGuard, Scope, key_digest
 from envsuite.backends.local import UnknownRunError
 from envsuite.capture import CAPTURE_NAME_PATTERN, check_id
+from envsuite.http_guard import KeyCheck, Refusal, RequestGuard, Scope, key_digest
 from envsuite.serve._capture_http import SCOPE_KEY
 from envsuite.serve._config import ServeConfig, ServeConfigError
 from envsuite.serve._http import Unsupported, describe_invalid, error

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from envsuite._http_guard import check_exposure, is_loopback
 from envsuite.errors import UsageError
+from envsuite.http_guard import check_exposure, is_loopback
 
 API_KEY_VAR = "ENVSUITE_SERVE_API_KEY"
 """Environment variable holding the key clients must send (``X-API-Key``, the SDK's ``api_key``)."""
