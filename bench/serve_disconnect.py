@@ -57,9 +57,12 @@ def _free_port() -> int:
 def _abandon(base: str, body: dict[str, object], after_s: float) -> None:
     with contextlib.suppress(httpx.TimeoutException), httpx.Client(timeout=after_s) as client:
         if body.get("stream"):
+            # httpx's timeout bounds each read, and a stream's chunks keep coming: leave by the clock
+            hang_up = time.monotonic() + after_s
             with client.stream("POST", f"{base}/v1/chat/completions", json=body) as response:
                 for _ in response.iter_bytes():
-                    pass
+                    if time.monotonic() >= hang_up:
+                        break
         else:
             client.post(f"{base}/v1/chat/completions", json=body)
 

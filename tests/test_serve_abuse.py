@@ -83,9 +83,12 @@ def _abandon(base: str, body: dict[str, Any], after_s: float) -> None:
     """Send ``body`` and hang up after ``after_s`` seconds without reading the answer."""
     with contextlib.suppress(httpx.TimeoutException), httpx.Client(timeout=after_s) as client:
         if body.get("stream"):
+            # httpx's timeout bounds each read, and a stream's chunks keep coming: leave by the clock
+            hang_up = time.monotonic() + after_s
             with client.stream("POST", f"{base}/v1/chat/completions", json=body) as response:
                 for _ in response.iter_bytes():
-                    pass
+                    if time.monotonic() >= hang_up:
+                        break
         else:
             client.post(f"{base}/v1/chat/completions", json=body)
 
