@@ -11,46 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from envsuite.models import resolve_model
 from tests.conftest import TEST_MODEL
-
-ENVSUITE = str(Path(sys.executable).parent / "envsuite")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.test_serve import _free_port, _start_server
 
 
 @contextlib.contextmanager
 def _envsuite_serve(state_dir: Path) -> Iterator[str]:
     """``envsuite serve`` on a free loopback port; yields its URL, stops it afterwards."""
     port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
-    server = subprocess.Popen(
-        [ENVSUITE, "serve", "--port", str(port), "--state-dir", str(state_dir)], env=env
-    )
+    server = _start_server(port, state_dir)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, "envsuite serve exited"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "envsuite serve did not start"
-            time.sleep(0.3)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

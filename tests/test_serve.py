@@ -290,19 +290,25 @@ def test_a_key_is_required_off_loopback_and_checked_never_kept(
     assert KEY not in stored and KEY not in caplog.text
 
 
-def _start_server(port: int, state_dir: Path) -> subprocess.Popen[bytes]:
+def _start_server(port: int, state_dir: Path, *options: str, quiet: bool = False) -> subprocess.Popen[bytes]:
+    """``envsuite serve`` (with ``options``) as a child process on loopback ``port``, once it answers;
+    killed if it never does. ``quiet``: its stderr is dropped."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
-    server = subprocess.Popen(
-        [ENVSUITE, "serve", "--port", str(port), "--state-dir", str(state_dir)], env=env
-    )
+    argv = [ENVSUITE, "serve", "--port", str(port), "--state-dir", str(state_dir), *options]
+    server = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL if quiet else None)
     deadline = time.monotonic() + 120
-    while True:
-        assert server.poll() is None, "envsuite serve exited"
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=2).status_code == 200:
-                return server
-        assert time.monotonic() < deadline, "envsuite serve did not start"
-        time.sleep(0.3)
+    try:
+        while True:
+            assert server.poll() is None, "envsuite serve exited"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz", timeout=2).status_code == 200:
+                    return server
+            assert time.monotonic() < deadline, "envsuite serve did not start"
+            time.sleep(0.3)
+    except BaseException:
+        server.kill()
+        server.wait(timeout=30)
+        raise
 
 
 def test_cookbook_rl_train_resumes_after_the_server_is_killed(

@@ -13,7 +13,6 @@ import contextlib
 import importlib.util
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from tinker import types
 from envsuite import make_env
 from envsuite.serve import ServeConfig
 from tests.conftest import TEST_MODEL
-from tests.test_serve import ENVSUITE, _free_port, running, sdk
+from tests.test_serve import _free_port, _start_server, running, sdk
 
 KEY = "tml-abuse-key"
 CHAT = {"model": TEST_MODEL, "messages": [{"role": "user", "content": "Count to a million."}]}
@@ -57,19 +56,9 @@ def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
     """``envsuite serve`` as a process (its CPU is the measure), with a token cap far above what the
     tiny model samples in the few seconds a test waits."""
     port, state = _free_port(), tmp_path_factory.mktemp("state")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TINKER_TELEMETRY": "0"}
-    argv = [ENVSUITE, "serve", "--port", str(port), "--state-dir", str(state), "--max-tokens", "8000"]
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+    proc = _start_server(port, state, "--max-tokens", "8000", quiet=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, "envsuite serve exited"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/api/v1/healthz", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "envsuite serve did not start"
-            time.sleep(0.3)
         # Load the model once (and let the engine go idle) so the measured requests only sample.
         warm = httpx.post(f"{base}/v1/chat/completions", json={**CHAT, "max_tokens": 2}, timeout=600)
         assert warm.status_code == 200, warm.text
