@@ -31,18 +31,12 @@ from envsuite.envs.code import (
 from envsuite.executors import ExecutorConfig, ExecutorKind, open_pool, rollout_groups
 from envsuite.renderers import reply_to_tokens
 from envsuite.rollouts import RolloutLimits
-from envsuite.sandbox import SandboxConfig, SandboxUnavailableError, sandbox_support
 from tests.conftest import TEST_MODEL
+from tests.support.sandbox import needs_sandbox
 
 RENDERER = RendererConfig(model_name=TEST_MODEL)
 
-try:
-    sandbox_support(SandboxConfig())
-    WHY_NOT = ""
-except SandboxUnavailableError as exc:
-    WHY_NOT = str(exc)
-
-pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=f"no isolation here: {WHY_NOT}")
+pytestmark = needs_sandbox
 
 
 def _fenced(code: str) -> str:

@@ -20,18 +20,11 @@ from envsuite.core import ProbeExpectation, RewardProbe
 from envsuite.envs.code import FAMILIES, RUNGS, CheckSuite, draw_task, load_humaneval, run_cases, run_check
 from envsuite.envs.code._harness import VERDICT_MARK, Opaque, decode, encode, read_verdict, sign
 from envsuite.renderers import reply_to_tokens
-from envsuite.sandbox import SandboxConfig, SandboxUnavailableError, sandbox_support
 from tests.conftest import TEST_MODEL
+from tests.support.sandbox import needs_sandbox
 
 RENDERER = RendererConfig(model_name=TEST_MODEL)
 
-try:
-    sandbox_support(SandboxConfig())
-    WHY_NOT = ""
-except SandboxUnavailableError as exc:
-    WHY_NOT = str(exc)
-
-needs_sandbox = pytest.mark.skipif(bool(WHY_NOT), reason=f"no isolation here: {WHY_NOT}")
 
 EPISODES: list[tuple[str, dict[str, Any]]] = [
     ("humaneval", {"problem": 0}),  # bool results: what an always-equal object or a frame reader games

@@ -30,20 +30,14 @@ from envsuite.sandbox import (
     SandboxPathError,
     SandboxUnavailableError,
     live_cgroups,
-    sandbox_support,
 )
+from tests.support.sandbox import SUPPORT, needs_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = Limits(wall_s=5, cpu_s=5, memory_mb=256, processes=16, file_size_mb=1, output_bytes=4096, disk_mb=8)
 """Tight limits so that every abuse case ends in well under a second of the program's own time."""
 
-try:
-    SUPPORT = sandbox_support(SandboxConfig())
-    WHY_NOT = ""
-except SandboxUnavailableError as exc:
-    SUPPORT, WHY_NOT = None, str(exc)
-
-pytestmark = pytest.mark.skipif(SUPPORT is None, reason=f"no isolation here: {WHY_NOT}")
+pytestmark = needs_sandbox
 
 
 def _processes_rooted_at(root: tuple[int, int]) -> set[int]:

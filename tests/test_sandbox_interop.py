@@ -25,15 +25,10 @@ from typing import Any
 
 import pytest
 
-from envsuite.sandbox import Sandbox, SandboxConfig, SandboxUnavailableError, sandbox_support
+from envsuite.sandbox import Sandbox
+from tests.support.sandbox import needs_sandbox
 
-try:
-    sandbox_support(SandboxConfig())
-    WHY_NOT = ""
-except SandboxUnavailableError as exc:
-    WHY_NOT = str(exc)
-
-pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=f"no isolation here: {WHY_NOT}")
+pytestmark = needs_sandbox
 
 
 # --------------------------------------------------------------------------------------------------
