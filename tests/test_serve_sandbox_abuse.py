@@ -23,7 +23,8 @@ import pytest
 import uvicorn
 
 from envsuite.errors import UsageError
-from envsuite.sandbox import Limits, SandboxConfig, SandboxServerConfig, create_fusion_app, sandbox_support
+from envsuite.sandbox import Limits, SandboxConfig, SandboxServerConfig, create_fusion_app
+from tests.support.sandbox import needs_sandbox
 from tests.test_serve import _free_port
 
 ENVSUITE = str(Path(sys.executable).parent / "envsuite")
@@ -34,15 +35,7 @@ SPIN = (
 """Spins forever, printing its own CPU time every 0.05 s of it."""
 
 
-def _isolating() -> bool:
-    try:
-        sandbox_support(SandboxConfig())
-    except Exception:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _isolating(), reason="bubblewrap cannot run here")
+pytestmark = needs_sandbox
 
 
 def _descendants(pid: int) -> list[int]:
@@ -119,22 +112,30 @@ def test_files_fetched_back_are_bounded(server: tuple[str, int]) -> None:
     assert list(answer["files"]) == ["a", "b", "c", "d"], list(answer["files"])
 
 
+PROC_RESOLUTION_S = 2 / os.sysconf("SC_CLK_TCK")
+"""One process's CPU time as /proc gives it: user and system time, each in whole ticks, rounded down."""
+
+
 def _last_seen(stdout: str) -> float:
     return float(stdout.split()[-1])
 
 
 def test_cpu_time_is_the_sandboxed_trees(server: tuple[str, int]) -> None:
     """A program that spins until the wall clock kills it, printing its own CPU time as it goes: the
-    reported cpu_time is at least the last it printed (however loaded the machine), in a child too."""
+    reported cpu_time is at least the last it printed (however loaded the machine), in a child too, up
+    to the resolution of what the kernel reports: /proc counts each process's user and system time in
+    whole clock ticks, rounded down (once seen: 1.96 s reported for 1.974 s printed)."""
     base, _ = server
     spun = _run(base, code=SPIN, run_timeout=2)
     assert spun["sandbox"]["limit"] in ("wall_time", "cpu_time"), spun
     seen = _last_seen(spun["run_result"]["stdout"])
-    assert seen > 0.1 and spun["sandbox"]["cpu_time"] >= seen, (seen, spun["sandbox"])
+    assert seen > 0.1 and spun["sandbox"]["cpu_time"] >= seen - PROC_RESOLUTION_S, (seen, spun["sandbox"])
     child = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {SPIN!r}])"
     forked = _run(base, code=child, run_timeout=2)
     seen_in_child = _last_seen(forked["run_result"]["stdout"])
-    assert seen_in_child > 0.1 and forked["sandbox"]["cpu_time"] >= seen_in_child, forked["sandbox"]
+    assert seen_in_child > 0.1 and forked["sandbox"]["cpu_time"] >= seen_in_child - PROC_RESOLUTION_S, forked[
+        "sandbox"
+    ]
     print(f"cpu_time of a 2 s spin: {spun['sandbox']['cpu_time']:.2f} s (the program saw {seen:.2f} s)")
 
 
