@@ -20,10 +20,13 @@ Generation settings are honoured or refused, never silently ignored:
   calls it writes come back as the choice's ``tool_calls`` (``stop_reason="tool_calls"``), a call the
   renderer could not read with its ``parse_error`` set, so Inspect tells the model. ``tool_choice``
   ``"auto"`` shows the tools, ``"none"`` does not (and returns no calls).
+* ``response_schema`` and a forced ``tool_choice`` (``"any"``, or one function): by constrained
+  decoding (``envsuite.constraints``): the reply is a JSON document valid against the schema, or calls
+  written in the family's tool format whose arguments follow each tool's schema. Only a local sampling
+  client constrains (a remote Tinker sampler would drop the constraint), so elsewhere they are refused.
 * refused with a :class:`UnsupportedGenerateConfig` error naming the setting: ``top_logprobs``,
-  ``prompt_logprobs``, ``logit_bias``, ``frequency_penalty``, ``presence_penalty``, ``best_of`` > 1,
-  ``response_schema``, and a forced ``tool_choice`` (``"any"`` or one function: the local sampler has no
-  alternatives' logprobs, penalties or constrained decoding).
+  ``prompt_logprobs``, ``logit_bias``, ``frequency_penalty``, ``presence_penalty``, ``best_of`` > 1
+  (the local sampler has no alternatives' logprobs, penalties or logit bias).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from inspect_ai.model import (
     ModelUsage,
     StopReason,
 )
-from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
+from inspect_ai.tool import ToolCall, ToolChoice, ToolFunction, ToolInfo
 
 from envsuite.evals._messages import spec_of, to_envsuite, to_inspect_call
 
@@ -55,7 +58,8 @@ if TYPE_CHECKING:
     import tinker
     from tinker.lib.public_interfaces.api_future import APIFuture
 
-    from envsuite.chat import Message
+    from envsuite.chat import Message, ToolSpec
+    from envsuite.constraints import Constraint
     from envsuite.renderers.base import Renderer
 
 DEFAULT_MAX_TOKENS = 256
@@ -212,6 +216,7 @@ class EnvsuiteModelAPI(ModelAPI):
         refuse_unsupported(config, tools, tool_choice)
         shown = [spec_of(info) for info in tools] if tool_choice != "none" else []
         prompt = self._model.renderer.build_generation_prompt(to_envsuite(input), tools=shown)
+        constraint = reply_constraint(self._model, config, shown, tool_choice)
         params = sampling_params(
             self._model.renderer,
             max_tokens=config.max_tokens,
@@ -220,6 +225,10 @@ class EnvsuiteModelAPI(ModelAPI):
             top_k=config.top_k,
             seed=config.seed,
         )
+        if constraint is not None:
+            from envsuite.backends.local import ConstrainedSamplingParams
+
+            params = ConstrainedSamplingParams(**params.model_dump(), constraint=constraint)
         response = await sample(self._model, prompt, config.num_choices or 1, params)
         choices = [self._choice(seq, config, bool(shown)) for seq in response.sequences]
         output_tokens = sum(len(seq.tokens) for seq in response.sequences)
@@ -295,18 +304,47 @@ def refuse_unsupported(
             ("frequency_penalty", bool(config.frequency_penalty)),
             ("presence_penalty", bool(config.presence_penalty)),
             ("best_of", (config.best_of or 1) > 1),
-            ("response_schema", config.response_schema is not None),
-            ("a forced tool_choice", bool(tools) and tool_choice not in ("auto", "none")),
         )
         if is_set
     ]
     if refused:
         raise UnsupportedGenerateConfig(
             f"the envsuite provider cannot honour {', '.join(refused)} (the local sampler returns only "
-            "the sampled tokens' logprobs and has no penalties, logit bias or constrained decoding); "
+            "the sampled tokens' logprobs and has no penalties or logit bias); "
             "supported: max_tokens, temperature, top_p, top_k, seed, num_choices, stop_seqs, logprobs, "
-            "tools with tool_choice auto or none"
+            "response_schema, tools with any tool_choice"
         )
+
+
+def reply_constraint(
+    model: _LocalModel, config: GenerateConfig, shown: list[ToolSpec], tool_choice: ToolChoice
+) -> Constraint | None:
+    """The constraint a generation's reply is sampled under: ``response_schema``, a forced call (None:
+    free). Refused where the sampler is not a local one, which alone applies constraints."""
+    from envsuite.constraints import Constraint
+    from envsuite.renderers import ToolCallRule
+    from envsuite.renderers import ToolChoice as CallChoice
+
+    schema = (
+        config.response_schema.json_schema.model_dump(exclude_none=True) if config.response_schema else None
+    )
+    if isinstance(tool_choice, ToolFunction):
+        rule = ToolCallRule(CallChoice.FUNCTION, function=tool_choice.name, parallel=False)
+    else:
+        rule = ToolCallRule(CallChoice.REQUIRED if tool_choice == "any" else CallChoice.AUTO)
+    forced = bool(shown) and rule.choice is not CallChoice.AUTO
+    if not forced and schema is None:
+        return None
+    from envsuite.backends.local import LocalSamplingClient
+
+    if not isinstance(model.sampling_client, LocalSamplingClient):
+        raise UnsupportedGenerateConfig(
+            "response_schema and a forced tool_choice need constrained decoding, which only a local "
+            f"sampling client does (this model samples through {type(model.sampling_client).__name__})"
+        )
+    if shown:
+        return model.renderer.tool_call_constraint(shown, rule, content_schema=schema if not forced else None)
+    return Constraint.json_schema(schema or {})
 
 
 def cut_at_stop(text: str, stop_seqs: list[str]) -> str | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
+import pydantic
 import pytest
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
@@ -24,12 +25,14 @@ from inspect_ai.model import (
     GenerateConfig,
     ModelOutput,
     ModelUsage,
+    ResponseSchema,
     get_model,
 )
 from inspect_ai.scorer import includes
 from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import ToolFunction
 from inspect_ai.tool import tool as inspect_tool
+from inspect_ai.util import json_schema
 
 import envsuite
 from envsuite import RendererConfig
@@ -96,14 +99,39 @@ def test_an_inspect_task_with_a_custom_tool_runs_against_an_envsuite_model(tmp_p
     assert sample.output.completion == "The sum is 5." and sample.scores["includes"].value == "C"  # type: ignore[index]
 
 
-def test_the_provider_shows_tools_to_the_real_model_and_refuses_forced_choices() -> None:
+def test_the_provider_shows_tools_to_the_real_model_and_constrains_forced_choices() -> None:
     model = get_model(f"envsuite/{TEST_MODEL}")
     messages = [ChatMessageUser(content="What is 2 + 3?")]
-    config = GenerateConfig(max_tokens=8, seed=1)
+    config = GenerateConfig(max_tokens=200, seed=1)
     output = asyncio.run(model.generate(messages, tools=[add()], config=config))
     assert output.choices[0].message.role == "assistant"
-    with pytest.raises(Exception, match="forced tool_choice"):
-        asyncio.run(model.generate(messages, tools=[add()], tool_choice=ToolFunction("add"), config=config))
+    # A forced call (one function, or "any") is sampled under the tool-call grammar: the random model
+    # writes calls of add with integer arguments, in SmolLM2's format (its integers run to 40 digits:
+    # hence the budget).
+    for choice in (ToolFunction("add"), "any"):
+        forced = asyncio.run(model.generate(messages, tools=[add()], tool_choice=choice, config=config))
+        calls = forced.choices[0].message.tool_calls or []
+        assert forced.choices[0].stop_reason == "tool_calls" and calls
+        assert all(c.function == "add" and c.parse_error is None for c in calls)
+        assert all(set(c.arguments) == {"x", "y"} for c in calls)
+        assert all(isinstance(v, int) for c in calls for v in c.arguments.values())
+    # Inspect's structured output: the reply is a JSON document valid against the schema.
+    schema = ResponseSchema(name="verdict", json_schema=json_schema(Verdict), strict=True)
+    structured = asyncio.run(
+        model.generate(messages, config=config.merge(GenerateConfig(response_schema=schema)))
+    )
+    Verdict.model_validate_json(structured.choices[0].message.text)
+    # A sampler that is not local would drop the constraint: refused rather than ignored.
+    scripted = get_model(f"envsuite/{TEST_MODEL}", sampling_client=ScriptedSampler())
+    with pytest.raises(Exception, match="constrained decoding"):
+        asyncio.run(
+            scripted.generate(messages, tools=[add()], tool_choice=ToolFunction("add"), config=config)
+        )
+
+
+class Verdict(pydantic.BaseModel):
+    answer: Literal["yes", "no"]
+    sure: bool
 
 
 def _mock(outputs: list[ModelOutput]) -> list[ModelOutput]:

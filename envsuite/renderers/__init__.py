@@ -10,6 +10,7 @@ importing this package does not import tinker or transformers.
 
 from envsuite.renderers._registry import get_renderer, list_renderers
 from envsuite.renderers._reply import encodable_text, reply_message_tokens, reply_to_tokens
+from envsuite.renderers._tool_grammar import CallSyntax, ToolCallRule, ToolChoice
 from envsuite.renderers.base import (
     ParsedResponse,
     ParseOutcome,
@@ -33,6 +34,10 @@ __all__ = [
     # lookup
     "get_renderer",
     "list_renderers",
+    # tool calls as a grammar (constrained decoding)
+    "CallSyntax",
+    "ToolCallRule",
+    "ToolChoice",
     # replies written as text or messages, as tokens
     "encodable_text",
     "reply_message_tokens",

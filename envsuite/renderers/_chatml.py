@@ -28,6 +28,7 @@ from envsuite.chat import (
     tool_calls_of,
 )
 from envsuite.renderers._common import Marker, Segment, SegmentRenderer
+from envsuite.renderers._tool_grammar import CallSyntax
 from envsuite.renderers._tool_text import ToolSplit, decode_json, read_call, split_tagged, tool_json, tools_of
 
 IM_START = "<|im_start|>"
@@ -154,6 +155,16 @@ class ChatMLRenderer(SegmentRenderer):
     def _split_tool_calls(self, text: str) -> ToolSplit:
         return split_tagged_calls(text)
 
+    def tool_call_syntax(self) -> CallSyntax:
+        # content, then each call in a block of its own: <tool_call>\n{...}\n</tool_call>, blocks on lines
+        return CallSyntax(
+            opener=f"{TOOL_CALL_OPEN}\n",
+            separator=f"\n{TOOL_CALL_CLOSE}\n{TOOL_CALL_OPEN}\n",
+            closer=f"\n{TOOL_CALL_CLOSE}",
+            trigger=TOOL_CALL_OPEN,
+            specials=self._specials(TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
+        )
+
 
 class SmolLM2ChatMLRenderer(ChatMLRenderer):
     """ChatML with SmolLM2's default system message, inserted when the conversation opens without one.
@@ -184,6 +195,16 @@ class SmolLM2ChatMLRenderer(ChatMLRenderer):
         listed = "[" + ", ".join(call_json(call) for call in calls) + "]"
         return self.codec.parts(
             content + ("\n" if content else ""), Marker(TOOL_CALL_OPEN), listed, Marker(TOOL_CALL_CLOSE)
+        )
+
+    def tool_call_syntax(self) -> CallSyntax:
+        # every call of the reply in one block, as a JSON list: <tool_call>[{...}, {...}]</tool_call>
+        return CallSyntax(
+            opener=f"{TOOL_CALL_OPEN}[",
+            separator=", ",
+            closer=f"]{TOOL_CALL_CLOSE}",
+            trigger=TOOL_CALL_OPEN,
+            specials=self._specials(TOOL_CALL_OPEN, TOOL_CALL_CLOSE),
         )
 
     def _system_with_tools(self, content: str, tools: list[ToolSpec]) -> list[int]:

@@ -231,6 +231,11 @@ class SegmentRenderer(Renderer):
     def _end_of_turn_tokens(self) -> list[int]:
         return self.codec.marker(self.end_of_turn)
 
+    def _specials(self, *markers: str) -> tuple[tuple[str, int], ...]:
+        """The ``markers`` this tokenizer has as special tokens, with their ids (for :class:`CallSyntax`)."""
+        found = ((m, self.codec.special_id(m)) for m in markers)
+        return tuple((m, i) for m, i in found if i is not None)
+
     def _split_tool_calls(self, text: str) -> ToolSplit:
         """The reply's text with its tool calls taken out (the format's call syntax); never raises."""
         return ToolSplit(text)

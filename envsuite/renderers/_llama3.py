@@ -20,6 +20,7 @@ import re
 
 from envsuite.chat import Message, Role, ToolCall, UnparsedToolCall, canonical_json, tool_calls_of
 from envsuite.renderers._common import Segment, SegmentRenderer
+from envsuite.renderers._tool_grammar import CallSyntax
 from envsuite.renderers._tool_text import MAX_CALL_CHARS, ToolSplit, read_call, tool_json, tools_of
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
@@ -121,6 +122,17 @@ class Llama3Renderer(SegmentRenderer):
 
     def _split_tool_calls(self, text: str) -> ToolSplit:
         return split_llama_calls(text)
+
+    def tool_call_syntax(self) -> CallSyntax:
+        # each call a JSON object on a line of its own, after any content
+        return CallSyntax(
+            opener="",
+            separator="\n",
+            closer="",
+            trigger='{"name"',
+            arguments_key="parameters",
+            line_start=True,
+        )
 
     def render_segments(self, messages: list[Message]) -> list[Segment]:
         if tools_of(messages) and _first_user(messages) is None:

@@ -18,6 +18,7 @@ import re
 from envsuite.chat import Message, Role, canonical_json, tool_calls_of
 from envsuite.renderers._chatml import call_json
 from envsuite.renderers._common import Segment, SegmentRenderer
+from envsuite.renderers._tool_grammar import CallSyntax
 from envsuite.renderers._tool_text import ToolSplit, read_json_call, tools_of
 
 SEPARATOR = "\n\n"
@@ -96,6 +97,16 @@ class RoleColonRenderer(SegmentRenderer):
 
     def _split_tool_calls(self, text: str) -> ToolSplit:
         return split_plain_calls(text)
+
+    def tool_call_syntax(self) -> CallSyntax:
+        # each call a line "Tool call: {...}" after any content
+        return CallSyntax(
+            opener=CALL_PREFIX,
+            separator="\n" + CALL_PREFIX,
+            closer="",
+            trigger=CALL_PREFIX.strip(),
+            line_start=True,
+        )
 
     def _message_from_text(self, text: str) -> Message:
         text = text.removeprefix(" ")

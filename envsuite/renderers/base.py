@@ -38,14 +38,17 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from envsuite.chat import Message, Role, StopCondition, ToolSpec
 
 if TYPE_CHECKING:
     import tinker
+
+    from envsuite.constraints import Constraint
+    from envsuite.renderers._tool_grammar import CallSyntax, ToolCallRule
 
 
 class Tokenizer(Protocol):
@@ -219,3 +222,30 @@ class Renderer(ABC):
         ``tools`` as in :meth:`build_generation_prompt` (pass the same as for the first prompt).
         """
         return self.build_generation_prompt(conversation, tools=tools)
+
+    def tool_call_syntax(self) -> CallSyntax | None:
+        """How this family writes a reply's tool calls, for constrained decoding (None: not described,
+        and :meth:`tool_call_constraint` refuses)."""
+        return None
+
+    def tool_call_constraint(
+        self,
+        tools: Sequence[ToolSpec],
+        rule: ToolCallRule,
+        *,
+        content_schema: Mapping[str, Any] | None = None,
+    ) -> Constraint:
+        """The constraint under which every reply is one ``rule`` allows over ``tools``, written as this
+        renderer writes calls (so ``parse_response`` reads back exactly the calls sampled): forced calls
+        (``tool_choice`` required or a named function), ``strict`` arguments, and optionally a JSON
+        ``content_schema`` for a reply that calls nothing. A ValueError where this family's calls are not
+        described or the rule names a tool that is not offered."""
+        from envsuite.constraints import Constraint
+        from envsuite.renderers._tool_grammar import tool_call_grammar
+
+        syntax = self.tool_call_syntax()
+        if syntax is None:
+            raise ValueError(f"renderer {self.name!r} does not describe its tool calls as a grammar")
+        stops = self.get_stop_sequences()
+        terminator = "" if any(isinstance(s, int) for s in stops) else next(iter(stops), "")
+        return Constraint.grammar(tool_call_grammar(syntax, tools, rule, content_schema, str(terminator)))
