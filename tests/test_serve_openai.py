@@ -264,18 +264,28 @@ def test_an_envsuite_renderer_can_render_the_chat(
     "extra, param",
     [
         (
-            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}]},
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": "yes"}}]},
             "tools[0].function.strict",
         ),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-        ({"tool_choice": "required", "tools": [ADD_TOOL]}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
         (
-            {"tool_choice": {"type": "function", "function": {"name": "add"}}, "tools": [ADD_TOOL]},
+            {"tool_choice": {"type": "function", "function": {"name": "sub"}}, "tools": [ADD_TOOL]},
             "tool_choice",
         ),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"logit_bias": {"17": 5}}, "logit_bias"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "s", "schema": {"type": "array", "uniqueItems": True}},
+                }
+            },
+            "response_format",
+        ),
+        ({"extra_body": {"structured_outputs": {"regex": "a+", "choice": ["a"]}}}, "structured_outputs"),
         ({"extra_body": {"min_p": 0.1}}, "min_p"),
         ({"extra_body": {"repetition_penalty": 1.2}}, "repetition_penalty"),
         (

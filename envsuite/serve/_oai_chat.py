@@ -5,9 +5,8 @@ A chat request renders in one of two :class:`ChatFormat` s: the model's own Hugg
 renderer named in the request's ``renderer`` field (:class:`RendererFormat`, the chat format envsuite's
 envs and trainer use). A tokenizer without a chat template falls back to the model's envsuite renderer.
 
-Tool calling lives here too: :func:`read_tools` turns OpenAI's ``tools``/``tool_choice`` into
-envsuite :class:`~envsuite.chat.ToolSpec` s (a 400 naming anything it cannot honour: forced calls and
-``strict`` schemas need constrained decoding), :func:`to_messages` reads assistant ``tool_calls`` and
+Tool calling lives here too (``_oai_structured`` reads the request's ``tools`` and ``tool_choice``):
+:func:`to_messages` reads assistant ``tool_calls`` and
 ``tool`` messages, and a request with tools renders with an envsuite renderer (the one named, else the
 model's own), because only a renderer both writes the definitions in the family's format and parses the
 calls back out of sampled tokens (:attr:`AssistantReply.tool_calls`, OpenAI-shaped, each with an id).
@@ -19,10 +18,10 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from envsuite.chat import Message, StopCondition, ToolCall, ToolSpec, as_tool_call
-from envsuite.serve._oai_wire import ChatMessageIn, ChatRequest, OpenAIError, unsupported
+from envsuite.serve._oai_wire import ChatMessageIn, OpenAIError, unsupported
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -34,7 +33,6 @@ TEMPLATE_FORMAT = "chat_template"
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _EXTRAS = {"assistant": ("tool_calls",), "tool": ("tool_call_id",)}
 """Message fields besides role, content and name that a role may carry."""
-_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 @dataclass(frozen=True)
@@ -44,48 +42,6 @@ class AssistantReply:
     content: str
     tool_calls: list[dict[str, object]] = field(default_factory=list)
     """OpenAI ``tool_calls`` parsed from the reply (only for requests with tools)."""
-
-
-def read_tools(request: ChatRequest) -> list[ToolSpec]:
-    """The tool definitions the prompt shows and the reply is parsed for: none without ``tools`` or with
-    ``tool_choice`` ``"none"``. A forced call (``"required"``, a named function) is a 400: it needs
-    constrained decoding, which this server does not do."""
-    choice = request.tool_choice
-    if choice == "required" or isinstance(choice, dict):
-        raise unsupported(
-            "tool_choice",
-            "forcing a tool call needs constrained decoding, which this server does not do; "
-            "use 'auto' or 'none'",
-        )
-    if choice not in (None, "auto", "none"):
-        raise OpenAIError(400, f"tool_choice: unknown value {choice!r}", param="tool_choice")
-    specs = [_tool_spec(tool, f"tools[{i}]") for i, tool in enumerate(request.tools or [])]
-    if choice == "auto" and not specs:
-        raise OpenAIError(400, "tool_choice 'auto' needs tools", param="tool_choice")
-    return [] if choice == "none" else specs
-
-
-def _tool_spec(tool: dict[str, Any], where: str) -> ToolSpec:
-    if tool.get("type") != "function":
-        raise unsupported(f"{where}.type", "only function tools are served here")
-    for key in sorted(set(tool) - {"type", "function"}):
-        raise unsupported(f"{where}.{key}", "not part of a function tool")
-    function = tool.get("function")
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-        raise OpenAIError(400, f"{where}.function.name is missing", param=f"{where}.function.name")
-    if function.get("strict"):
-        raise unsupported(
-            f"{where}.function.strict", "schema-constrained arguments need constrained decoding"
-        )
-    for key in sorted(set(function) - {"name", "description", "parameters", "strict"}):
-        raise unsupported(f"{where}.function.{key}", "not part of a function definition")
-    description = function.get("description") or ""
-    parameters = function.get("parameters") or _NO_PARAMETERS
-    if not isinstance(description, str) or not isinstance(parameters, dict):
-        raise OpenAIError(
-            400, f"{where}.function: description must be text, parameters an object", param=where
-        )
-    return ToolSpec(name=function["name"], description=description, parameters=parameters)
 
 
 def uses_tools(messages: list[Message]) -> bool:

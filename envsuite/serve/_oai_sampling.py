@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from envsuite.backends.local import LocalSamplingClient
     from envsuite.chat import StopCondition
+    from envsuite.constraints import Constraint
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class SampleSpec:
     """The request's own stop strings (the text is cut before the first one sampled)."""
     first_index: int = 0
     """The choice index of this prompt's first sample (a batch of prompts numbers its choices on)."""
+    constraint: Constraint | None = None
+    """The language every sample is held to (``response_format``, forced or strict tool calls)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ def _start(
         spec.params,
         topk_sample_logprobs=spec.top_logprobs,
         on_token=on_token,
+        constraint=spec.constraint,
     ).future()
 
 

@@ -73,6 +73,9 @@ class _SamplingRequest(BaseModel):
     seed: int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    structured_outputs: dict[str, Any] | None = None
+    """vLLM's extension, honoured here: one of ``json``, ``regex``, ``choice``, ``grammar``,
+    ``json_object``; every sample is held to it (constrained decoding)."""
 
 
 class ChatMessageIn(BaseModel):
@@ -94,6 +97,9 @@ class ChatRequest(_SamplingRequest):
     model's own chat template."""
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    """``text``, ``json_object`` or ``json_schema``: enforced by constrained decoding."""
 
 
 class CompletionRequest(_SamplingRequest):
@@ -113,12 +119,11 @@ NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "store": lambda v: v is False,
     "metadata": lambda v: True,  # labels for stored completions; nothing is stored
     "service_tier": lambda v: v in ("auto", "default"),
-    "response_format": lambda v: v == {"type": "text"},
+    "response_format": lambda v: v == {"type": "text"},  # /completions; chat honours it
     "modalities": lambda v: v == ["text"],
     "echo": lambda v: v is False,
     "best_of": lambda v: v == 1,
     "suffix": lambda v: v == "",
-    "parallel_tool_calls": lambda v: True,  # only meaningful with tools, which are checked themselves
 }
 """Parameters accepted only at a value that asks for nothing (anything else is a 400 naming them)."""
 

@@ -25,11 +25,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from envsuite.capture import CapturedChoice
-from envsuite.chat import Message, ToolSpec
+from envsuite.chat import Message
 from envsuite.serve._capture_http import CaptureRequest, Turn
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._http import describe_invalid, state_of, validate_json
-from envsuite.serve._oai_chat import AssistantReply, ChatFormat, chat_format, read_tools, to_messages
+from envsuite.serve._oai_chat import AssistantReply, ChatFormat, RendererFormat, chat_format, to_messages
 from envsuite.serve._oai_models import ServedModel, list_models, refuse_beyond_context, serve_model
 from envsuite.serve._oai_sampling import (
     ChoicesEvent,
@@ -41,6 +41,13 @@ from envsuite.serve._oai_sampling import (
     sample_all,
     stream_all,
     token_logprobs,
+)
+from envsuite.serve._oai_structured import (
+    ToolRequest,
+    compiled,
+    completion_constraint,
+    read_tools,
+    reply_constraint,
 )
 from envsuite.serve._oai_wire import (
     MAX_N,
@@ -64,8 +71,16 @@ from envsuite.serve._oai_wire import (
 
 router = APIRouter()
 PREFIXES = OPENAI_PREFIXES
-_RECORDED_PARAMS = {"max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop"}
+_RECORDED_PARAMS = {"max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop", "structured_outputs"}
 """Sampling parameters kept with a captured call."""
+_RECORDED_CHAT_PARAMS = {
+    "max_completion_tokens",
+    "renderer",
+    "response_format",
+    "tool_choice",
+    "parallel_tool_calls",
+}
+"""And a chat call's: what shaped its reply (a constrained reply is told apart from a free one)."""
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 """OpenAI's default for ``/completions`` (chat replies default to the engine's budget, 1024)."""
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -180,7 +195,7 @@ def _chat_prompt(
     return prompt or fmt.prompt(messages)
 
 
-def _read_chat(body: ChatRequest) -> tuple[list[ToolSpec], list[Message]]:
+def _read_chat(body: ChatRequest) -> tuple[ToolRequest, list[Message]]:
     return read_tools(body), to_messages(body.messages)
 
 
@@ -193,15 +208,17 @@ async def _prepare_chat(request: Request) -> _Chat:
     refuse_beyond_context(served, sum(len(m["content"]) for m in messages), "messages")
     client = served.client
     fmt = chat_format(
-        client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools, messages
+        client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools.specs, messages
     )
+    renderer = fmt.renderer if isinstance(fmt, RendererFormat) else None
+    constraint = await compiled(client, reply_constraint(body, tools, renderer))
     # Placing a call may read the capture set's files (the first time), and rendering a long
     # conversation tokenizes megabytes: both off the event loop.
     turn = await asyncio.to_thread(capture.place_chat, messages) if capture is not None else None
     prompt = await asyncio.to_thread(_chat_prompt, capture, turn, fmt, served, messages)
     if capture is not None:
         turn = await asyncio.to_thread(capture.place_tokens, turn, prompt)
-    spec = _chat_spec(body, prompt, fmt, served, state.config)
+    spec = dataclasses.replace(_chat_spec(body, prompt, fmt, served, state.config), constraint=constraint)
     return _Chat(body, served, fmt, messages, spec, capture, turn)
 
 
@@ -227,7 +244,7 @@ async def _record_chat(chat: _Chat, choices: list[SampledChoice]) -> None:
         endpoint="chat.completions",
         served=chat.served,
         chat_format=chat.fmt.name,
-        params=chat.body.model_dump(include=_RECORDED_PARAMS | {"max_completion_tokens", "renderer"}),
+        params=chat.body.model_dump(include=_RECORDED_PARAMS | _RECORDED_CHAT_PARAMS),
         prompt=chat.spec.prompt_T,
         choices=captured,
         conversation=chat.messages,
@@ -387,6 +404,7 @@ async def _prepare_completions(request: Request) -> _Completions:
         if isinstance(text, str):
             refuse_beyond_context(served, len(text), "prompt")
     prompts = await asyncio.to_thread(_prompts, body, served)
+    constraint = await compiled(served.client, completion_constraint(body.structured_outputs))
     if capture is not None and len(prompts) > 1:
         raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")
     specs = []
@@ -405,7 +423,7 @@ async def _prepare_completions(request: Request) -> _Completions:
             token_text=lambda t: str(tokenizer.decode([t], skip_special_tokens=False)),
             top_logprobs=body.logprobs or 0,
         )
-        specs.append(dataclasses.replace(spec, first_index=i * spec.n))
+        specs.append(dataclasses.replace(spec, first_index=i * spec.n, constraint=constraint))
     turn = await asyncio.to_thread(capture.place_tokens, None, specs[0].prompt_T) if capture else None
     return _Completions(body, served, specs, capture, turn)
 
