@@ -21,11 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import jsonschema
 import openai
 import pydantic
 import pytest
+from tinker.proto.response_conv import deserialize_sample_response
 
+from envsuite.constraints import Constraint
+from envsuite.models import get_tokenizer
 from envsuite.serve import ServeConfig
 from tests.conftest import TEST_MODEL
 from tests.test_serve import running
@@ -269,3 +273,30 @@ def test_bad_schemas_and_conflicts_are_400s_naming_the_parameter(url: str, tmp_p
         with pytest.raises(openai.BadRequestError) as caught:
             client.chat.completions.create(model=TEST_MODEL, messages=MESSAGES, max_tokens=4, **extra)
         assert caught.value.body["param"] == param  # type: ignore[index]
+
+
+def test_the_tinker_sample_route_takes_a_constraint(url: str) -> None:
+    """``sampling_params.constraint`` (envsuite's extension) on ``/api/v1/asample``: every sample is one
+    of the choices; a malformed one is a 400 naming it."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    constraint = Constraint.choice(["yes", "no"]).to_dict()
+    body = {
+        "base_model": TEST_MODEL,
+        "num_samples": 6,
+        "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 28, 4003]}]},
+        "sampling_params": {"max_tokens": 8, "seed": 0, "constraint": constraint},
+    }
+    started = httpx.post(f"{url}/api/v1/asample", json=body, headers=headers, timeout=60)
+    assert started.status_code == 200, started.text
+    request_id = started.json()["request_id"]
+    result = httpx.post(
+        f"{url}/api/v1/retrieve_future", json={"request_id": request_id}, headers=headers, timeout=120
+    )
+    assert result.status_code == 200, result.text
+    tokenizer = get_tokenizer(TEST_MODEL)
+    sequences = deserialize_sample_response(result.content).sequences  # the SDK's own reader
+    texts = {tokenizer.decode(seq.tokens, skip_special_tokens=True) for seq in sequences}
+    assert texts <= {"yes", "no"} and texts
+    body["sampling_params"]["constraint"] = {"kind": "regex"}  # type: ignore[index]
+    refused = httpx.post(f"{url}/api/v1/asample", json=body, headers=headers, timeout=60)
+    assert refused.status_code == 400 and "sampling_params.constraint" in refused.text

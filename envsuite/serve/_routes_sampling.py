@@ -6,18 +6,24 @@ SDK's protobuf ``SampleResponse``. Sequence ids are fixed when the request arriv
 in the answer's ``sample_sequence_ids``, which the SDK stamps on the sequences); with
 ``record_stability_info`` the sequences are recorded under them, in the sampling session's session,
 before the result can be retrieved.
+
+envsuite's extension: ``sampling_params.constraint`` (``{"kind": ..., "spec": ...}``, as
+``envsuite.constraints.Constraint.to_dict`` writes it) holds every sample to its language, as on the local
+backend. The real SDK never sends it (it writes only its own fields), so its requests sample freely.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 from typing import Any
 
 from fastapi import APIRouter, Request
 from tinker import types
 
+from envsuite.constraints import Constraint, ConstraintError
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._futures import then
 from envsuite.serve._http import Unsupported, parse, state_of, validate_json
@@ -51,6 +57,7 @@ async def asample(request: Request) -> dict[str, Any]:
     body = await validate_json(raw, types.SampleRequest)
     state = state_of(request)
     params = _bounded(body.sampling_params, state.config)
+    constraint = _constraint(raw)
     if body.num_samples > state.config.max_samples:
         raise Unsupported(
             f"num_samples {body.num_samples} is over this server's limit of {state.config.max_samples} "
@@ -62,6 +69,11 @@ async def asample(request: Request) -> dict[str, Any]:
         client, session_id = sampler.client, sampler.session_id
     else:
         client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
+    if constraint is not None:
+        try:
+            await asyncio.to_thread(client.compile_constraint, constraint)
+        except ConstraintError as exc:
+            raise Unsupported(f"sampling_params.constraint: {exc}") from None
     if body.record_stability_info and session_id is None:
         raise Unsupported("record_stability_info needs a sampling session (records belong to a session)")
     # A retried request (same session, seq id and body) gets the first one's id.
@@ -78,6 +90,7 @@ async def asample(request: Request) -> dict[str, Any]:
             target_prompt_logprobs=body.target_prompt_logprobs,  # type: ignore[arg-type]  # refused as unsupported
             prompt_alt_tokens_k=body.prompt_alt_tokens_k,
             prompt_logprobs_last_n=body.prompt_logprobs_last_n,
+            constraint=constraint,
         ).future()
         if not body.record_stability_info:
             return sampled
@@ -104,6 +117,21 @@ def _bounded(params: types.SamplingParams, config: ServeConfig) -> types.Samplin
         if not math.isfinite(getattr(params, name)):
             raise Unsupported(f"sampling_params.{name} must be a finite number")
     return params.model_copy(update={"max_tokens": config.tokens_for(params.max_tokens)})
+
+
+def _constraint(raw: bytes) -> Constraint | None:
+    """``sampling_params.constraint`` (envsuite's extension, ``Constraint.to_dict()``'s shape): the Tinker
+    types drop unknown fields, so it is read from the body itself. Absent: sampling is free."""
+    try:
+        value = json.loads(raw).get("sampling_params", {}).get("constraint")
+    except (ValueError, AttributeError):
+        return None  # the typed parse has already accepted the body: a shape without the extension
+    if value is None:
+        return None
+    try:
+        return Constraint.from_dict(value)
+    except ConstraintError as exc:
+        raise Unsupported(f"sampling_params.constraint: {exc}") from None
 
 
 def sequence_ids(request_id: str, num_samples: int) -> list[str]:
