@@ -74,6 +74,7 @@ from envsuite.tools import tool_spec as tool_spec
 if TYPE_CHECKING:
     import tinker
 
+    from envsuite.constraints import Constraint
     from envsuite.renderers.base import Renderer
 
 # --------------------------------------------------------------------------------------------------
@@ -304,7 +305,14 @@ class TokensWithLogprobs:
 
 
 class TokenCompleter(ABC):
-    """A policy over tokens, as RL needs it: the exact sampled tokens and their logprobs."""
+    """A policy over tokens, as RL needs it: the exact sampled tokens and their logprobs.
+
+    (envsuite) A completer whose ``takes_constraints`` is true also accepts ``constraint=`` (an
+    :class:`~envsuite.constraints.Constraint`) and samples the reply under it: the rollout driver passes
+    an env's :meth:`Env.action_constraint` that way when a run constrains actions.
+    """
+
+    takes_constraints: bool = False
 
     @abstractmethod
     async def __call__(
@@ -374,6 +382,14 @@ class Env(ABC):
         nothing is known.
         """
         return []
+
+    def action_constraint(self) -> Constraint | None:
+        """(envsuite) The shape every valid next action has, when the env can say (a move in the game's
+        notation among the legal ones, a tool call in the model family's format): a run that constrains
+        actions (``RolloutLimits.constrain_actions``, ``--constrain-actions``) samples the next action
+        under it. Called after :meth:`initial_observation` and after each non-final :meth:`step`; None
+        (the default) leaves the action free. The reward must not depend on whether it was used."""
+        return None
 
     def reward_probes(self) -> Sequence[RewardProbe]:
         """(envsuite) Replies whose rewards the conformance checker verifies: the reward-hacking suite.

@@ -27,6 +27,7 @@ from envsuite.core import (
     InitialObservationOverflow,
     Metrics,
     RolloutError,
+    StopCondition,
     StopReason,
     TokenCompleter,
     TokensWithLogprobs,
@@ -36,6 +37,7 @@ from envsuite.core import (
     as_overflow,
     stop_reason_from_metrics,
 )
+from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
     import tinker
@@ -49,6 +51,9 @@ class RolloutLimits:
     """Policy turns before the driver ends the episode with ``MAX_TURNS``."""
     timeout_s: float | None = None
     """Wall-clock bound on the whole episode (policy + env); None: unbounded."""
+    constrain_actions: bool = False
+    """Sample each action under the env's :meth:`~envsuite.core.Env.action_constraint` (where it
+    declares one): the policy must take constraints (``TokenCompleter.takes_constraints``)."""
 
 
 def _empty_observation() -> tinker.ModelInput:
@@ -110,7 +115,7 @@ async def _run_episode(policy: TokenCompleter, env: Env, limits: RolloutLimits, 
     ob, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     out.final_ob = ob
     for _ in range(limits.max_turns):
-        ac = await policy(ob, stop)
+        ac = await _act(policy, env, ob, stop, limits)
         result = await env.step(ac.tokens, extra=ActionExtra(stop_reason=ac.stop_reason))
         out.transitions.append(
             Transition(
@@ -130,6 +135,19 @@ async def _run_episode(policy: TokenCompleter, env: Env, limits: RolloutLimits, 
     out.transitions.append(_terminal(StopReason.MAX_TURNS, ob))
 
 
+async def _act(
+    policy: TokenCompleter, env: Env, ob: tinker.ModelInput, stop: StopCondition, limits: RolloutLimits
+) -> TokensWithLogprobs:
+    """The policy's next action: under the env's action constraint when the run constrains actions."""
+    action_constraint = getattr(env, "action_constraint", None)  # tinker-cookbook's envs have none
+    constraint = action_constraint() if limits.constrain_actions and action_constraint else None
+    if constraint is None:
+        return await policy(ob, stop)
+    if not getattr(policy, "takes_constraints", False):
+        raise UsageError(f"{type(policy).__name__} cannot sample under a constraint (constrained actions)")
+    return await policy(ob, stop, constraint=constraint)  # type: ignore[call-arg]
+
+
 @dataclass(frozen=True)
 class _Played:
     trajectory: Trajectory
@@ -137,6 +155,9 @@ class _Played:
 
 
 async def _play(policy: TokenCompleter, env: Env, limits: RolloutLimits) -> _Played:
+    if limits.constrain_actions and not getattr(policy, "takes_constraints", False):
+        # A run's setting no episode can honour: the caller's mistake, not one env's failure.
+        raise UsageError(f"{type(policy).__name__} cannot sample under a constraint (constrained actions)")
     episode = _Episode([], _empty_observation())
     error = None
     try:

@@ -24,10 +24,12 @@ from envsuite.core import (
     TokenCompleter,
     TokensWithLogprobs,
 )
+from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
     import tinker
 
+    from envsuite.constraints import Constraint
     from envsuite.renderers.base import Renderer
 
 
@@ -108,10 +110,28 @@ class SamplingTokenCompleter(TokenCompleter):
         self.sampling_client = sampling_client
         self.settings = _SamplingSettings(max_tokens, temperature, top_p, top_k, seed)
 
+    takes_constraints = True
+
     async def __call__(
-        self, model_input: Observation, stop: StopCondition, *, max_tokens: int | None = None
+        self,
+        model_input: Observation,
+        stop: StopCondition,
+        *,
+        max_tokens: int | None = None,
+        constraint: Constraint | None = None,
     ) -> TokensWithLogprobs:
+        """One reply; under ``constraint`` (envsuite's extension) where the sampler applies constraints
+        (a local one: it has ``compile_constraint``), refused where it would drop it (a remote one)."""
         params = self.settings.params(stop, model_input, max_tokens)
+        if constraint is not None:
+            from envsuite.backends.local import ConstrainedSamplingParams
+
+            if not hasattr(self.sampling_client, "compile_constraint"):
+                raise UsageError(
+                    f"{type(self.sampling_client).__name__} does not apply constraints (only a local "
+                    "sampling client does); run without constrained actions"
+                )
+            params = ConstrainedSamplingParams(**params.model_dump(), constraint=constraint)
         response = await self.sampling_client.sample(model_input, 1, params)
         sequence = response.sequences[0]
         return TokensWithLogprobs(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from envsuite.constraints import Constraint
 from envsuite.core import (
     Action,
     ActionExtra,
@@ -87,6 +88,12 @@ class SeatEnv(Env):
         if self.coordinator.over:
             return []
         return self.coordinator.game.legal_moves()
+
+    def action_constraint(self) -> Constraint | None:
+        """Exactly one of this seat's legal moves, as the game states them (None where the game does not
+        list its moves, or is over): what ``--constrain-actions`` samples under."""
+        moves = self.legal_moves()
+        return Constraint.choice(moves) if moves else None
 
     @property
     def opponent_identity(self) -> str:

@@ -27,6 +27,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from envsuite.constraints import Constraint
 from envsuite.core import (
     Action,
     ActionExtra,
@@ -50,7 +51,7 @@ from envsuite.core import (
     tool_spec,
 )
 from envsuite.envs._problem import clip
-from envsuite.renderers import reply_message_tokens
+from envsuite.renderers import ToolCallRule, ToolChoice, reply_message_tokens
 
 DEFAULT_FORMAT_COEF = 0.1
 
@@ -189,6 +190,15 @@ class ToolUseEnv(Env):
     def tool_specs(self) -> list[ToolSpec]:
         """How the tools are shown to the model."""
         return [tool_spec(t) for t in self.tools()]
+
+    def action_constraint(self) -> Constraint | None:
+        """Text, or calls of this env's tools in the renderer's format with arguments valid against each
+        tool's schema (``strict``); None where the renderer does not describe its calls."""
+        if self.renderer.tool_call_syntax() is None:
+            return None
+        specs = self.tool_specs()
+        rule = ToolCallRule(ToolChoice.AUTO, strict=frozenset(spec["name"] for spec in specs))
+        return self.renderer.tool_call_constraint(specs, rule)
 
     def conversation(self) -> list[Message]:
         return list(self._conversation)

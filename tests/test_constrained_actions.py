@@ -1,0 +1,114 @@
+"""Constrained actions: an env declares the shape of a valid action (``Env.action_constraint``), and a run
+with ``RolloutLimits(constrain_actions=True)`` samples each action under it, through the real local
+engine and the random-weight ``tiny-random`` model (which, left free, almost never writes a legal move
+or a readable call):
+
+* a game seat's action is one of its legal moves: tic-tac-toe played to the end without an invalid move;
+* a tool env's action is text or calls of its tools with valid arguments: no unreadable call;
+* a policy that cannot take constraints, or a sampler that would drop them, is refused, never ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import tinker
+
+from envsuite import make_env
+from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+from envsuite.chat import ToolCall
+from envsuite.completers import SamplingTokenCompleter
+from envsuite.constraints import ConstraintKind
+from envsuite.core import TokenCompleter, TokensWithLogprobs
+from envsuite.engine.sampling import GrammarCompiler
+from envsuite.envs.tool_use import ToolUseEnv
+from envsuite.errors import UsageError
+from envsuite.rollouts import RolloutLimits, do_single_rollout
+from tests.conftest import TEST_MODEL
+
+VOCAB = 49152
+CONSTRAINED = RolloutLimits(max_turns=40, constrain_actions=True)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[LocalSamplingClient]:
+    loaded = load_sampling_model(base_model=TEST_MODEL)
+    sampler = LocalSamplingClient(loaded.model, loaded.tokenizer, TEST_MODEL)
+    yield sampler
+    sampler.close()
+
+
+async def test_a_game_seat_plays_only_legal_moves(client: LocalSamplingClient) -> None:
+    invalid = {"constrained": 0.0, "free": 0.0}
+    for seed in range(3):
+        for name, limits in (("constrained", CONSTRAINED), ("free", RolloutLimits(max_turns=40))):
+            env = make_env("tictactoe_easy", seed=seed, model=TEST_MODEL)
+            constraint = env.action_constraint()
+            assert constraint is not None and constraint.kind is ConstraintKind.CHOICE
+            policy = SamplingTokenCompleter(client, max_tokens=16, seed=seed)
+            trajectory = await do_single_rollout(policy, env, limits)
+            invalid[name] += trajectory.transitions[-1].metrics.get("invalid_moves", 0.0)
+    assert invalid["constrained"] == 0.0
+    assert invalid["free"] > 0  # the same model, free, writes illegal moves
+
+
+async def test_a_tool_env_allows_text_and_valid_calls_only(client: LocalSamplingClient) -> None:
+    env = make_env("tools/calculator", seed=0, model=TEST_MODEL, split="test")
+    assert isinstance(env, ToolUseEnv)
+    await env.initial_observation()
+    constraint = env.action_constraint()
+    assert constraint is not None
+    grammar = GrammarCompiler(client.get_tokenizer(), VOCAB).compile(constraint)
+
+    def accepts(text: str) -> bool:
+        row = grammar.row(frozenset())
+        for token in client.get_tokenizer().encode(text, add_special_tokens=False):
+            row.advance(token)
+            if row.failed:
+                return False
+        return row.accepting
+
+    call = env.reply_with_calls([ToolCall.create("calculator", '{"expression": "2 + 3"}', "c1")])
+    assert accepts(call) and accepts("The answer is 5.")
+    assert not accepts(call.replace('"expression"', '"expr"'))  # an argument the schema does not have
+    assert not accepts(call.replace('"calculator"', '"calculate"'))  # a tool that does not exist
+    # A whole episode under the constraint: every call the model makes is readable.
+    policy = SamplingTokenCompleter(client, max_tokens=96, seed=1)
+    trajectory = await do_single_rollout(
+        policy, make_env("tools/calculator", seed=0, model=TEST_MODEL), CONSTRAINED
+    )
+    assert "unparsed" not in str(trajectory.transitions[-1].logs.get("calls", ""))
+
+
+class _Scripted(TokenCompleter):
+    async def __call__(
+        self, model_input: Any, stop: Any, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        return TokensWithLogprobs(tokens=[28], maybe_logprobs=[0.0])
+
+
+class _RemoteLike:
+    """A sampler with the SDK's ``sample`` but no way to apply a constraint (as the hosted service)."""
+
+    def __init__(self, inner: LocalSamplingClient) -> None:
+        self.inner = inner
+
+    def sample(
+        self, prompt: tinker.ModelInput, num_samples: int, sampling_params: tinker.SamplingParams
+    ) -> Any:
+        return self.inner.sample(prompt, num_samples, sampling_params)
+
+    def get_base_model(self) -> str:
+        return TEST_MODEL
+
+
+async def test_policies_that_cannot_constrain_are_refused(client: LocalSamplingClient) -> None:
+    env = make_env("tictactoe_easy", seed=0, model=TEST_MODEL)
+    with pytest.raises(UsageError, match="cannot sample under a constraint"):
+        await do_single_rollout(_Scripted(), env, CONSTRAINED)
+    await env.initial_observation()
+    with pytest.raises(UsageError, match="does not apply constraints"):
+        policy = SamplingTokenCompleter(_RemoteLike(client), max_tokens=8)  # type: ignore[arg-type]
+        await policy(tinker.ModelInput.from_ints([1, 2]), [], constraint=env.action_constraint())
