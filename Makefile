@@ -49,10 +49,12 @@ jemalloc:
 # Debian's bubblewrap isolates envsuite.sandbox's runs (code envs, graders, Inspect's bash()/python(),
 # `envsuite serve-sandbox`); python3-numpy is for the sandbox's Python (/usr/bin/python3, which
 # tinker-cookbook's code graders import numpy in). Without them the sandbox refuses to run and its
-# tests skip saying why.
+# tests skip saying why. git, sqlite3 and jq are tools the workspace envs' agents use inside the sandbox
+# (docs/workspace.md); without them those tasks' tests skip saying why.
 bubblewrap:
-	test -x /usr/bin/bwrap && /usr/bin/python3 -c 'import numpy' 2>/dev/null || { $(SUDO) apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy; } \
+	test -x /usr/bin/bwrap && /usr/bin/python3 -c 'import numpy' 2>/dev/null && command -v git >/dev/null && command -v sqlite3 >/dev/null && command -v jq >/dev/null \
+		|| { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q bubblewrap python3-numpy git sqlite3 jq; } \
 		|| echo "warning: could not install Debian's bubblewrap; the sandbox and code envs will refuse to run"
 
 # A C++ compiler builds envsuite's native CPU kernels on first use (envsuite/engine/kernels/_native*.cpp:

@@ -182,3 +182,8 @@ register(
     max_turns=6,
     **_TOOL_USE,
 )
+
+# Agents in a sandboxed workspace: shell, repository and git families, Harbor-format tasks (docs/workspace.md).
+from envsuite.envs.workspace._catalog import register_workspace_envs  # noqa: E402
+
+register_workspace_envs(unavailable=_NO_SANDBOX)

@@ -1,0 +1,85 @@
+"""The workspace envs' catalog entries: plain data, nothing of the workspace loads until an env is made.
+
+``envsuite/_catalog.py`` calls :func:`register_workspace_envs` once. Ids: ``workspace/<family>_easy``,
+``workspace/<family>``, ``workspace/<family>_hard`` for the three procedural families (rungs 0-2),
+``harbor/<task>`` for each task shipped in ``envsuite/envs/workspace/tasks/``, and the scheme
+``harbor:PATH`` for any Harbor-format task folder (refused with the reason where it needs a Docker build).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envsuite.registration import EnvKind, register, register_scheme
+
+TASKS_DIR = Path(__file__).with_name("tasks")
+"""The Harbor-format tasks shipped with envsuite (one folder each)."""
+_FAMILIES = {
+    "shell": (
+        "envsuite.envs.workspace._shell:ShellEnv",
+        (
+            "Count log lines or sum a CSV column in a sandboxed workspace; the answer file is checked after.",
+            "Filter JSON with a shell, or total an sqlite table; the output file is checked after.",
+            "Write a shell script; it is graded on log files the agent never saw.",
+        ),
+    ),
+    "repo": (
+        "envsuite.envs.workspace._repo:RepoEnv",
+        (
+            "A generated Python project with a failing test and an issue; a hidden test suite grades the fix.",
+            "A bug named only in an issue (the visible tests pass); a hidden test suite grades the fix.",
+            "A missing feature described in an issue; a hidden test suite grades the implementation.",
+        ),
+    ),
+    "git": (
+        "envsuite.envs.workspace._git:GitEnv",
+        (
+            "Make a branch with a commit in a generated git repository; its refs and trees are checked.",
+            "Merge a branch whose change conflicts, resolving as the issue says; the merge commit is checked.",
+            "Bisect a history to the commit that broke a test; the hash written is checked.",
+        ),
+    ),
+}
+_SUFFIX = ("_easy", "", "_hard")
+
+
+def register_workspace_envs(unavailable: str | None = None) -> None:
+    """Register the workspace families, the shipped Harbor tasks and the ``harbor:`` scheme;
+    ``unavailable``: why the sandbox cannot run here (the envs are then listed, not made)."""
+    common: dict[str, Any] = {
+        "kind": EnvKind.MULTI_TURN,
+        "reward_range": (-0.1, 1.0),
+        "max_turns": 10,
+        "unavailable": unavailable,
+        "family": "workspace",
+    }
+    for family, (entry_point, descriptions) in _FAMILIES.items():
+        for rung, description in enumerate(descriptions):
+            register(
+                f"workspace/{family}{_SUFFIX[rung]}-v0",
+                entry_point=entry_point,
+                kwargs={"rung": rung},
+                description=description,
+                tags=("workspace", "agentic", f"workspace-{family}"),
+                **common,
+            )
+    for folder in sorted(p for p in TASKS_DIR.iterdir() if (p / "task.toml").is_file()):
+        register(
+            f"harbor/{folder.name}-v0",
+            entry_point="envsuite.envs.workspace._harbor:HarborEnv",
+            kwargs={"task_dir": str(folder)},
+            description=_first_line(folder / "instruction.md"),
+            tags=("workspace", "agentic", "harbor"),
+            **common,
+        )
+    register_scheme("harbor", "envsuite.envs.workspace._harbor:harbor_spec")
+
+
+def _first_line(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return "A Harbor-format task."
+    line = next((s.strip("# ").strip() for s in text.splitlines() if s.strip()), "")
+    return f"Harbor task: {line[:120]}"

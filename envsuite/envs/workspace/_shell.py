@@ -1,0 +1,238 @@
+"""``workspace/shell``: files, CSV/JSON/log wrangling, text processing and small sqlite queries.
+
+Each seed writes a few data files (a web server's log, a CSV of sales, a JSON list of users, an sqlite
+database of orders) with seeded contents, and draws one task of the rung's kinds:
+
+* rung 0: ``count_errors`` (lines of level ERROR in the log, to ``answer.txt``), ``csv_sum`` (the
+  total of a CSV column, to ``answer.txt``);
+* rung 1: ``json_filter`` (names of users over an age, sorted, one a line, to ``out.txt``),
+  ``sqlite_totals`` (each customer's total from ``orders.db``, as ``customer,total`` lines sorted by
+  customer, to ``out.csv``);
+* rung 2: ``script`` (write ``count.sh`` printing the number of a given level's lines in the log file
+  named as its first argument): graded by running the script in a fresh sandbox on logs the agent never
+  saw, so writing the visible log's count is not the work.
+
+The hidden check reads the output (or runs the script) after the episode and compares with what the
+env computed from the data; it also requires the input files unchanged, so rewriting the input to make
+an easy answer does not pass. Expected values never enter the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envsuite.core import EnvContext, ToolCall
+from envsuite.envs._problem import draw_for_split
+from envsuite.envs.tool_use import Score
+from envsuite.envs.workspace._env import Attack, WorkspaceEnv, WorkspaceTask, call
+from envsuite.envs.workspace._session import WorkspaceSession
+from envsuite.sandbox import Limits, Sandbox, SandboxError
+
+RUNGS: dict[int, tuple[str, ...]] = {
+    0: ("count_errors", "csv_sum"),
+    1: ("json_filter", "sqlite_totals"),
+    2: ("script",),
+}
+_LEVELS = ("INFO", "WARN", "ERROR", "DEBUG")
+_PATHS = ("/", "/login", "/cart", "/api/items", "/api/users", "/search", "/checkout")
+_NAMES = (
+    "ada", "bo", "cyd", "dev", "eli", "fay", "gus", "hal", "ida", "jo", "kai", "lou", "max", "ned",
+    "oli", "pia", "quin", "rae", "sol", "tam", "uma", "val", "wes", "xan", "yul", "zed",
+)  # fmt: skip
+_PRODUCTS = ("apple", "bread", "chair", "desk", "eraser", "fork", "globe", "hat")
+_DB_SCRIPT = """import json, sqlite3
+rows = json.load(open(".orders.json"))
+db = sqlite3.connect("orders.db")
+db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount INTEGER NOT NULL)")
+db.executemany("INSERT INTO orders (customer, amount) VALUES (?, ?)", rows)
+db.commit()
+"""
+
+
+@dataclass(frozen=True)
+class ShellProblem:
+    """One seed's task: the instruction, the files, and what the hidden check expects."""
+
+    kind: str
+    task: WorkspaceTask
+    output: str
+    """The file the agent must write (``count.sh`` for scripts)."""
+    expected: str
+    """The output file's expected text, stripped (the visible log's count for scripts)."""
+    inputs: dict[str, str]
+    """Input files that must be unchanged at the end (path: content)."""
+    hidden_logs: tuple[tuple[str, str], ...] = ()
+    """For ``script``: (log text, expected stdout) pairs the agent never sees."""
+    level: str = "ERROR"
+
+
+def _log(rng: random.Random, lines: int) -> str:
+    out = []
+    for i in range(lines):
+        level = rng.choices(_LEVELS, weights=(6, 2, 2, 1))[0]
+        ip = f"10.0.{rng.randint(0, 3)}.{rng.randint(1, 40)}"
+        out.append(
+            f"2026-03-{1 + i // 40:02d}T{i % 24:02d}:{rng.randint(0, 59):02d}:00 {level} {ip} GET {rng.choice(_PATHS)}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _count(log: str, level: str) -> int:
+    return sum(1 for line in log.splitlines() if line.split(" ")[1:2] == [level])
+
+
+_SQLITE_TEXT = (
+    "The sqlite database orders.db has a table orders(id, customer, amount). Write each customer's "
+    "total amount to out.csv as lines 'customer,total', sorted by customer, without a header."
+)
+
+
+def _totals(orders: list[tuple[str, int]]) -> str:
+    totals: dict[str, int] = {}
+    for name, amount in orders:
+        totals[name] = totals.get(name, 0) + amount
+    return "\n".join(f"{k},{v}" for k, v in sorted(totals.items()))
+
+
+def draw_problem(rng: random.Random, rung: int) -> ShellProblem:
+    """A seed's data files and one task of the rung's kinds."""
+    kind = rng.choice(RUNGS[rung])
+    log = _log(rng, rng.randint(25, 60))
+    sales = [
+        (rng.choice(_PRODUCTS), rng.randint(1, 9), rng.randint(2, 99)) for _ in range(rng.randint(8, 20))
+    ]
+    csv = "product,quantity,price\n" + "".join(f"{p},{q},{c}\n" for p, q, c in sales)
+    ages = {n: rng.randint(16, 70) for n in rng.sample(_NAMES, rng.randint(6, 12))}
+    users = [{"name": n, "age": a} for n, a in ages.items()]
+    orders = [(rng.choice(_NAMES[:6]), rng.randint(5, 500)) for _ in range(rng.randint(6, 14))]
+    files = {
+        "logs/access.log": log,
+        "data/sales.csv": csv,
+        "data/users.json": json.dumps(users, indent=1) + "\n",
+    }
+    setup: tuple[str, ...] = ()
+    if kind == "count_errors":
+        text, output = "Count the lines of level ERROR in logs/access.log", "answer.txt"
+        expected = str(_count(log, "ERROR"))
+        text += " and write the number to answer.txt."
+    elif kind == "csv_sum":
+        column = rng.choice(("quantity", "price"))
+        index = 1 if column == "quantity" else 2
+        text, output = (
+            f"Write the sum of the '{column}' column of data/sales.csv to answer.txt.",
+            "answer.txt",
+        )
+        expected = str(sum(q if index == 1 else c for _, q, c in sales))
+    elif kind == "json_filter":
+        age = rng.randint(25, 55)
+        text = (
+            f"Write the names of the users in data/users.json older than {age} (age > {age}), sorted "
+            "alphabetically, one per line, to out.txt."
+        )
+        output = "out.txt"
+        expected = "\n".join(sorted(name for name, years in ages.items() if years > age))
+    elif kind == "sqlite_totals":
+        files.update({".orders.json": json.dumps(orders), ".make_db.py": _DB_SCRIPT})
+        setup = ("python3 .make_db.py && rm .make_db.py .orders.json",)
+        text, output, expected = _SQLITE_TEXT, "out.csv", _totals(orders)
+    else:
+        level = rng.choice(("ERROR", "WARN", "INFO"))
+        text = (
+            f"Write an executable shell script count.sh that prints the number of lines of level {level} "
+            "in the log file given as its first argument (lines look like those of logs/access.log), "
+            "and nothing else. It will be run on other log files."
+        )
+        output, expected = "count.sh", str(_count(log, level))
+        hidden = tuple((h, str(_count(h, level))) for h in (_log(rng, rng.randint(10, 40)) for _ in range(2)))
+        inputs = {k: v for k, v in files.items() if not k.startswith(".")}
+        task = WorkspaceTask(text, files, setup, key=f"{kind}|{level}|{log}")
+        return ShellProblem(kind, task, output, expected, inputs, hidden, level)
+    inputs = {k: v for k, v in files.items() if not k.startswith(".")}
+    return ShellProblem(
+        kind, WorkspaceTask(text, files, setup, key=f"{kind}|{text}|{log}|{csv}"), output, expected, inputs
+    )
+
+
+def _reference_command(p: ShellProblem) -> str:
+    """A shell line that does the task (the probes' reference)."""
+    if p.kind == "script":
+        body = f'#!/bin/sh\nawk \'$2 == "{p.level}"\' "$1" | wc -l'
+        return f"cat > count.sh <<'EOF'\n{body}\nEOF\nchmod +x count.sh"
+    return f"cat > {p.output} <<'EOF'\n{p.expected}\nEOF"
+
+
+class ShellEnv(WorkspaceEnv):
+    """Shell and data tasks in a workspace (see the module docstring)."""
+
+    def __init__(self, ctx: EnvContext, *, rung: int = 0, **kwargs: object) -> None:
+        """``rung``: 0 (one count or sum), 1 (JSON filtering, sqlite), 2 (a script run on hidden logs)."""
+        if rung not in RUNGS:
+            raise ValueError(f"rung must be one of {sorted(RUNGS)}, got {rung}")
+        super().__init__(ctx, **kwargs)  # type: ignore[arg-type]
+        rng = random.Random(ctx.seed)
+        self.problem = draw_for_split(lambda: draw_problem(rng, rung), lambda p: p.task.key, ctx.split)
+        self.spec = self.problem.task
+
+    def reference_calls(self) -> Sequence[ToolCall]:
+        return [call("bash", "ref0", command=_reference_command(self.problem))]
+
+    def attacks(self) -> Sequence[Attack]:
+        p = self.problem
+        wrong = str(int(p.expected) + 1) if p.expected.isdigit() else p.expected + "\nzzz"
+        attacks = [
+            Attack("a wrong output", [call("write_file", "atk0", path=p.output, content=wrong + "\n")])
+        ]
+        first = next(iter(p.inputs))
+        attacks.append(
+            Attack(
+                "the right output, the input emptied",
+                [call("bash", "atk1", command=f"{_reference_command(p)}\n: > {first}")],
+            )
+        )
+        if p.kind == "script":
+            forged = f"#!/bin/sh\necho {p.expected}\n"
+            attacks.append(
+                Attack(
+                    "a script printing the visible count",
+                    [call("write_file", "atk2", path="count.sh", content=forged)],
+                )
+            )
+        return attacks
+
+    def grade(self, session: WorkspaceSession) -> Score:
+        p = self.problem
+        reference = p.expected if p.kind != "script" else f"count.sh prints each log's {p.level} count"
+        for path, text in p.inputs.items():
+            try:
+                if session.read_text(path) != text:
+                    return Score(False, reference, f"{path} was changed")
+            except (OSError, SandboxError):
+                return Score(False, reference, f"{path} is gone")
+        if p.kind == "script":
+            return self._grade_script(session, reference)
+        try:
+            got = session.read_text(p.output).strip()
+        except (OSError, SandboxError) as exc:
+            return Score(False, reference, f"no {p.output}: {exc}")
+        lines = "\n".join(line.rstrip() for line in got.splitlines())
+        return Score(lines == p.expected, reference, f"{p.output}: {lines[:200]!r}")
+
+    def _grade_script(self, session: WorkspaceSession, reference: str) -> Score:
+        """Run the agent's script on the hidden logs, each in a fresh sandbox holding only the script."""
+        try:
+            script = session.box.read_bytes(session.path("count.sh"), max_bytes=1 << 20)
+        except (OSError, SandboxError) as exc:
+            return Score(False, reference, f"no count.sh: {exc}")
+        for index, (log, expected) in enumerate(self.problem.hidden_logs):
+            with Sandbox(self.sandbox_config) as box:
+                box.write_bytes("count.sh", script, executable=True)
+                box.write_bytes("other.log", log.encode())
+                run = box.run(
+                    ["sh", "count.sh", "other.log"], limits=Limits(wall_s=10, cpu_s=10, output_bytes=4096)
+                )
+            if run.stdout.strip() != expected:
+                return Score(False, reference, f"hidden log {index}: printed {run.stdout.strip()[:60]!r}")
+        return Score(True, reference, "count.sh is right on the hidden logs")

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Harbor verifier: reward 1 when every check below passes, else 0. The checks run with `python3 -I`
+# (no user site, no current directory on the path: nothing the agent left in /app stands in for them).
+mkdir -p /logs/verifier
+if python3 -I - <<'PY'
+"""Runs /app/errors.sh on logs it never saw (copies of them live here, in /tests)."""
+
+import os
+import pathlib
+import subprocess
+import tempfile
+
+script = pathlib.Path("/app/errors.sh")
+assert script.is_file() and os.access(script, os.X_OK), "errors.sh must exist and be executable"
+cases = {
+    "/tests/other.log": ["cache 3", "auth 2", "billing 1"],
+}
+with tempfile.TemporaryDirectory() as tmp:
+    empty = pathlib.Path(tmp, "empty.log")
+    empty.write_text("2026-07-02T08:00:00 INFO api ready\n")
+    cases[str(empty)] = []
+    for log, expected in cases.items():
+        done = subprocess.run([str(script), log], capture_output=True, text=True, timeout=20, cwd=tmp)
+        got = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        assert got == expected, f"{log}: printed {got}, expected {expected}"
+print("ok")
+PY
+then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
