@@ -404,7 +404,7 @@ def test_tools_are_rendered_and_tool_calls_parsed_by_the_models_renderer(
     reply says the same, and sampled tool-call tokens come back as OpenAI tool_calls."""
     from envsuite.chat import ToolCall
     from envsuite.models import default_renderer_name
-    from envsuite.serve._oai_chat import RendererFormat
+    from envsuite.serve.openai_api._chat import RendererFormat
 
     url, path, _ = server
     renderer = get_renderer(default_renderer_name(TEST_MODEL), get_tokenizer(TEST_MODEL))

@@ -27,18 +27,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from envsuite.backends.local import UnknownRunError
 from envsuite.capture import CAPTURE_NAME_PATTERN, check_id
 from envsuite.http_guard import KeyCheck, Refusal, RequestGuard, Scope, key_digest
-from envsuite.serve._capture_http import SCOPE_KEY
 from envsuite.serve._config import ServeConfig, ServeConfigError
 from envsuite.serve._http import Unsupported, describe_invalid, error
-from envsuite.serve._oai_wire import OpenAIError, is_openai_path
-from envsuite.serve._routes_capture import router as capture_router
-from envsuite.serve._routes_openai import router as openai_router
-from envsuite.serve._routes_rest import router as rest_router
-from envsuite.serve._routes_sampling import router as sampling_router
-from envsuite.serve._routes_service import router as service_router
-from envsuite.serve._routes_training import router as training_router
 from envsuite.serve._state import NotFound, ServerState
-from envsuite.serve._wire import WireError
+from envsuite.serve.capture._requests import SCOPE_KEY
+from envsuite.serve.capture._routes import router as capture_router
+from envsuite.serve.openai_api._routes import router as openai_router
+from envsuite.serve.openai_api._wire import OpenAIError, is_openai_path
+from envsuite.serve.tinker_api._routes import ROUTERS as TINKER_ROUTERS
+from envsuite.serve.tinker_api._wire import WireError
 
 logger = logging.getLogger("envsuite.serve")
 _REAP_EVERY_S = 30.0
@@ -149,14 +146,7 @@ def create_app(
 
     app = FastAPI(title="envsuite serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.serve = state
-    for router in (
-        service_router,
-        training_router,
-        sampling_router,
-        rest_router,
-        openai_router,
-        capture_router,
-    ):
+    for router in (*TINKER_ROUTERS, openai_router, capture_router):
         app.include_router(router)
     _install_error_handlers(app)
     digest = key_digest(api_key) if api_key else None

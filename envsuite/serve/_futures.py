@@ -25,7 +25,11 @@ from pydantic import BaseModel
 from tinker import types
 
 from envsuite.backends.local import CheckpointError, LossInputError, NonFiniteError, UnknownRunError
-from envsuite.serve._wire import PROTO_CONTENT_TYPE, encode_forward_backward_output, encode_sample_response
+from envsuite.serve.tinker_api._wire import (
+    PROTO_CONTENT_TYPE,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
 
 T = TypeVar("T")
 U = TypeVar("U")

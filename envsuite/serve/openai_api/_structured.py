@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from envsuite.chat import ToolSpec
 from envsuite.constraints import Constraint, ConstraintError
 from envsuite.renderers import ToolCallRule, ToolChoice
-from envsuite.serve._oai_wire import ChatRequest, OpenAIError, unsupported
+from envsuite.serve.openai_api._wire import ChatRequest, OpenAIError, unsupported
 
 if TYPE_CHECKING:
     from envsuite.backends.local import LocalSamplingClient

@@ -22,10 +22,10 @@ from fastapi import Request
 
 from envsuite.capture import CapturedCall, CapturedChoice, CaptureStore, ThreadLink, check_id
 from envsuite.chat import Message
-from envsuite.serve._oai_chat import ChatFormat
-from envsuite.serve._oai_models import ServedModel
-from envsuite.serve._oai_wire import OpenAIError
 from envsuite.serve._state import ServerState
+from envsuite.serve.openai_api._chat import ChatFormat
+from envsuite.serve.openai_api._models import ServedModel
+from envsuite.serve.openai_api._wire import OpenAIError
 
 CAPTURE_HEADER = "x-envsuite-capture"
 EPISODE_HEADER = "x-envsuite-episode"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import tinker
 
 from envsuite.backends.local import SampledToken
-from envsuite.serve._oai_wire import OpenAIError, TokenLogprob, TopLogprob
+from envsuite.serve.openai_api._wire import OpenAIError, TokenLogprob, TopLogprob
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from envsuite.chat import Message, StopCondition, ToolCall, ToolSpec, as_tool_call
-from envsuite.serve._oai_wire import ChatMessageIn, OpenAIError, unsupported
+from envsuite.serve.openai_api._wire import ChatMessageIn, OpenAIError, unsupported
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

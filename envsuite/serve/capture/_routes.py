@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envsuite.capture import CaptureStore, UnknownEpisodeError, grade_episode
 from envsuite.registration import registry
-from envsuite.serve._capture_http import capture_set, episode_summary
 from envsuite.serve._http import state_of, validate_json
-from envsuite.serve._oai_wire import OpenAIError
-from envsuite.serve._routes_openai import PREFIXES, openai_errors
+from envsuite.serve.capture._requests import capture_set, episode_summary
+from envsuite.serve.openai_api._http import PREFIXES, openai_errors
+from envsuite.serve.openai_api._wire import OpenAIError
 
 router = APIRouter()
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*$")

@@ -21,8 +21,8 @@ from typing import Any
 from envsuite.backends.local import CheckpointError, LocalSamplingClient
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 from envsuite.serve._errors import NotFound
-from envsuite.serve._oai_wire import ModelCard, ModelList, OpenAIError
 from envsuite.serve._state import ServerState
+from envsuite.serve.openai_api._wire import ModelCard, ModelList, OpenAIError
 
 
 @dataclass(frozen=True)

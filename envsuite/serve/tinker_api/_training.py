@@ -21,7 +21,7 @@ from envsuite.backends.local import LocalTrainingClient, tinker_path_of
 from envsuite.serve._futures import then
 from envsuite.serve._http import INLINE_PARSE_BYTES, Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
-from envsuite.serve._wire import decode_forward_backward
+from envsuite.serve.tinker_api._wire import decode_forward_backward
 
 router = APIRouter(prefix="/api/v1")
 
