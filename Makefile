@@ -72,7 +72,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 typecheck: $(STAMP)
-	$(PY) tools/typecheck.py
+	$(PY) scripts/typecheck.py
 
 pytest: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
 	$(VENV)/bin/pytest -q --durations=30

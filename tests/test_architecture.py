@@ -1,7 +1,7 @@
 """The package's shape: one installed import name, layers that import only downward, no import cycles.
 
 The middle layer's folders sit at the top of the repository and install as subpackages of ``envsuite``
-(pyproject.toml's ``package-dir`` table). The wheel, the editable install, mypy (``tools/typecheck.py``)
+(pyproject.toml's ``package-dir`` table). The wheel, the editable install, mypy (``scripts/typecheck.py``)
 and the import graph all have to see the same modules at the same files; the tests below check that.
 grimp walks a package's folder on disk, so it reads the installed wheel (one ``envsuite`` folder, as
 users get it), not the checkout.
@@ -230,8 +230,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _checked_modules() -> dict[str, Path]:
-    """mypy's view: the modules ``tools/typecheck.py`` names, with their files in the checkout."""
-    loaded = importlib.util.spec_from_file_location("_typecheck", ROOT / "tools" / "typecheck.py")
+    """mypy's view: the modules ``scripts/typecheck.py`` names, with their files in the checkout."""
+    loaded = importlib.util.spec_from_file_location("_typecheck", ROOT / "scripts" / "typecheck.py")
     assert loaded is not None and loaded.loader is not None
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)

@@ -8,6 +8,7 @@ The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``.
 
 from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
 from envsuite.trainers._async import LEDGER_FILE, GroupLedger, GroupOutcome
+from envsuite.trainers._batches import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
 from envsuite.trainers._curriculum import Curriculum, CurriculumState
@@ -24,7 +25,6 @@ from envsuite.trainers._heldout import (
 from envsuite.trainers._kl import KLPenalty, discounted_future_sum
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
-from envsuite.trainers._mixture import EvalSet, RunEnv, resolve_run_envs
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._presets import (
@@ -37,7 +37,7 @@ from envsuite.trainers._presets import (
 )
 from envsuite.trainers._replica_sampling import ReplicaSampling, open_sampling
 from envsuite.trainers._replicas import NoSamplersLeftError, ReplicaCore, ReplicaLostError
-from envsuite.trainers._rollouts import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
+from envsuite.trainers._run_envs import EvalSet, RunEnv, resolve_run_envs
 from envsuite.trainers._samplers import (
     DriverSampling,
     SampledGroup,

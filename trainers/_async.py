@@ -290,7 +290,7 @@ class AsyncSteps:
 
 
 def _outcome(group: SampledGroup) -> GroupOutcome:
-    from envsuite.trainers._rollouts import group_error
+    from envsuite.trainers._batches import group_error
 
     if group_error(group.result) is not None or group.result.group is None:
         return GroupOutcome.FAILED

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envsuite.capture import CapturedGroups, CaptureStore, captured_groups
+from envsuite.trainers._batches import BatchRollouts
 from envsuite.trainers._config import ConfigError, TrainConfig
-from envsuite.trainers._rollouts import BatchRollouts
 
 
 def _canonical(model: str) -> str:

@@ -80,7 +80,7 @@ class TrainConfig:
 
     env_id: str
     """Catalog id of the env to train on (``envsuite list`` shows them), or a selection of several:
-    comma-separated ids, ``family:NAME``, ``tag:NAME``, globs (a multi-env run, ``trainers._mixture``)."""
+    comma-separated ids, ``family:NAME``, ``tag:NAME``, globs (a multi-env run, ``trainers._run_envs``)."""
     log_dir: str
     """Where config, metrics, checkpoints, transcripts and plots go; rerunning into it resumes."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)

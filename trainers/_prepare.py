@@ -10,7 +10,7 @@ from envsuite.trainers._config import ConfigError, TrainConfig
 from envsuite.trainers._trackers import check_trackers
 
 if TYPE_CHECKING:
-    from envsuite.trainers._mixture import RunEnv
+    from envsuite.trainers._run_envs import RunEnv
 
 RESUME_MAY_CHANGE = frozenset(
     {
@@ -47,7 +47,7 @@ def preflight(config: TrainConfig) -> list[RunEnv]:
     check_trackers(config)
     from envsuite.backends import Backend
     from envsuite.trainers._curriculum import CurriculumState
-    from envsuite.trainers._mixture import check_eval_rungs, resolve_run_envs
+    from envsuite.trainers._run_envs import check_eval_rungs, resolve_run_envs
 
     try:
         Backend(config.backend)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from envsuite.core import EnvGroupBuilder
 from envsuite.executors import rollout_groups
 from envsuite.rollouts import GroupRolloutResult, RolloutLimits
-from envsuite.trainers._rollouts import BatchRollouts, batch_from_results, rollout_batch
+from envsuite.trainers._batches import BatchRollouts, batch_from_results, rollout_batch
 
 if TYPE_CHECKING:
     from envsuite.backends import SamplingClient

@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from envsuite.core import TrajectoryGroup
+from envsuite.trainers._batches import AssembledBatch, assemble_batch, group_error
 from envsuite.trainers._clients import TrainOutput
 from envsuite.trainers._datums import TrainingDatum
 from envsuite.trainers._metrics import kl_metrics
-from envsuite.trainers._rollouts import AssembledBatch, assemble_batch, group_error
 from envsuite.trainers._samplers import SampledGroup
 
 Row = dict[str, float | int | str]

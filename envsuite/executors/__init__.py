@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from envsuite.executors._channel import Callback, CallbackServer, ChannelClosedError, RemoteCallError
 from envsuite.executors._config import ExecutorConfig, ExecutorConfigError, ExecutorKind, InProcessExecutor
+from envsuite.executors._group_jobs import RemoteTokenCompleter, group_rollout_job, rollout_groups
 from envsuite.executors._pool import JobError, WorkerLostError, WorkerPool, open_pool
-from envsuite.executors._rollouts import RemoteTokenCompleter, group_rollout_job, rollout_groups
 
 __all__ = [
     # choosing an executor

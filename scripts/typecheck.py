@@ -6,7 +6,7 @@ top-level folders with ``[tool.setuptools] package-dir``). So this runner reads 
 list next to it, names every ``.py`` file by the module it installs as, and hands mypy those
 (path, module) pairs; mypy's options come from ``[tool.mypy]`` as they would for plain ``mypy``.
 
-Usage (the Makefile's ``typecheck``): ``python tools/typecheck.py``; exit status 0 when clean, 1 with
+Usage (the Makefile's ``typecheck``): ``python scripts/typecheck.py``; exit status 0 when clean, 1 with
 errors, as mypy's.
 """
 
