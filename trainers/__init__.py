@@ -12,7 +12,7 @@ from envsuite.trainers._batches import AssembledBatch, BatchRollouts, assemble_b
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
 from envsuite.trainers._curriculum import Curriculum, CurriculumState
-from envsuite.trainers._datums import TrainingDatum, loss_datum, merge_turns, trajectory_to_datums
+from envsuite.trainers._datums import TrainingDatum, loss_data, loss_datum, merge_turns, trajectory_to_datums
 from envsuite.trainers._heldout import (
     EVAL_EPISODES_FILE,
     Estimate,
@@ -79,6 +79,7 @@ __all__ = [
     "TrainingDatum",
     "assemble_batch",
     "compute_advantages",
+    "loss_data",
     "loss_datum",
     "merge_turns",
     "rollout_batch",

@@ -13,14 +13,12 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envsuite.errors import UsageError
 from envsuite.executors import ExecutorConfig
+from envsuite.losses import LossFn
 from envsuite.trainers._curriculum import Curriculum
-
-if TYPE_CHECKING:
-    from tinker.types import LossFnType
 
 
 class ConfigError(UsageError):
@@ -38,40 +36,8 @@ class LRSchedule(enum.StrEnum):
     """Half-cosine decay from the base rate to 0 at the last step."""
 
 
-class PolicyLoss(enum.StrEnum):
-    """The loss sent to ``forward_backward``: every built-in loss of the Tinker SDK (docs/backend.md)."""
-
-    IMPORTANCE_SAMPLING = "importance_sampling"
-    """REINFORCE with the sampler-to-learner probability ratio (unclipped)."""
-    PPO = "ppo"
-    """The ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]``."""
-    CISPO = "cispo"
-    """``logp`` weighted by the ratio clipped to ``[1 - ppo_clip, 1 + ppo_clip]`` (no gradient through it)."""
-    DRO = "dro"
-    """``logp * A`` with a quadratic penalty ``dro_beta / 2 * (logp - sampler_logp)^2``."""
-    GSPO = "gspo"
-    """``ppo`` on each reply's sequence-level ratio (its sampled tokens' geometric mean)."""
-    STABLE_REINFORCE = "stable_reinforce"
-    """REINFORCE with truncated sequence ratios on negative advantages; samples are recorded and datums
-    carry provenance (tinker-cookbook 0.6.1's default)."""
-    CROSS_ENTROPY = "cross_entropy"
-    """On-policy REINFORCE as cross-entropy weighted by the advantages (no off-policy correction)."""
-
-    @property
-    def sdk_name(self) -> LossFnType:
-        """The name ``forward_backward`` takes for this loss (the SDK's ``LossFnType``)."""
-        return _SDK_NAMES[self]
-
-
-_SDK_NAMES: dict[PolicyLoss, LossFnType] = {
-    PolicyLoss.IMPORTANCE_SAMPLING: "importance_sampling",
-    PolicyLoss.PPO: "ppo",
-    PolicyLoss.CISPO: "cispo",
-    PolicyLoss.DRO: "dro",
-    PolicyLoss.GSPO: "gspo",
-    PolicyLoss.STABLE_REINFORCE: "stable_reinforce",
-    PolicyLoss.CROSS_ENTROPY: "cross_entropy",
-}
+PolicyLoss = LossFn
+"""The trainer's name for :class:`envsuite.losses.LossFn` (one enum; this alias is kept public)."""
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,21 @@ Provenance (``Datum.with_provenance``, what ``stable_reinforce`` reads): while e
 carries the sampler's ``sequence_id``, each run of tokens is attributed as tinker-cookbook 0.6.1 does it:
 a turn's new observation tokens are positions of the prompt its reply was sampled from
 (``PromptProvenanceSpan``), its reply the sequence's sampled tokens (``SampledProvenanceSpan``).
-:func:`loss_datum` then shapes a datum for one loss.
+:func:`loss_data` then shapes a batch for one loss (the one loss-input builder: :func:`loss_datum` per
+datum, and the learner's own prompt logprobs where the loss needs them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import tinker
 
 from envsuite.core import Trajectory, Transition
-from envsuite.trainers._config import PolicyLoss
+from envsuite.losses import LossFn
 
 Span = tinker.PromptProvenanceSpan | tinker.SampledProvenanceSpan
 
@@ -168,20 +170,44 @@ def trajectory_to_datums(
     return [d for d in datums if d is not None]
 
 
-def loss_datum(training: TrainingDatum, loss_fn: PolicyLoss) -> tinker.Datum:
+def loss_datum(training: TrainingDatum, loss_fn: LossFn) -> tinker.Datum:
     """The datum ``loss_fn`` takes: ``cross_entropy`` weights are the advantages, ``gspo`` takes the
     sequence ratio over the sampled tokens, ``stable_reinforce`` needs provenance; the rest take the
     policy-gradient inputs as they are."""
     datum = training.datum
     inputs = dict(datum.loss_fn_inputs)
-    if loss_fn == PolicyLoss.CROSS_ENTROPY:
+    if loss_fn == LossFn.CROSS_ENTROPY:
         inputs = {"target_tokens": inputs["target_tokens"], "weights": inputs["advantages"]}
-    elif loss_fn == PolicyLoss.GSPO:
+    elif loss_fn == LossFn.GSPO:
         inputs["sequence_ratio_mask"] = tinker.TensorData.from_numpy(training.mask_T)
-    elif loss_fn == PolicyLoss.STABLE_REINFORCE and datum.loss_fn_input_spans is None:
+    elif loss_fn == LossFn.STABLE_REINFORCE and datum.loss_fn_input_spans is None:
         raise ValueError(
             "stable_reinforce needs each reply's sequence_id (the sampler's SampledSequence.sequence_id), "
             "and this batch has a reply without one: use a completer that reports it (SamplingTokenCompleter "
             "does) or another loss"
         )
     return dataclasses.replace(datum, loss_fn_inputs=inputs)
+
+
+LearnerLogprobs = Callable[[list[tinker.Datum]], Awaitable[list[np.ndarray]]]
+"""The learner's logprob of each datum's targets, one forward pass, no gradient (``PolicyClients.forward``)."""
+
+
+async def loss_data(
+    datums: Sequence[TrainingDatum], loss_fn: LossFn, forward: LearnerLogprobs
+) -> list[tinker.Datum]:
+    """What ``forward_backward`` takes for ``loss_fn``: each datum shaped by :func:`loss_datum`, and where
+    the loss reads a logprob at every position (:attr:`LossFn.needs_learner_prompt_logprobs`, ``dro``) the
+    prompt positions, which the sampler gave none for, hold the learner's own (one ``forward``), so the
+    penalty pulls only sampled tokens towards the sampler, not the prompt towards probability 1."""
+    data = [loss_datum(d, loss_fn) for d in datums]
+    if not loss_fn.needs_learner_prompt_logprobs:
+        return data
+    current_D = await forward(data)
+    out = []
+    for training, datum, current_T in zip(datums, data, current_D, strict=True):
+        sampled_T = training.mask_T != 0
+        logprobs_T = np.where(sampled_T, training.sampler_logprobs_T, current_T).astype(np.float32)
+        inputs = {**datum.loss_fn_inputs, "logprobs": tinker.TensorData.from_numpy(logprobs_T)}
+        out.append(dataclasses.replace(datum, loss_fn_inputs=inputs))
+    return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import enum
 import signal
 import time
@@ -35,9 +34,9 @@ from envsuite.trainers._batches import AssembledBatch, assemble_batch, split_min
 from envsuite.trainers._captured import CapturedBatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import NonFiniteLoss, PolicyClients, TrainOutput, make_service
-from envsuite.trainers._config import PolicyLoss, TrainConfig
+from envsuite.trainers._config import TrainConfig
 from envsuite.trainers._curriculum import CurriculumState, group_label
-from envsuite.trainers._datums import TrainingDatum, loss_datum
+from envsuite.trainers._datums import TrainingDatum, loss_data
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
@@ -339,9 +338,7 @@ class Trainer:
         clients = self._require_clients()
         self._learner_meter.enter()
         try:
-            data = [loss_datum(d, config.loss_fn) for d in datums]
-            if config.loss_fn == PolicyLoss.DRO:
-                data = await _dro_prompt_logprobs(clients, datums, data)
+            data = await loss_data(datums, config.loss_fn, clients.forward)
             out: TrainOutput = await clients.forward_backward(
                 data, config.loss_fn.sdk_name, config.loss_config()
             )
@@ -477,22 +474,6 @@ class Trainer:
         if self._clients is None:
             raise RuntimeError("the trainer's clients are not built yet")
         return self._clients
-
-
-async def _dro_prompt_logprobs(
-    clients: PolicyClients, minibatch: list[TrainingDatum], data: list[tinker.Datum]
-) -> list[tinker.Datum]:
-    """``dro``'s penalty ``(logp - logprobs)^2`` covers every position, and the sampler gave no logprob
-    for observation tokens: there they get the learner's own (one forward pass), so the penalty pulls
-    only sampled tokens towards the sampler, not the prompt towards probability 1."""
-    current_D = await clients.forward(data)
-    out = []
-    for training, datum, current_T in zip(minibatch, data, current_D, strict=True):
-        sampled_T = training.mask_T != 0
-        logprobs_T = np.where(sampled_T, training.sampler_logprobs_T, current_T).astype(np.float32)
-        inputs = {**datum.loss_fn_inputs, "logprobs": tinker.TensorData.from_numpy(logprobs_T)}
-        out.append(dataclasses.replace(datum, loss_fn_inputs=inputs))
-    return out
 
 
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:

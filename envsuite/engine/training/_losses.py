@@ -39,28 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
-
-class LossFn(StrEnum):
-    """Every built-in loss of ``tinker.types.LossFnType`` (``custom`` is ``forward_backward_custom``)."""
-
-    CROSS_ENTROPY = "cross_entropy"
-    """Supervised next-token loss weighted per token."""
-    IMPORTANCE_SAMPLING = "importance_sampling"
-    """Policy gradient with the ratio of trained to sampler probabilities."""
-    PPO = "ppo"
-    """Policy gradient with the ratio clipped to a trust region."""
-    CISPO = "cispo"
-    """Policy gradient on ``logp`` weighted by the clipped, stop-gradient ratio (MiniMax-M1)."""
-    DRO = "dro"
-    """``logp * A`` with a quadratic penalty on the log-ratio (Direct Reward Optimization)."""
-    GSPO = "gspo"
-    """PPO on the sequence-level (geometric mean) ratio, token-level gradients (GSPO-token)."""
-    STABLE_REINFORCE = "stable_reinforce"
-    """REINFORCE with truncated sequence-level importance weights on negative advantages only (TOPR)."""
+from envsuite.losses import LossFn
 
 
 class LossInputError(ValueError):
