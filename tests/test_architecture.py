@@ -178,6 +178,17 @@ def test_nothing_imports_the_folders_as_top_level_packages(graph: grimp.ImportGr
     assert offenders == []
 
 
+def test_the_trainer_reaches_the_engine_only_through_the_local_backend(graph: grimp.ImportGraph) -> None:
+    """``envsuite.trainers`` computes through the Tinker interface; its sampler replicas load weights
+    through ``envsuite.backends.local``'s small replica API, never ``envsuite.engine`` itself."""
+    reaching = [
+        (importer, imported)
+        for importer, imported in _internal_imports(graph)
+        if importer.startswith("envsuite.trainers") and imported.startswith("envsuite.engine")
+    ]
+    assert reaching == [], f"the trainer imports the engine: {reaching}"
+
+
 def test_no_other_package_imports_private_core_modules(graph: grimp.ImportGraph) -> None:
     """Layers above the core use its public names (``envsuite._make`` is the core's own business)."""
     private = []

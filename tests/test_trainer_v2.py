@@ -181,7 +181,7 @@ def test_more_ray_replicas_than_free_cpus_is_a_config_error(
     ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The test session's Ray has 2 CPUs and each replica needs one: the third cannot be placed."""
-    import envsuite.trainers._replicas as replicas
+    import envsuite.trainers.async_rl._replicas as replicas
 
     monkeypatch.setattr(replicas, "START_TIMEOUT_S", 5.0)
     with pytest.raises(ConfigError, match="no node with a free CPU"):

@@ -7,7 +7,6 @@ The same run from the shell: ``envsuite train arithmetic --log-dir runs/arith``.
 """
 
 from envsuite.trainers._advantages import GroupAdvantages, compute_advantages
-from envsuite.trainers._async import LEDGER_FILE, GroupLedger, GroupOutcome
 from envsuite.trainers._batches import AssembledBatch, BatchRollouts, assemble_batch, rollout_batch
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._config import ConfigError, LRSchedule, PolicyLoss, TrainConfig
@@ -35,17 +34,23 @@ from envsuite.trainers._presets import (
     load_preset,
     parse_preset,
 )
-from envsuite.trainers._replica_sampling import ReplicaSampling, open_sampling
-from envsuite.trainers._replicas import NoSamplersLeftError, ReplicaCore, ReplicaLostError
 from envsuite.trainers._run_envs import EvalSet, RunEnv, resolve_run_envs
-from envsuite.trainers._samplers import (
+from envsuite.trainers._transcripts import render_trajectory
+from envsuite.trainers.async_rl import (
+    LEDGER_FILE,
     DriverSampling,
+    GroupLedger,
+    GroupOutcome,
+    NoSamplersLeftError,
+    ReplicaCore,
+    ReplicaLostError,
+    ReplicaSampling,
     SampledGroup,
     SamplerSettings,
     SamplingService,
     group_seed,
+    open_sampling,
 )
-from envsuite.trainers._transcripts import render_trajectory
 
 __all__ = [
     # configuration

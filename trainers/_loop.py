@@ -29,7 +29,6 @@ import tinker
 
 from envsuite.core import RLDataset
 from envsuite.executors import ExecutorConfig, WorkerPool, open_pool
-from envsuite.trainers._async import AsyncSteps, async_steps
 from envsuite.trainers._batches import AssembledBatch, assemble_batch, split_minibatches
 from envsuite.trainers._captured import CapturedBatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
@@ -42,14 +41,22 @@ from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
-from envsuite.trainers._replica_sampling import open_sampling
-from envsuite.trainers._replicas import NoSamplersLeftError
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
 from envsuite.trainers._run_envs import EvalSet, build_datasets, per_env_summary
-from envsuite.trainers._samplers import BusyMeter, SampledGroup, SamplingService, group_seed
-from envsuite.trainers._stream import TrainedStep, train_streaming
 from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
+from envsuite.trainers.async_rl import (
+    AsyncSteps,
+    BusyMeter,
+    NoSamplersLeftError,
+    SampledGroup,
+    SamplingService,
+    TrainedStep,
+    async_steps,
+    group_seed,
+    open_sampling,
+    train_streaming,
+)
 
 if TYPE_CHECKING:
     from envsuite.core import EnvGroupBuilder

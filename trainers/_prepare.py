@@ -77,10 +77,10 @@ def preflight(config: TrainConfig) -> list[RunEnv]:
 
 
 def _check_kl_reference(path: str) -> None:
-    from envsuite.engine.weights import CheckpointError, read_meta
+    from envsuite.backends.local import CheckpointError, check_sampler_checkpoint
 
     try:
-        read_meta(path)
+        check_sampler_checkpoint(path)
     except CheckpointError as exc:
         raise ConfigError(
             f"kl_reference_checkpoint: {exc} (pass a sampler_path from checkpoints.jsonl)"

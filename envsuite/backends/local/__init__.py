@@ -9,6 +9,7 @@ from __future__ import annotations
 from envsuite.backends.local._constrained import ConstrainedSampledSequence, ConstrainedSamplingParams
 from envsuite.backends.local._futures import LocalFuture, completed_future, failed_future, submit
 from envsuite.backends.local._install import install, installed, is_installed, uninstall
+from envsuite.backends.local._replica import ReplicaWeights, check_sampler_checkpoint
 from envsuite.backends.local._rest import LocalRestClient
 from envsuite.backends.local._runs import UnknownRunError, resolve_checkpoint_path, tinker_path_of
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
@@ -78,6 +79,9 @@ __all__ = [
     "load_sampling_model",
     "resolve_checkpoint_path",
     "tinker_path_of",
+    # a trainer's sampler replica: weights in, a sampling client out
+    "ReplicaWeights",
+    "check_sampler_checkpoint",
     # losses
     "LossFn",
     "LossInputError",

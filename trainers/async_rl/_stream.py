@@ -24,7 +24,7 @@ from envsuite.trainers._batches import AssembledBatch, assemble_batch, group_err
 from envsuite.trainers._clients import TrainOutput
 from envsuite.trainers._datums import TrainingDatum
 from envsuite.trainers._metrics import kl_metrics
-from envsuite.trainers._samplers import SampledGroup
+from envsuite.trainers.async_rl._samplers import SampledGroup
 
 Row = dict[str, float | int | str]
 GroupSource = Callable[[], Awaitable[SampledGroup]]

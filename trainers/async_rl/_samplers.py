@@ -6,7 +6,7 @@ about new weights after each step (:meth:`SamplingService.publish`). Two service
 
 * :class:`DriverSampling` (``samplers=0``, the default): the trainer's own sampling client; env work
   runs on the executor's workers and every policy call comes back to that one client.
-* :class:`~envsuite.trainers._replicas.ReplicaSampling` (``samplers=N``): N sampler replicas, each
+* :class:`~envsuite.trainers.async_rl._replicas.ReplicaSampling` (``samplers=N``): N sampler replicas, each
   with its own engine, a copy of the policy and the env work of the groups it plays.
 
 Every group is sampled by a completer seeded from (run seed, stream, step, group index) alone

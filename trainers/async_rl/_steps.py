@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 
 from envsuite.core import EnvGroupBuilder, RLDataset
 from envsuite.trainers._advantages import compute_advantages
-from envsuite.trainers._samplers import SampledGroup, SamplingService, group_seed
-from envsuite.trainers._stream import Learner, TrainedStep, assemble, collect, train_streaming
+from envsuite.trainers.async_rl._samplers import SampledGroup, SamplingService, group_seed
+from envsuite.trainers.async_rl._stream import Learner, TrainedStep, assemble, collect, train_streaming
 
 if TYPE_CHECKING:
     from envsuite.trainers._config import TrainConfig

@@ -18,14 +18,20 @@ from typing import TYPE_CHECKING
 from envsuite.core import EnvGroupBuilder
 from envsuite.rollouts import GroupRolloutResult
 from envsuite.trainers._clients import SamplerWeights
-from envsuite.trainers._replicas import (
+from envsuite.trainers._report import LOGGER
+from envsuite.trainers.async_rl._replicas import (
     NoSamplersLeftError,
     ReplicaHandle,
     ReplicaLostError,
     open_replicas,
 )
-from envsuite.trainers._report import LOGGER
-from envsuite.trainers._samplers import DriverSampling, Row, SampledGroup, SamplerSettings, SamplingService
+from envsuite.trainers.async_rl._samplers import (
+    DriverSampling,
+    Row,
+    SampledGroup,
+    SamplerSettings,
+    SamplingService,
+)
 
 if TYPE_CHECKING:
     from envsuite.executors import WorkerPool

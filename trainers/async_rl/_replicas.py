@@ -14,7 +14,7 @@ A replica that dies (its process killed, its Ray node gone) fails its groups in 
 again on another live replica (``replicas/retried_groups``), the dead one is counted
 (``replicas/lost``) and never used again. When none is left the run stops (``StopCause.SAMPLERS_LOST``,
 its trained steps saved). Replicas are not restarted: on a cluster, the capacity they held is gone
-with them. The trainer's side (:class:`~envsuite.trainers._replica_sampling.ReplicaSampling`) is
+with them. The trainer's side (:class:`~envsuite.trainers.async_rl._replica_sampling.ReplicaSampling`) is
 beside this module.
 """
 
@@ -26,29 +26,24 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envsuite.core import EnvGroupBuilder
 from envsuite.executors import ExecutorConfig, ExecutorKind
 from envsuite.rollouts import GroupRolloutResult, do_group_rollout
 from envsuite.trainers._clients import SamplerWeights
-from envsuite.trainers._samplers import SamplerSettings
+from envsuite.trainers.async_rl._samplers import SamplerSettings
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
-    from peft import PeftModel
     from ray.actor import ActorHandle
-    from transformers import PreTrainedModel
 
     from envsuite.backends.local import LocalSamplingClient
-    from envsuite.engine.weights import CheckpointMeta, LoraSpec
 
 RemoteCall = Callable[..., Awaitable[object]]
 """A call into a replica over the channel or Ray; what comes back is checked (:func:`_seconds`, :func:`_played`)."""
@@ -78,8 +73,9 @@ class ReplicaCore:
         self.device = device
         self.version = -1
         self._client: LocalSamplingClient | None = None
-        self._peft: PeftModel | None = None
-        self._lora: LoraSpec | None = None
+        from envsuite.backends.local import ReplicaWeights  # torch: only where a replica runs
+
+        self._weights = ReplicaWeights(device)
         self._users: dict[int, int] = {}
         self._retired: dict[int, LocalSamplingClient] = {}
 
@@ -91,7 +87,7 @@ class ReplicaCore:
         if version <= self.version:
             return 0.0
         started = time.perf_counter()
-        client = await asyncio.to_thread(self._build, weights)
+        client = await asyncio.to_thread(self._weights.client, weights.files)
         old, self._client, self.version = self._client, client, version
         if old is not None:
             if self._users.get(id(old), 0):
@@ -129,48 +125,6 @@ class ReplicaCore:
                 client.close()
         self._client = None
         self._retired.clear()
-
-    def _build(self, weights: SamplerWeights) -> LocalSamplingClient:
-        """A sampling client on ``weights`` (merged into the base model kept from the first update)."""
-        import json
-
-        from envsuite.backends.local import LocalSamplingClient
-        from envsuite.engine.weights import CheckpointMeta, load_sampling_model
-        from envsuite.models import CHECKPOINT_META_FILE, get_tokenizer
-
-        meta = CheckpointMeta.from_json(json.loads(weights.files[CHECKPOINT_META_FILE]))
-        if meta.lora is None:  # full fine-tune: the whole model travels; load it as a checkpoint
-            with tempfile.TemporaryDirectory(prefix="envsuite-replica-") as tmp:
-                for name, data in weights.files.items():
-                    (Path(tmp) / name).write_bytes(data)
-                loaded = load_sampling_model(model_path=tmp, device=self.device)
-            return LocalSamplingClient(loaded.model, loaded.tokenizer, loaded.base_model)
-        model, shared = self._merged(meta, weights)
-        return LocalSamplingClient(
-            model, get_tokenizer(meta.base_model), meta.base_model, shared_weights=shared
-        )
-
-    def _merged(
-        self, meta: CheckpointMeta, weights: SamplerWeights
-    ) -> tuple[PreTrainedModel, frozenset[int]]:
-        """The base model with the adapter merged in, as the trainer's own snapshots are built."""
-        from safetensors.torch import load as load_safetensors
-
-        from envsuite.engine.kernels import route_linears_through_onednn
-        from envsuite.engine.weights import add_lora, load_adapter_state, load_base_model, merge_lora
-        from envsuite.models import resolve_model
-
-        assert meta.lora is not None  # _build loads full fine-tunes as checkpoints instead
-        if self._peft is None or self._lora != meta.lora:
-            base = load_base_model(str(resolve_model(meta.base_model).path), self.device)
-            base.requires_grad_(False)
-            self._peft = add_lora(base, meta.lora)
-            route_linears_through_onednn(self._peft)
-            self._lora = meta.lora
-        [adapter_file] = [n for n in meta.required_files() if n in weights.files]
-        load_adapter_state(self._peft, load_safetensors(weights.files[adapter_file]))
-        shared = frozenset(id(p) for p in self._peft.parameters())
-        return merge_lora(self._peft), shared
 
 
 # --------------------------------------------------------------------------------------------------
