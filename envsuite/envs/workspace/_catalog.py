@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,29 @@ _FAMILIES = {
     ),
 }
 _SUFFIX = ("_easy", "", "_hard")
+_NEEDS = {"git": ("git",)}
+"""Programs of the sandbox's system a family's setup and checks run (``shell`` builds its database
+with Python's own ``sqlite3``; ``repo`` needs only python3)."""
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""Where the sandbox finds programs (its ``PATH``; ``/usr`` is the host's, read-only)."""
+
+
+def missing_programs(names: tuple[str, ...] | list[str]) -> str | None:
+    """Why programs the sandbox's system lacks keep an env from running (None when all are there)."""
+    missing = [n for n in names if shutil.which(n, path=SYSTEM_PATH) is None]
+    if not missing:
+        return None
+    return f"needs {', '.join(missing)} in the sandbox's system (`make install`, or apt-get install {' '.join(missing)})"
+
+
+def declared_programs(task_dir: Path) -> list[str]:
+    """The programs a Harbor task says it runs: ``[metadata] requires = [...]`` in its task.toml."""
+    try:
+        metadata = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return []
+    needs = metadata.get("requires", []) if isinstance(metadata, dict) else []
+    return [str(n) for n in needs] if isinstance(needs, list) else []
 
 
 def register_workspace_envs(unavailable: str | None = None) -> None:
@@ -62,7 +87,7 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
                 kwargs={"rung": rung},
                 description=description,
                 tags=("workspace", "agentic", f"workspace-{family}"),
-                **common,
+                **{**common, "unavailable": unavailable or missing_programs(_NEEDS.get(family, ()))},
             )
     for folder in sorted(p for p in TASKS_DIR.iterdir() if (p / "task.toml").is_file()):
         register(
@@ -71,7 +96,7 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
             kwargs={"task_dir": str(folder)},
             description=_first_line(folder / "instruction.md"),
             tags=("workspace", "agentic", "harbor"),
-            **common,
+            **{**common, "unavailable": unavailable or missing_programs(declared_programs(folder))},
         )
     register_scheme("harbor", "envsuite.envs.workspace._harbor:harbor_spec")
 

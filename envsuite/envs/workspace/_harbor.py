@@ -12,7 +12,9 @@ A Harbor task (Harbor 0.25 / Terminal-Bench 2.0) is a folder::
 envsuite runs a task whose environment the sandbox's own system can meet: the host's ``/usr``
 (Debian's coreutils, bash, python3, git, sqlite3, jq...) with no network. A task whose environment
 needs an image (``environment/Dockerfile``, ``docker-compose.yaml``, ``docker_image``) or GPUs is
-refused with that reason (:class:`HarborTaskError`; listed as unavailable). The starting files of a
+refused with that reason (:class:`HarborTaskError`; listed as unavailable), and so is one that names
+in ``[metadata] requires`` (Harbor's metadata is free-form; this key is envsuite's) a program the
+sandbox's system lacks. The starting files of a
 Dockerfile-free task come from ``environment/files/`` (copied to the working directory, ``/app`` as in
 Terminal-Bench's images) and ``environment/setup.sh`` (run there once): envsuite's convention for what
 a Dockerfile's ``COPY`` and ``RUN`` would do.
@@ -43,7 +45,7 @@ from typing import Any
 
 from envsuite.core import EnvContext, ProbeExpectation, ToolCall
 from envsuite.envs.tool_use import Score
-from envsuite.envs.workspace._catalog import TASKS_DIR
+from envsuite.envs.workspace._catalog import TASKS_DIR, declared_programs, missing_programs
 from envsuite.envs.workspace._env import Attack, WorkspaceEnv, WorkspaceSetupError, WorkspaceTask, call
 from envsuite.envs.workspace._limits import WorkspaceLimits
 from envsuite.envs.workspace._session import WorkspaceSession
@@ -136,6 +138,9 @@ def load_harbor_task(path: str | Path) -> HarborTask:
         raise HarborTaskError(f"{folder.name} needs the Docker image {environment['docker_image']!r}")
     if int(environment.get("gpus", 0) or 0) > 0:
         raise HarborTaskError(f"{folder.name} needs {environment['gpus']} GPU(s); the sandbox has none")
+    missing = missing_programs(declared_programs(folder))
+    if missing:
+        raise HarborTaskError(f"{folder.name} {missing}")
     instruction = (folder / "instruction.md").read_text(encoding="utf-8").strip()
     return HarborTask(folder.name, folder, instruction, config)
 
