@@ -81,11 +81,19 @@ def test_paths_cannot_leave_the_sandbox_or_follow_links(session: WorkspaceSessio
         ("python3 -c 'while True: pass'", Outcome.CPU_TIME),
         ("yes", Outcome.OUTPUT),
         ("head -c 20000000 /dev/zero > fill.bin", Outcome.FILE_SIZE),
+        ("python3 -c 'x = bytearray(1 << 30)'", Outcome.MEMORY),
+        ("for i in $(seq 40); do sleep 5 & done; wait", Outcome.PROCESSES),
     ],
 )
 def test_each_command_limit_is_an_outcome_the_model_reads(command: str, outcome: Outcome) -> None:
     limits = WorkspaceLimits(
-        command_wall_s=2.0, command_cpu_s=1.0, output_bytes=2000, file_size_mb=8, disk_mb=64
+        command_wall_s=2.0,
+        command_cpu_s=1.0,
+        output_bytes=2000,
+        file_size_mb=8,
+        disk_mb=64,
+        memory_mb=256,
+        processes=16,
     )
     with WorkspaceSession(limits) as s:
         result = s.run_shell(command)

@@ -219,7 +219,7 @@ def draw_problem(rng: random.Random, rung: int) -> RepoProblem:
     instruction = (
         "The Python project in /work (package textkit, tests in tests/) has an open issue in ISSUE.md. "
         "Resolve it by changing the code (run `python3 -m unittest` to test); hidden tests will check "
-        "every function of textkit/core.py."
+        "every function of textkit/core.py, loading that file on its own (keep the code it needs in it)."
     )
     key = f"{rung}|{[f.name for f in functions]}|{target.name}|{hidden}"
     return RepoProblem(rung, functions, target, tuple(hidden), WorkspaceTask(instruction, files, key=key))
