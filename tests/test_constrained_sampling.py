@@ -43,7 +43,14 @@ from envsuite.backends.local import (
 )
 from envsuite.constraints import Constraint, ConstraintError, ConstraintKind, ConstraintOutcome, lark_json
 from envsuite.engine.kernels import native_kernels
-from envsuite.engine.sampling import GrammarCompiler, RowSampling, choose_tokens, make_generator, token_masks
+from envsuite.engine.sampling import (
+    GrammarCompiler,
+    RowSampling,
+    TokenMasks,
+    choose_tokens,
+    make_generator,
+    token_masks,
+)
 
 MODEL = "tiny-random"
 VOCAB = 49152
@@ -216,6 +223,49 @@ def test_masked_logprobs_are_the_masked_distributions_and_free_rows_are_untouche
             assert mixed.constrained_B[i] >= mixed.logprobs_B[i] - 1e-5  # renormalizing only raises it
         for i in range(1, len(SETTINGS), 2):
             assert (mixed.tokens_B[i], mixed.logprobs_B[i]) == (free.tokens_B[i], free.logprobs_B[i])
+
+
+def test_the_native_masked_sampler_draws_from_the_masked_distribution() -> None:
+    """Plain constrained rows take one native call that reads the mask bits (``sample_masked_rows``): the
+    draws follow the masked softmax, greedy rows take the best allowed token, both logprobs are right,
+    and a row whose allowed tokens all lie far below its best one is drawn the torch way instead."""
+    if not native_kernels().available:
+        pytest.skip(f"native kernels unavailable: {native_kernels().reason}")
+    compiled = GrammarCompiler(load_sampling_model(base_model=MODEL).tokenizer, VOCAB).compile(
+        Constraint.regex("[0-9]{2}")
+    )
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(1, VOCAB, generator=generator) * 3
+    n = 64
+    masks = token_masks([compiled.row(frozenset({2})) for _ in range(n)], VOCAB)
+    assert masks is not None
+    allowed = masks.allowed()[0]
+    target = torch.softmax(logits[0].masked_fill(~allowed, float("-inf")), -1)
+    counts = torch.zeros(VOCAB)
+    for call in range(40):
+        rows = [RowSampling(1.0, -1, 1.0, make_generator(call * n + i)) for i in range(n)]
+        chosen = choose_tokens(logits.expand(n, -1), rows, True, masks)
+        assert chosen.constrained_B is not None
+        for token, logprob, constrained in zip(
+            chosen.tokens_B, chosen.logprobs_B, chosen.constrained_B, strict=True
+        ):
+            assert bool(allowed[token])
+            assert logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[token]), abs=1e-4)
+            assert constrained == pytest.approx(float(target[token].log()), abs=1e-4)
+            counts[token] += 1
+    assert float((counts / counts.sum() - target).abs().max()) < 0.03  # 2,560 draws over 10 tokens
+    greedy = choose_tokens(logits, [RowSampling(0.0, -1, 1.0, None)], True, _first(masks))
+    assert greedy.tokens_B[0] == int(target.argmax())
+    far = logits.clone()
+    far[0, allowed] -= 200.0  # every allowed token e^-200 below the best: the kernel hands it back
+    drawn = choose_tokens(far, [RowSampling(1.0, -1, 1.0, make_generator(7))], True, _first(masks))
+    assert drawn.constrained_B is not None and bool(allowed[drawn.tokens_B[0]])
+    far_target = torch.log_softmax(far[0].masked_fill(~allowed, float("-inf")), -1)
+    assert drawn.constrained_B[0] == pytest.approx(float(far_target[drawn.tokens_B[0]]), abs=1e-3)
+
+
+def _first(masks: TokenMasks) -> TokenMasks:
+    return TokenMasks([0], masks.bits_C_W[:1], masks.vocab_size, [])
 
 
 def test_grammars_are_compiled_once_per_tokenizer_and_constraint(loaded: SamplingModel) -> None:

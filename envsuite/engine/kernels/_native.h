@@ -6,7 +6,7 @@
 //                         pack_panels)
 //   _native_step.cpp      the decode step's other kernels (rms_norm, rotary_split, silu_mul,
 //                         decode_attention)
-//   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows)
+//   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows, sample_masked_rows)
 //   _native_layers.cpp    the whole layer stack in one call (decode_layers), by op or as a team
 //   _native_memory.cpp    huge-page arenas for the weights' panels
 //   _native_library.cpp   the torch.ops.envsuite schema of every op above
@@ -202,5 +202,9 @@ bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t w
                         int64_t kv_heads, int64_t head_dim, int64_t intermediate);
 std::tuple<at::Tensor, at::Tensor> sample_rows(const at::Tensor& logits, const at::Tensor& temperatures,
                                                const at::Tensor& uniforms);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_masked_rows(const at::Tensor& logits,
+                                                                              const at::Tensor& temperatures,
+                                                                              const at::Tensor& uniforms,
+                                                                              const at::Tensor& bits);
 
 }  // namespace envsuite

@@ -22,6 +22,9 @@ TORCH_LIBRARY(envsuite, m) {
   // no tensor argument to dispatch on: one kernel for every key
   m.def("decode_layers_clock(bool reset=True) -> (Tensor, int)", &envsuite::decode_layers_clock);
   m.def("sample_rows(Tensor logits, Tensor temperatures, Tensor uniforms) -> (Tensor, Tensor)");
+  m.def(
+      "sample_masked_rows(Tensor logits, Tensor temperatures, Tensor uniforms, Tensor bits) -> "
+      "(Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
@@ -35,6 +38,7 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("silu_mul", &envsuite::silu_mul);
   m.impl("decode_layers", &envsuite::decode_layers);
   m.impl("sample_rows", &envsuite::sample_rows);
+  m.impl("sample_masked_rows", &envsuite::sample_masked_rows);
   m.impl("decode_layers_team", &envsuite::decode_layers_team);
 }
 

@@ -131,10 +131,17 @@ def choose_tokens(
     constrained_B: list[float | None] | None = None
     if masks is not None:
         index, logits = rows_of(masks.rows)
-        chosen_masked = _choose_masked(logits, [rows[i] for i in masks.rows], masks.bias(), native)
+        masked_rows = [rows[i] for i in masks.rows]
+        chosen_masked = None
+        if native and all(row.plain for row in masked_rows):
+            chosen_masked = _choose_masked_native(logits, masked_rows, masks.bits_C_W)
+        if chosen_masked is None:
+            chosen_masked = _choose_masked(logits, masked_rows, masks.bias(), native)
+            scaled_C_V, log_norm_C = chosen_masked.scaled_C_V, chosen_masked.log_norm_C
+            assert scaled_C_V is not None and log_norm_C is not None  # torch's way keeps them
+            _top_of(top_B, masks.rows, rows, scaled_C_V, log_norm_C)
         tokens_B[index] = chosen_masked.tokens_C
         logprobs_B[index] = chosen_masked.logprobs_C
-        _top_of(top_B, masks.rows, rows, chosen_masked.scaled_C_V, chosen_masked.log_norm_C)
         constrained_B = [None] * n_rows
         for position, i in enumerate(masks.rows):
             constrained_B[i] = float(chosen_masked.constrained_C[position])
@@ -157,8 +164,10 @@ class _MaskedChoice:
     constrained_C: torch.Tensor
     """Under the distribution the token was drawn from: the mask, then temperature, top-k and top-p
     within the allowed tokens, renormalized (greedy rows: temperature 1, no truncation)."""
-    scaled_C_V: torch.Tensor
-    log_norm_C: torch.Tensor
+    scaled_C_V: torch.Tensor | None
+    """The scaled rows and their log-normalizers, for top logprobs (None from the native kernel, which
+    takes only rows that report none)."""
+    log_norm_C: torch.Tensor | None
 
 
 def _choose_masked(
@@ -201,6 +210,26 @@ def _choose_masked(
         log_norm_C = torch.logsumexp(scaled_C_V, dim=-1)
     logprobs_C = scaled_C_V.gather(1, tokens_C[:, None]).squeeze(1) - log_norm_C
     return _MaskedChoice(tokens_C, logprobs_C, constrained_C, scaled_C_V, log_norm_C)
+
+
+def _choose_masked_native(
+    logits_C_V: torch.Tensor, rows: Sequence[RowSampling], bits_C_W: torch.Tensor
+) -> _MaskedChoice | None:
+    """Plain constrained rows in one native call (``sample_masked_rows``: the mask read from its bits in
+    the same passes that sum the row, no bias tensor): tokens, both logprobs. None where a row's allowed
+    tokens all lie so far below its best token that their weights may round off (the kernel flags it):
+    the caller then takes :func:`_choose_masked`'s way for the batch. Each sampled row has drawn once."""
+    temperatures = [max(row.temperature, 0.0) for row in rows]
+    draws = [1.0 if row.greedy else _draw(row) for row in rows]
+    tokens_C, logprobs_C, constrained_C, fallback_C = torch.ops.envsuite.sample_masked_rows(
+        logits_C_V,
+        torch.tensor(temperatures, dtype=torch.float32),
+        torch.tensor(draws, dtype=torch.float32),
+        bits_C_W,
+    )
+    if bool(fallback_C.any()):
+        return None
+    return _MaskedChoice(tokens_C, logprobs_C, constrained_C, None, None)
 
 
 def _choose_masked_torch(
