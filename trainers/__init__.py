@@ -35,6 +35,18 @@ from envsuite.trainers._presets import (
     parse_preset,
 )
 from envsuite.trainers._run_envs import EvalSet, RunEnv, resolve_run_envs
+from envsuite.trainers._sections import (
+    SECTIONS,
+    EnvSection,
+    EvalSection,
+    LossSection,
+    OptimizerSection,
+    PolicySection,
+    ReplicaSection,
+    SamplingSection,
+    StepSection,
+    TrackingSection,
+)
 from envsuite.trainers._transcripts import render_trajectory
 from envsuite.trainers.async_rl import (
     LEDGER_FILE,
@@ -58,6 +70,17 @@ __all__ = [
     "LRSchedule",
     "PolicyLoss",
     "TrainConfig",
+    # the config's sections (TrainConfig.envs, .policy, ...), each checking its own settings
+    "SECTIONS",
+    "EnvSection",
+    "EvalSection",
+    "LossSection",
+    "OptimizerSection",
+    "PolicySection",
+    "ReplicaSection",
+    "SamplingSection",
+    "StepSection",
+    "TrackingSection",
     "preflight",
     # several envs and adaptive difficulty
     "Curriculum",

@@ -32,8 +32,8 @@ class CapturedBatches:
     @classmethod
     def load(cls, config: TrainConfig) -> CapturedBatches:
         """The capture set ``config.captured_dir`` names; ConfigError when it cannot be trained on."""
-        assert config.captured_dir is not None
-        root = Path(config.captured_dir)
+        assert config.envs.captured_dir is not None
+        root = Path(config.envs.captured_dir)
         if not (root / "episodes").is_dir():
             raise ConfigError(f"captured_dir {root} holds no captured episodes (expected {root}/episodes/)")
         try:
@@ -45,12 +45,12 @@ class CapturedBatches:
                 f"captured_dir {root} has no scored episodes ({groups.n_unscored} unscored): post a reward "
                 "or grade them (docs/serve.md, Capture)"
             )
-        if [_canonical(m) for m in groups.base_models] != [_canonical(config.model)]:
+        if [_canonical(m) for m in groups.base_models] != [_canonical(config.policy.model)]:
             raise ConfigError(
                 f"captured_dir {root} was sampled from {', '.join(groups.base_models)}; train it with "
-                f"--model {groups.base_models[0]} (the tokens are that model's), not {config.model}"
+                f"--model {groups.base_models[0]} (the tokens are that model's), not {config.policy.model}"
             )
-        return cls(groups, config.batch_size)
+        return cls(groups, config.steps.batch_size)
 
     def batch(self, step: int) -> BatchRollouts:
         """Batch ``step``: the next ``batch_size`` groups, wrapping around."""

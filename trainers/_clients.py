@@ -62,9 +62,11 @@ def make_service(config: TrainConfig) -> ServiceClient:
     """The backend's service client (local: checkpoints under ``log_dir/checkpoints``)."""
     from envsuite.backends import make_service_client
 
-    if config.backend == "local":
+    if config.policy.backend == "local":
         return make_service_client("local", log_dir=str(Path(config.log_dir) / "checkpoints"))
-    return make_service_client(config.backend, **({"base_url": config.base_url} if config.base_url else {}))
+    return make_service_client(
+        config.policy.backend, **({"base_url": config.policy.base_url} if config.policy.base_url else {})
+    )
 
 
 class PolicyClients:
@@ -82,18 +84,18 @@ class PolicyClients:
     ) -> PolicyClients:
         if resume_state is not None:
             training = await service.create_training_client_from_state_with_optimizer(resume_state)
-        elif config.lora_rank == 0:
+        elif config.policy.lora_rank == 0:
             training = await _local_service(service, "full fine-tuning").create_training_client(
-                config.model, full_finetune=True, seed=config.seed
+                config.policy.model, full_finetune=True, seed=config.steps.seed
             )
         else:
             training = await service.create_lora_training_client(
-                config.model,
-                rank=config.lora_rank,
-                seed=config.seed,
-                train_unembed=config.train_unembed,
+                config.policy.model,
+                rank=config.policy.lora_rank,
+                seed=config.steps.seed,
+                train_unembed=config.policy.train_unembed,
             )
-        return cls(training, record_samples=config.loss_fn == "stable_reinforce")
+        return cls(training, record_samples=config.loss.loss_fn == "stable_reinforce")
 
     def tokenizer(self) -> PreTrainedTokenizerBase:
         tok: PreTrainedTokenizerBase = self._training.get_tokenizer()

@@ -1,9 +1,17 @@
 """``TrainConfig``: everything a GRPO run needs, as a small picklable, JSON-round-trippable dataclass.
 
 The config is data only: it names the env, the model and the backend but holds no clients, keys or
-tokenizers. :meth:`TrainConfig.validate` rejects bad settings before any model loads, with a message
-saying what to change. ``log_dir/config.json`` is written from :meth:`TrainConfig.to_json` (it never
-holds a secret: the hosted backend reads its key from the environment).
+tokenizers. Beside ``env_id`` and ``log_dir`` its settings sit in sections (``trainers._sections``:
+``envs``, ``policy``, ``steps``, ``optimizer``, ``loss``, ``sampling``, ``replicas``, ``evaluation``,
+``tracking``), each checking its own values; :meth:`TrainConfig.validate` runs those checks and the
+ones across sections, and rejects bad settings before any model loads, with a message saying what to
+change.
+
+Every setting keeps its one flat name: ``TrainConfig(env_id=..., log_dir=..., n_steps=5)`` builds the
+sections, ``config.n_steps`` reads ``config.steps.n_steps`` (at run time; typed code reads the section),
+and ``log_dir/config.json`` (written from :meth:`TrainConfig.to_json`; it never holds a secret: the
+hosted backend reads its key from the environment), presets and config files are flat tables of those
+names, so configs saved before the sections load unchanged.
 """
 
 from __future__ import annotations
@@ -12,324 +20,157 @@ import dataclasses
 import enum
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from envsuite.errors import UsageError
-from envsuite.executors import ExecutorConfig
 from envsuite.losses import LossFn
 from envsuite.trainers._curriculum import Curriculum
+from envsuite.trainers._sections import (
+    SECTIONS,
+    Check,
+    EnvSection,
+    EvalSection,
+    LossSection,
+    LRSchedule,
+    OptimizerSection,
+    PolicySection,
+    ReplicaSection,
+    SamplingSection,
+    Section,
+    StepSection,
+    TrackingSection,
+)
+
+if TYPE_CHECKING:
+    from envsuite.executors import ExecutorConfig
+
+__all__ = ["ConfigError", "LRSchedule", "PolicyLoss", "TrainConfig"]
+
+PolicyLoss = LossFn
+"""The trainer's name for :class:`envsuite.losses.LossFn` (one enum; this alias is kept public)."""
+
+_SECTION_OF: dict[str, str] = {
+    f.name: section for section, kind in SECTIONS.items() for f in dataclasses.fields(kind)
+}
+"""Each setting's flat name -> the section holding it."""
 
 
 class ConfigError(UsageError):
     """A training setting that cannot work; the message says which field to change and how."""
 
 
-class LRSchedule(enum.StrEnum):
-    """How the learning rate moves over the run (after linear warmup)."""
-
-    CONSTANT = "constant"
-    """The base rate throughout."""
-    LINEAR = "linear"
-    """Linear decay from the base rate to 0 at the last step."""
-    COSINE = "cosine"
-    """Half-cosine decay from the base rate to 0 at the last step."""
-
-
-PolicyLoss = LossFn
-"""The trainer's name for :class:`envsuite.losses.LossFn` (one enum; this alias is kept public)."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TrainConfig:
-    """A GRPO run on one catalog env. Field docstrings double as CLI help."""
+    """A GRPO run on one catalog env: its env and log dir, and its settings by section."""
 
     env_id: str
     """Catalog id of the env to train on (``envsuite list`` shows them), or a selection of several:
     comma-separated ids, ``family:NAME``, ``tag:NAME``, globs (a multi-env run, ``trainers._run_envs``)."""
     log_dir: str
     """Where config, metrics, checkpoints, transcripts and plots go; rerunning into it resumes."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the env (JSON values), e.g. ``{"digits": 1}``; in a multi-env run, a table
-    per env id, e.g. ``{"reasoning_gym/chain_sum": {"rung": 1}}``."""
-    env_weights: dict[str, float] = field(default_factory=dict)
-    """Multi-env runs: each env's share of a batch's groups, by id (default 1 each)."""
-    curriculum: Curriculum | None = None
-    """Move each env with difficulty rungs up and down them from its groups' running success (None:
-    fixed difficulty); see ``trainers._curriculum``."""
-    eval_rungs: list[int] = field(default_factory=list)
-    """Also evaluate held-out on these difficulty rungs of each env that has them."""
-    model: str = "smollm2-135m-instruct"
-    """Base model: an envsuite model name, a local HF directory, or (hosted backend) a Tinker model."""
-    backend: str = "local"
-    """``local`` (PyTorch in this process) or ``tinker`` (the Tinker API through the real SDK)."""
-    base_url: str | None = None
-    """``tinker`` backend: the service's URL, e.g. an ``envsuite serve`` (None: the hosted service)."""
-    renderer_name: str | None = None
-    """Chat format; None uses the model's own."""
-    n_steps: int = 20
-    """Optimizer steps; step ``i`` trains on batch ``i`` of the dataset."""
-    batch_size: int = 8
-    """Groups (problems) per step."""
-    group_size: int = 4
-    """Rollouts per group; advantages compare members of one group (>= 2)."""
-    learning_rate: float = 1e-4
-    """Peak Adam learning rate."""
-    lr_schedule: LRSchedule = LRSchedule.CONSTANT
-    warmup_steps: int = 0
-    """Steps of linear warmup from 0 to ``learning_rate``."""
-    lora_rank: int = 32
-    """LoRA rank; 0 trains every weight instead (full fine-tune, local backend only)."""
-    train_unembed: bool = True
-    """LoRA also adapts the LM head (Tinker's default); False adapts only the attention and MLP
-    projections, as peft/TRL do. Under Adam every vocabulary row of the head's adapter moves by about the
-    learning rate each step, sampled tokens or not: the first setting to try when a run is unstable."""
-    loss_fn: PolicyLoss = PolicyLoss.IMPORTANCE_SAMPLING
-    ppo_clip: float = 0.2
-    """Clip range epsilon of the ``ppo``, ``cispo`` and ``gspo`` losses."""
-    dro_beta: float = 0.05
-    """Weight of the ``dro`` loss's quadratic penalty."""
-    num_substeps: int = 1
-    """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
-    scale_advantages_by_std: bool = False
-    """Divide centred rewards by the group's std (GRPO); default off (Dr. GRPO: no length/std bias)."""
-    max_tokens: int = 64
-    """Sampling budget per turn."""
-    temperature: float = 1.0
-    max_turns: int = 64
-    """Policy turns per episode before the rollout driver stops it."""
-    rollout_timeout_s: float | None = None
-    """Wall-clock bound per episode (a hanging env or partner ends with ``rollout_timeout``)."""
-    max_context_tokens: int = 4096
-    save_every: int = 10
-    """Save a resumable checkpoint every this many steps (and after the last)."""
-    eval_every: int = 10
-    """Evaluate on the test split every this many steps (and after the last); 0 disables."""
-    n_test_groups: int = 16
-    """Test problems per evaluation (one rollout each)."""
-    n_transcripts: int = 4
-    """Sampled episodes written to ``log_dir/transcripts`` (first and last step), and held-out episodes
-    of every evaluation (``test_step*``, the first this many test problems)."""
-    seed: int = 0
-    """Seed of the data order and of the LoRA init."""
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    grad_clip_norm: float = 0.0
-    """0 disables clipping."""
-    executor: str = "inprocess"
-    """Where env work runs: ``inprocess``, ``process`` (a spawn pool) or ``ray``; sampling stays here."""
-    workers: int = 2
-    """Worker processes (``process``) or worker tasks (``ray``)."""
-    ray_address: str | None = None
-    """A running Ray cluster for ``--executor ray`` (default: start a local Ray)."""
-    wandb_project: str | None = None
-    """Also log each step's metrics to this Weights & Biases project (``WANDB_MODE=offline`` logs to
-    files without a network; ``wandb sync`` uploads them later)."""
-    wandb_name: str | None = None
-    """The tracker run's name (W&B and Trackio; default: the log dir's name)."""
-    trackio_project: str | None = None
-    """Also log each step's metrics to this Trackio project (local-first: a SQLite file per project;
-    ``trackio show`` opens the dashboard)."""
-    captured_dir: str | None = None
-    """Train on the scored episodes an ``envsuite serve`` captured (a capture set's directory,
-    ``<state-dir>/captures/<name>``) instead of rollouts of ``env_id``: step ``i`` trains on batch ``i`` of
-    their groups, with the tokens and logprobs sampled then. ``env_id`` may then be empty, or name an env
-    to evaluate on."""
-    async_max_steps_off_policy: int | None = None
-    """Async off-policy training (tinker-cookbook's ``AsyncConfig.max_steps_off_policy``): sampling
-    goes on while the trainer trains, and a group sampled with weights more than this many optimizer
-    steps old is dropped (counted, and its problem sampled again). None: synchronous."""
-    stream_minibatches: int | None = None
-    """Streaming minibatches (cookbook's ``StreamMinibatchConfig.num_minibatches``): each substep's
-    groups split into this many minibatches, each trained (``forward_backward``) as soon as its groups
-    have finished; one optimizer step per substep. None: train once the whole batch is in."""
-    kl_penalty_coef: float = 0.0
-    """KL penalty against a frozen reference (cookbook's ``kl_penalty_coef``): each action token's
-    advantage gains ``coef * (mean - (log p_sampler - log p_ref))``. 0 disables."""
-    kl_discount_factor: float = 0.0
-    """Discount of the KL penalty over later tokens (cookbook's ``kl_discount_factor``; 0: none)."""
-    kl_reference_checkpoint: str | None = None
-    """The KL reference: a sampler checkpoint path (``checkpoints.jsonl``'s ``sampler_path``); None:
-    the base model."""
-    samplers: int = 0
-    """Sampler replicas: N samplers, each with its own engine and policy copy (fed LoRA adapters by
-    version after each step) and the env work of the groups it plays, of the executor's kind (in this
-    process, spawn processes, or Ray actors). 0: the trainer's own sampling client (env work on the
-    executor's workers)."""
+    envs: EnvSection
+    policy: PolicySection
+    steps: StepSection
+    optimizer: OptimizerSection
+    loss: LossSection
+    sampling: SamplingSection
+    replicas: ReplicaSection
+    evaluation: EvalSection
+    tracking: TrackingSection
+
+    def __init__(self, env_id: str, log_dir: str, **settings: Any) -> None:
+        """Sections by their names (``loss=LossSection(...)``) and settings by their flat names
+        (``n_steps=5``); a flat setting overrides its section's value. Unknown names are a TypeError,
+        as a dataclass's own ``__init__`` raises."""
+        object.__setattr__(self, "env_id", env_id)
+        object.__setattr__(self, "log_dir", log_dir)
+        flat: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        for name, value in settings.items():
+            if name in SECTIONS:
+                continue
+            section = _SECTION_OF.get(name)
+            if section is None:
+                raise TypeError(f"TrainConfig got an unexpected keyword argument {name!r}")
+            flat[section][name] = value
+        for name, kind in SECTIONS.items():
+            given = settings.get(name)
+            if given is not None and not isinstance(given, kind):
+                raise TypeError(f"TrainConfig's {name} must be a {kind.__name__}, got {type(given).__name__}")
+            base: Section = given if given is not None else kind()
+            object.__setattr__(self, name, dataclasses.replace(base, **flat[name]) if flat[name] else base)
+
+    if not TYPE_CHECKING:  # flat reads for callers of the flat config; typed code reads the section
+
+        def __getattr__(self, name: str) -> Any:
+            section = _SECTION_OF.get(name)
+            if section is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            return getattr(object.__getattribute__(self, section), name)
 
     # ---------------------------------------------------------------------------------------------
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the setting to change; checks only what needs no model."""
-        checks: list[tuple[bool, str]] = [
+        checks: list[Check] = [
             (
-                bool(self.env_id) or self.captured_dir is not None,
+                bool(self.env_id) or self.envs.captured_dir is not None,
                 "env_id is empty: pass a catalog id (see `envsuite list`), or captured episodes (--captured)",
             ),
             (bool(self.log_dir), "log_dir is empty: pass a directory for metrics and checkpoints"),
-            (self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}"),
-            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
-            (
-                self.group_size >= 2,
-                f"group_size must be >= 2 (group-centred advantages of a single rollout are always 0), "
-                f"got {self.group_size}",
-            ),
-            (self.num_substeps >= 1, f"num_substeps must be >= 1, got {self.num_substeps}"),
-            (
-                self.batch_size % self.num_substeps == 0,
-                f"batch_size {self.batch_size} is not divisible by num_substeps {self.num_substeps}: "
-                "groups stay whole in a minibatch, so pick a divisor of batch_size",
-            ),
-            (_positive(self.learning_rate), f"learning_rate must be > 0, got {self.learning_rate}"),
-            (self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}"),
-            (
-                self.lora_rank >= 0,
-                f"lora_rank must be >= 1 (LoRA) or 0 (full fine-tune), got {self.lora_rank}",
-            ),
-            (
-                self.base_url is None or self.backend == "tinker",
-                f"base_url is for backend 'tinker' (the Tinker API over HTTP), not {self.backend!r}",
-            ),
-            (
-                self.lora_rank >= 1 or self.backend == "local",
-                "lora_rank=0 (full fine-tune) runs on the local backend only: hosted Tinker trains LoRA",
-            ),
-            (0 < self.ppo_clip < 1, f"ppo_clip must be in (0, 1), got {self.ppo_clip}"),
-            (
-                math.isfinite(self.dro_beta) and self.dro_beta >= 0,
-                f"dro_beta must be >= 0, got {self.dro_beta}",
-            ),
-            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
-            (
-                math.isfinite(self.temperature) and self.temperature > 0,
-                f"temperature must be > 0 (RL needs sampled, not greedy, replies), got {self.temperature}",
-            ),
-            (self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}"),
-            (
-                self.rollout_timeout_s is None or _positive(self.rollout_timeout_s),
-                f"rollout_timeout_s must be > 0 or None, got {self.rollout_timeout_s}",
-            ),
-            (self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}"),
-            (self.eval_every >= 0, f"eval_every must be >= 0 (0 disables), got {self.eval_every}"),
-            (self.n_test_groups >= 0, f"n_test_groups must be >= 0, got {self.n_test_groups}"),
-            (self.n_transcripts >= 0, f"n_transcripts must be >= 0, got {self.n_transcripts}"),
-            (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)"),
-            (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
-            (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
-            *self._trainer_v2_checks(),
-            *self._contradictions(),
         ]
-        for ok, message in checks:
+        for name in SECTIONS:
+            section: Section = getattr(self, name)
+            checks += section.checks()
+        for ok, message in [*checks, *self._across_sections()]:
             if not ok:
                 raise ConfigError(message)
         try:
-            LRSchedule(self.lr_schedule)
-            PolicyLoss(self.loss_fn)
-            self.executor_config()
+            LRSchedule(self.optimizer.lr_schedule)
+            LossFn(self.loss.loss_fn)
+            self.replicas.executor_config()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        try:
-            json.dumps(self.env_kwargs)
-            json.dumps(self.env_weights)
-        except TypeError as exc:
-            raise ConfigError(f"env_kwargs and env_weights must be JSON values: {exc}") from None
-        if any(not isinstance(r, int) or r < 0 for r in self.eval_rungs):
-            raise ConfigError(f"eval_rungs must be rung indexes >= 0, got {self.eval_rungs}")
-        if self.curriculum is not None:
+        if self.envs.curriculum is not None:
             try:
-                self.curriculum.validate()
+                self.envs.curriculum.validate()
             except UsageError as exc:
                 raise ConfigError(str(exc)) from None
 
     def loss_config(self) -> dict[str, float] | None:
         """The ``loss_fn_config`` these settings give the loss (None: it takes none)."""
-        if self.loss_fn in (PolicyLoss.PPO, PolicyLoss.CISPO, PolicyLoss.GSPO):
-            return {"clip_low_threshold": 1 - self.ppo_clip, "clip_high_threshold": 1 + self.ppo_clip}
-        if self.loss_fn == PolicyLoss.DRO:
-            return {"beta": self.dro_beta}
-        return None
+        return self.loss.loss_config()
 
-    def _contradictions(self) -> list[tuple[bool, str]]:
-        """Settings each fine alone that contradict one another: one of them would silently do nothing."""
+    def _across_sections(self) -> list[Check]:
+        """Settings of different sections, each fine alone, that contradict one another (one of them
+        would silently do nothing, or cannot run)."""
+        steps, envs = self.steps, self.envs
+        synchronous = steps.async_max_steps_off_policy is None and steps.stream_minibatches is None
         return [
             (
-                self.warmup_steps < self.n_steps or self.warmup_steps == 0,
-                f"warmup_steps {self.warmup_steps} is not shorter than the run (n_steps {self.n_steps}): "
-                "the learning rate would never reach learning_rate; pass fewer warmup steps or more steps",
+                self.optimizer.warmup_steps < steps.n_steps or self.optimizer.warmup_steps == 0,
+                f"warmup_steps {self.optimizer.warmup_steps} is not shorter than the run (n_steps "
+                f"{steps.n_steps}): the learning rate would never reach learning_rate; pass fewer warmup "
+                "steps or more steps",
             ),
             (
-                self.kl_discount_factor == 0 or self.kl_penalty_coef > 0,
-                "kl_discount_factor is set but kl_penalty_coef is 0 (no penalty to discount): pass "
-                "--kl-penalty C to use it",
+                not envs.eval_rungs or (self.evaluation.eval_every > 0 and self.evaluation.n_test_groups > 0),
+                f"eval_rungs {envs.eval_rungs} are held-out evaluations, but the run never evaluates "
+                f"(eval_every {self.evaluation.eval_every}, n_test_groups {self.evaluation.n_test_groups}): "
+                "set both above 0",
             ),
             (
-                not self.eval_rungs or (self.eval_every > 0 and self.n_test_groups > 0),
-                f"eval_rungs {self.eval_rungs} are held-out evaluations, but the run never evaluates "
-                f"(eval_every {self.eval_every}, n_test_groups {self.n_test_groups}): set both above 0",
-            ),
-            (
-                self.wandb_name is None or bool(self.wandb_project or self.trackio_project),
-                "wandb_name names a tracker run, but no tracker is on: pass --wandb-project or "
-                "--trackio-project too",
-            ),
-            (
-                self.train_unembed or self.lora_rank >= 1,
-                "train_unembed=False chooses what LoRA adapts, but lora_rank=0 trains every weight: "
-                "pass a LoRA rank or drop --no-unembed-lora",
-            ),
-            (
-                self.captured_dir is None or self.curriculum is None,
-                "a run on captured episodes trains on the difficulty they were sampled at, which a "
-                "curriculum cannot move: drop the curriculum (or captured_dir)",
-            ),
-        ]
-
-    def _trainer_v2_checks(self) -> list[tuple[bool, str]]:
-        """Async, streaming, KL penalty and sampler replicas (issue 37)."""
-        per_substep = self.batch_size // max(self.num_substeps, 1)
-        stream = self.stream_minibatches
-        return [
-            (
-                self.async_max_steps_off_policy is None or self.async_max_steps_off_policy >= 0,
-                f"async_max_steps_off_policy must be >= 0 (or None: synchronous), got "
-                f"{self.async_max_steps_off_policy}",
-            ),
-            (stream is None or stream >= 1, f"stream_minibatches must be >= 1 (or None: off), got {stream}"),
-            (
-                stream is None or stream < 1 or per_substep % stream == 0,
-                f"stream_minibatches {stream} does not divide the {per_substep} groups of a substep "
-                "(batch_size / num_substeps): minibatches hold whole groups, so pick a divisor",
-            ),
-            (
-                math.isfinite(self.kl_penalty_coef) and self.kl_penalty_coef >= 0,
-                f"kl_penalty_coef must be >= 0, got {self.kl_penalty_coef}",
-            ),
-            (
-                0 <= self.kl_discount_factor <= 1,
-                f"kl_discount_factor must be in [0, 1], got {self.kl_discount_factor}",
-            ),
-            (
-                self.kl_reference_checkpoint is None or self.kl_penalty_coef > 0,
-                "kl_reference_checkpoint is set but kl_penalty_coef is 0: pass --kl-penalty C to use it",
-            ),
-            (
-                self.captured_dir is None or (self.async_max_steps_off_policy is None and stream is None),
+                envs.captured_dir is None or synchronous,
                 "a run on captured episodes trains synchronously: drop async_max_steps_off_policy and "
                 "stream_minibatches",
             ),
             (
-                self.curriculum is None or (self.async_max_steps_off_policy is None and stream is None),
+                envs.curriculum is None or synchronous,
                 "the curriculum moves rungs between synchronous steps: drop async_max_steps_off_policy and "
                 "stream_minibatches, or the curriculum",
             ),
             (
-                self.samplers >= 0,
-                f"samplers must be >= 0 (0: the trainer's own sampler), got {self.samplers}",
-            ),
-            (
-                self.samplers == 0 or self.backend == "local",
+                self.replicas.samplers == 0 or self.policy.backend == "local",
                 "sampler replicas (samplers >= 1) run the local engine: use backend 'local' (hosted "
                 "Tinker and `envsuite serve` already scale sampling behind their URL)",
             ),
@@ -337,28 +178,40 @@ class TrainConfig:
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""
-        return ExecutorConfig.create(self.executor, self.workers, self.ray_address)
+        return self.replicas.executor_config()
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (enums as their strings)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Plain JSON values by flat name (enums as their strings): the form of ``config.json``,
+        presets and config files."""
+        out: dict[str, Any] = {"env_id": self.env_id, "log_dir": self.log_dir}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            out |= {f.name: _plain(getattr(section, f.name)) for f in dataclasses.fields(section)}
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+        """Inverse of :meth:`to_dict`; a section may also be given as a table of its settings
+        (``{"loss": {"loss_fn": "ppo"}}``). Unknown keys are an error naming them."""
+        values = dict(data)
+        for name in SECTIONS:
+            table = values.pop(name, None)
+            if isinstance(table, dict):
+                values = {**table, **values}
+            elif table is not None:
+                raise ConfigError(f"{name} must be a table of its settings, got {table!r}")
+        names = {"env_id", "log_dir", *_SECTION_OF}
+        unknown = sorted(set(values) - names)
         if unknown:
             raise ConfigError(f"unknown config keys {unknown}; known: {sorted(names)}")
-        values = dict(data)
         try:
             values["curriculum"] = Curriculum.from_value(values.get("curriculum"))
         except (UsageError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
-        for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", PolicyLoss)):
+        for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", LossFn)):
             if key in values:
                 try:
                     values[key] = kind(values[key])
@@ -373,24 +226,21 @@ class TrainConfig:
 
     def learning_rate_at(self, step: int) -> float:
         """The schedule's rate for ``step`` (0-based), warmup included."""
-        if step < self.warmup_steps:
-            return self.learning_rate * (step + 1) / (self.warmup_steps + 1)
-        decay_steps = max(self.n_steps - self.warmup_steps, 1)
-        progress = min((step - self.warmup_steps) / decay_steps, 1.0)
-        if self.lr_schedule == LRSchedule.LINEAR:
-            return self.learning_rate * (1.0 - progress)
-        if self.lr_schedule == LRSchedule.COSINE:
-            return self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.learning_rate
+        opt = self.optimizer
+        if step < opt.warmup_steps:
+            return opt.learning_rate * (step + 1) / (opt.warmup_steps + 1)
+        decay_steps = max(self.steps.n_steps - opt.warmup_steps, 1)
+        progress = min((step - opt.warmup_steps) / decay_steps, 1.0)
+        if opt.lr_schedule == LRSchedule.LINEAR:
+            return opt.learning_rate * (1.0 - progress)
+        if opt.lr_schedule == LRSchedule.COSINE:
+            return opt.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return opt.learning_rate
 
     def differs_from(self, other: TrainConfig) -> list[str]:
-        """Names of fields whose values differ (used to refuse resuming a different run)."""
+        """Names of settings whose values differ (used to refuse resuming a different run)."""
         mine, theirs = self.to_dict(), other.to_dict()
         return sorted(name for name in mine if mine[name] != theirs.get(name))
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
 
 
 def _plain(value: object) -> object:

@@ -52,13 +52,15 @@ class KLPenalty:
     @classmethod
     async def create(cls, config: TrainConfig, service: ServiceClient) -> KLPenalty | None:
         """The run's penalty, or None when ``kl_penalty_coef`` is 0 (no reference is loaded)."""
-        if config.kl_penalty_coef <= 0:
+        if config.loss.kl_penalty_coef <= 0:
             return None
-        if config.kl_reference_checkpoint is not None:
-            reference = await service.create_sampling_client_async(model_path=config.kl_reference_checkpoint)
+        if config.loss.kl_reference_checkpoint is not None:
+            reference = await service.create_sampling_client_async(
+                model_path=config.loss.kl_reference_checkpoint
+            )
         else:
-            reference = await service.create_sampling_client_async(base_model=config.model)
-        return cls(reference, config.kl_penalty_coef, config.kl_discount_factor)
+            reference = await service.create_sampling_client_async(base_model=config.policy.model)
+        return cls(reference, config.loss.kl_penalty_coef, config.loss.kl_discount_factor)
 
     async def reference_logprobs(self, datums_D: list[TrainingDatum]) -> list[np.ndarray]:
         """Per datum, the reference's logprob of each target token (aligned with ``mask_T``)."""

@@ -136,28 +136,28 @@ class Trainer:
     async def run(self) -> TrainResult:
         config = self.config
         envs = preflight(config)
-        if config.captured_dir is not None:
+        if config.envs.captured_dir is not None:
             self._captured = CapturedBatches.load(config)
         check_and_record_config(config, self.log_dir)
         resume = self.checkpoints.last()
         start = resume.step if resume is not None else 0
         truncate_after(self.metrics.path, start)
         truncate_eval_rows(self.log_dir, start)
-        if config.curriculum is not None:
-            self._curriculum = CurriculumState(config.curriculum, [e.spec for e in envs])
+        if config.envs.curriculum is not None:
+            self._curriculum = CurriculumState(config.envs.curriculum, [e.spec for e in envs])
             self._curriculum.restore(self.log_dir, start)
         with run_log(self.log_dir / "train.log"):
             where = f"resuming at step {start}" if resume else "starting"
             announce(
                 self.show_progress,
-                f"GRPO on {self._source()} with {config.model}: {where}; loading the model",
+                f"GRPO on {self._source()} with {config.policy.model}: {where}; loading the model",
             )
             train_data, test_data = await build_datasets(config, envs) if envs else (None, None)
             service = make_service(config)
             self._clients = await PolicyClients.create(service, config, resume.state_path if resume else None)
             self._trackers = open_trackers(config, self.log_dir)
             # With sampler replicas the env work goes with them: no executor workers here.
-            executor = config.executor_config() if config.samplers == 0 else ExecutorConfig()
+            executor = config.executor_config() if config.replicas.samplers == 0 else ExecutorConfig()
             try:
                 self._kl = await KLPenalty.create(config, service)
                 async with (
@@ -192,8 +192,8 @@ class Trainer:
     ) -> TrainResult:
         config = self.config
         done = start
-        with progress(self.show_progress, self._source(), config.n_steps, start) as advance:
-            for step in range(start, config.n_steps):
+        with progress(self.show_progress, self._source(), config.steps.n_steps, start) as advance:
+            for step in range(start, config.steps.n_steps):
                 if self._stop_requested:
                     break
                 try:
@@ -207,12 +207,12 @@ class Trainer:
                 self.metrics.append(row)
                 self._trackers.log(row)
                 done = step + 1
-                if done % config.save_every == 0 or done == config.n_steps:
+                if done % config.steps.save_every == 0 or done == config.steps.n_steps:
                     last = await self._save(done)
                 advance(row)
         if last is None or last.step < done:
             last = await self._save(done)
-        if done < config.n_steps:
+        if done < config.steps.n_steps:
             return self._finish(StopCause.INTERRUPTED, done, last, f"interrupted after {done} steps; saved")
         return self._finish(StopCause.COMPLETED, done, last, f"completed {done} steps")
 
@@ -222,7 +222,7 @@ class Trainer:
         rows = read_rows(self.metrics.path)
         plot = None
         if rows:
-            title = f"GRPO on {self._source()} ({self.config.model})"
+            title = f"GRPO on {self._source()} ({self.config.policy.model})"
             plot = plot_reward_curve(rows, self.log_dir / "reward_curve.png", title)
         if last is not None:
             message += f"; last checkpoint at step {last.step}: {last.state_path}"
@@ -237,15 +237,15 @@ class Trainer:
         row: Row = {"step": step, "lr": config.learning_rate_at(step)}
         if (
             test_data is not None
-            and config.eval_every
-            and (step % config.eval_every == 0 or step == config.n_steps - 1)
+            and config.evaluation.eval_every
+            and (step % config.evaluation.eval_every == 0 or step == config.steps.n_steps - 1)
         ):
             with timer.phase("eval"):
                 row.update(await self._evaluate(test_data, step))
         if self._async is not None:
             trained = await self._async.step(step, timer.seconds)
             timer.seconds["train"] = time.perf_counter() - started - sum(timer.seconds.values())
-        elif config.stream_minibatches:
+        elif config.steps.stream_minibatches:
             with timer.phase("stream"):
                 trained = await self._stream_step(step, train_data)
         else:
@@ -261,13 +261,13 @@ class Trainer:
         if (trained.assembled.datums_D or self._async is not None) and sampling_later:
             with timer.phase("save"):
                 await self._refresh_sampler(step + 1)
-        if step == 0 or step == config.n_steps - 1:
+        if step == 0 or step == config.steps.n_steps - 1:
             write_transcripts(
                 groups_P,
                 self._require_clients().tokenizer(),
                 self.log_dir / "transcripts",
                 step,
-                config.n_transcripts,
+                config.evaluation.n_transcripts,
             )
         sampled = sum(len(t.ac.tokens) for g in groups_P for tr in g.trajectories_G for t in tr.transitions)
         row["tokens/sampled"] = sampled
@@ -287,12 +287,12 @@ class Trainer:
                 rollouts = self._captured.batch(step)
             else:
                 assert batch is not None
-                seeds_P = [group_seed(config.seed, "sampling", step, i) for i in range(len(batch))]
+                seeds_P = [group_seed(config.steps.seed, "sampling", step, i) for i in range(len(batch))]
                 rollouts = await self._require_sampling().rollout_batch(batch, seeds_P)
         with timer.phase("assemble"):
             versions_P = [step] * len(rollouts.groups_P)
             assembled = assemble_batch(
-                rollouts.groups_P, scale_by_std=config.scale_advantages_by_std, versions_P=versions_P
+                rollouts.groups_P, scale_by_std=config.loss.scale_advantages_by_std, versions_P=versions_P
             )
         trained = TrainedStep(usable_P=rollouts.groups_P, errors=rollouts.failed_errors, assembled=assembled)
         if batch is not None:
@@ -312,7 +312,7 @@ class Trainer:
         sampling = self._require_sampling()
         builders_P = train_data.get_batch(step)
         tasks = [
-            asyncio.ensure_future(sampling.rollout(b, group_seed(config.seed, "sampling", step, i)))
+            asyncio.ensure_future(sampling.rollout(b, group_seed(config.steps.seed, "sampling", step, i)))
             for i, b in enumerate(builders_P)
         ]
         finished = asyncio.as_completed(tasks)
@@ -322,15 +322,15 @@ class Trainer:
             return SampledGroup(group.result, step, group.seconds, group.sampler)  # on-policy: this step's
 
         try:
-            assert config.stream_minibatches is not None
+            assert config.steps.stream_minibatches is not None
             return await train_streaming(
                 next_group,
                 self,
                 step,
                 batch_size=len(builders_P),
-                num_substeps=config.num_substeps,
-                minibatches=config.stream_minibatches,
-                scale_by_std=config.scale_advantages_by_std,
+                num_substeps=config.steps.num_substeps,
+                minibatches=config.steps.stream_minibatches,
+                scale_by_std=config.loss.scale_advantages_by_std,
             )
         finally:
             for task in tasks:
@@ -345,16 +345,16 @@ class Trainer:
         clients = self._require_clients()
         self._learner_meter.enter()
         try:
-            data = await loss_data(datums, config.loss_fn, clients.forward)
+            data = await loss_data(datums, config.loss.loss_fn, clients.forward)
             out: TrainOutput = await clients.forward_backward(
-                data, config.loss_fn.sdk_name, config.loss_config()
+                data, config.loss.loss_fn.sdk_name, config.loss_config()
             )
         except FloatingPointError as exc:  # the local backend's NonFiniteError
             raise NonFiniteLoss(str(exc)) from exc
         finally:
             self._learner_meter.leave()
         if not np.isfinite(out.loss_sum):
-            raise NonFiniteLoss(f"{config.loss_fn.value} loss is {out.loss_sum}")
+            raise NonFiniteLoss(f"{config.loss.loss_fn.value} loss is {out.loss_sum}")
         return out
 
     async def optim(self, step: int) -> dict[str, float]:
@@ -389,7 +389,9 @@ class Trainer:
 
     async def _train(self, step: int, assembled: AssembledBatch) -> Row:
         config = self.config
-        minibatches = split_minibatches(assembled.datums_D, assembled.n_groups_used, config.num_substeps)
+        minibatches = split_minibatches(
+            assembled.datums_D, assembled.n_groups_used, config.steps.num_substeps
+        )
         row: Row = await self.kl_penalty(assembled.datums_D)
         kl_rows: list[Row] = []
         losses: list[float] = []
@@ -419,7 +421,9 @@ class Trainer:
         sampling = self._require_sampling()
         await sampling.settle()  # the step's own weights, also when replicas load them in the background
         builders_P = test_data.get_batch()
-        seeds_P = [group_seed(self.config.seed, "eval-sampling", step, i) for i in range(len(builders_P))]
+        seeds_P = [
+            group_seed(self.config.steps.seed, "eval-sampling", step, i) for i in range(len(builders_P))
+        ]
         rollouts = await sampling.rollout_batch(builders_P, seeds_P)
         labels_P = [test_data.labels_P[i] for i in rollouts.indices_P]
         own_P = [test_data.rungs_P[i] is None for i in rollouts.indices_P]
@@ -435,7 +439,7 @@ class Trainer:
             self._require_clients().tokenizer(),
             self.log_dir / "transcripts",
             step,
-            self.config.n_transcripts,
+            self.config.evaluation.n_transcripts,
             prefix="test_",
             indices_P=rollouts.indices_P,
         )
@@ -468,8 +472,8 @@ class Trainer:
 
     def _source(self) -> str:
         """What the run trains on, for messages: the env, or the captured episodes."""
-        if self.config.captured_dir is not None:
-            return f"captured {self.config.captured_dir}"
+        if self.config.envs.captured_dir is not None:
+            return f"captured {self.config.envs.captured_dir}"
         return self.config.env_id
 
     def _require_sampling(self) -> SamplingService:
@@ -486,11 +490,11 @@ class Trainer:
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:
     return tinker.AdamParams(
         learning_rate=config.learning_rate_at(step),
-        beta1=config.beta1,
-        beta2=config.beta2,
-        eps=config.eps,
-        weight_decay=config.weight_decay,
-        grad_clip_norm=config.grad_clip_norm,
+        beta1=config.optimizer.beta1,
+        beta2=config.optimizer.beta2,
+        eps=config.optimizer.eps,
+        weight_decay=config.optimizer.weight_decay,
+        grad_clip_norm=config.optimizer.grad_clip_norm,
     )
 
 

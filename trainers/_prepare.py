@@ -50,29 +50,29 @@ def preflight(config: TrainConfig) -> list[RunEnv]:
     from envsuite.trainers._run_envs import check_eval_rungs, resolve_run_envs
 
     try:
-        Backend(config.backend)
+        Backend(config.policy.backend)
     except ValueError:
         raise ConfigError(
-            f"unknown backend {config.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
+            f"unknown backend {config.policy.backend!r}: use 'local' or 'tinker' (needs TINKER_API_KEY)"
         ) from None
     envs = resolve_run_envs(config) if config.env_id else []
     check_eval_rungs(config, envs)
-    if config.curriculum is not None:
+    if config.envs.curriculum is not None:
         try:
-            CurriculumState(config.curriculum, [e.spec for e in envs])
+            CurriculumState(config.envs.curriculum, [e.spec for e in envs])
         except UsageError as exc:
             raise ConfigError(str(exc)) from None
-    local = config.backend == "local"
+    local = config.policy.backend == "local"
     from envsuite.models import KNOWN_MODELS
 
-    if local and config.model not in KNOWN_MODELS:
-        _check_model(config.model)  # a directory or hub name: cheap to check, and the env needs it
+    if local and config.policy.model not in KNOWN_MODELS:
+        _check_model(config.policy.model)  # a directory or hub name: cheap to check, and the env needs it
     for env in envs:
         _check_env_builds(config, env)
-    if local and config.model in KNOWN_MODELS:
-        _check_model(config.model)
-    if local and config.kl_reference_checkpoint is not None:
-        _check_kl_reference(config.kl_reference_checkpoint)
+    if local and config.policy.model in KNOWN_MODELS:
+        _check_model(config.policy.model)
+    if local and config.loss.kl_reference_checkpoint is not None:
+        _check_kl_reference(config.loss.kl_reference_checkpoint)
     return envs
 
 
@@ -99,16 +99,18 @@ def _check_model(name: str) -> None:
 def _check_env_builds(config: TrainConfig, env: RunEnv) -> None:
     from envsuite import make_env
 
-    splits = ["train", "test"] if config.eval_every and config.n_test_groups else ["train"]
+    splits = (
+        ["train", "test"] if config.evaluation.eval_every and config.evaluation.n_test_groups else ["train"]
+    )
     for split in splits:
         try:
             make_env(
                 env.spec,
-                seed=config.seed,
+                seed=config.steps.seed,
                 split=split,  # type: ignore[arg-type]
-                model=config.model,
-                renderer=config.renderer_name,
-                max_context_tokens=config.max_context_tokens,
+                model=config.policy.model,
+                renderer=config.policy.renderer_name,
+                max_context_tokens=config.sampling.max_context_tokens,
                 **env.kwargs,
             )
         except UsageError as exc:  # a setting the env refuses; any other error is a fault of the env

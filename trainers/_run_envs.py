@@ -55,14 +55,14 @@ def resolve_run_envs(config: TrainConfig) -> list[RunEnv]:
     except (UsageError, ValueError) as exc:
         raise ConfigError(f"env_id: {exc}") from None
     mixed = len(specs) > 1
-    weights = _per_env(config.env_weights, specs, "env_weights")
-    kwargs = _per_env(config.env_kwargs, specs, "env_kwargs") if mixed else {}
+    weights = _per_env(config.envs.env_weights, specs, "env_weights")
+    kwargs = _per_env(config.envs.env_kwargs, specs, "env_kwargs") if mixed else {}
     envs = []
     for env_spec in specs:
         weight = float(weights.get(env_spec.id, 1.0))
         if not weight > 0:
             raise ConfigError(f"env_weights: {env_spec.id} has weight {weight}; weights must be > 0")
-        own = kwargs.get(env_spec.id, {}) if mixed else dict(config.env_kwargs)
+        own = kwargs.get(env_spec.id, {}) if mixed else dict(config.envs.env_kwargs)
         if not isinstance(own, dict):
             raise ConfigError(
                 f"env_kwargs of a multi-env run map each env to a table; {env_spec.id}: {own!r}"
@@ -129,29 +129,29 @@ async def build_datasets(config: TrainConfig, envs: Sequence[RunEnv]) -> tuple[R
     from envsuite import make_dataset_builder, make_mixture_dataset_builder
 
     common: DatasetSettings = {
-        "batch_size": config.batch_size,
-        "group_size": config.group_size,
-        "seed": config.seed,
-        "n_batches": config.n_steps,
-        "model": config.model,
-        "renderer": config.renderer_name,
-        "max_context_tokens": config.max_context_tokens,
+        "batch_size": config.steps.batch_size,
+        "group_size": config.steps.group_size,
+        "seed": config.steps.seed,
+        "n_batches": config.steps.n_steps,
+        "model": config.policy.model,
+        "renderer": config.policy.renderer_name,
+        "max_context_tokens": config.sampling.max_context_tokens,
     }
     if len(envs) == 1:
         only = envs[0]
         train, test = await make_dataset_builder(
-            only.spec, n_test_groups=config.n_test_groups, **common, **only.kwargs
+            only.spec, n_test_groups=config.evaluation.n_test_groups, **common, **only.kwargs
         )()
     else:
         mix = make_mixture_dataset_builder(
             [e.spec for e in envs],
             weights=[e.weight for e in envs],
-            n_test_groups=config.n_test_groups,
+            n_test_groups=config.evaluation.n_test_groups,
             env_kwargs={e.spec.id: e.kwargs for e in envs},
             **common,
         )
         train, test = await mix()
-    if test is None or not config.n_test_groups:
+    if test is None or not config.evaluation.n_test_groups:
         return train, None
     return train, await _eval_set(config, envs, test, common)
 
@@ -167,12 +167,12 @@ async def _eval_set(
     labels = [group_label(g) for g in test.get_batch(0)]
     rungs: list[int | None] = [None] * len(labels)
     for env in envs:
-        for rung in config.eval_rungs:
+        for rung in config.envs.eval_rungs:
             if rung >= len(env.spec.rungs):
                 continue
             builder = make_dataset_builder(
                 env.spec,
-                n_test_groups=config.n_test_groups,
+                n_test_groups=config.evaluation.n_test_groups,
                 **one_batch,
                 **{**env.kwargs, "rung": rung},
             )
@@ -190,7 +190,7 @@ async def _eval_set(
 def check_eval_rungs(config: TrainConfig, envs: Sequence[RunEnv]) -> None:
     """Each of ``eval_rungs`` must be a rung of at least one of the run's envs."""
     top = max((len(e.spec.rungs) for e in envs), default=0)
-    bad = [r for r in config.eval_rungs if r >= top]
+    bad = [r for r in config.envs.eval_rungs if r >= top]
     if bad:
         raise ConfigError(
             f"eval_rungs {bad}: the run's envs have rungs 0..{top - 1}"

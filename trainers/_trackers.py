@@ -39,7 +39,7 @@ class Tracker(Protocol):
 
 def check_trackers(config: TrainConfig) -> None:
     """Raise ConfigError when a tracker the config asks for is not installed (before any work)."""
-    wanted = {"wandb": config.wandb_project, "trackio": config.trackio_project}
+    wanted = {"wandb": config.tracking.wandb_project, "trackio": config.tracking.trackio_project}
     for package, project in wanted.items():
         if project and importlib.util.find_spec(package) is None:
             raise ConfigError(
@@ -49,7 +49,7 @@ def check_trackers(config: TrainConfig) -> None:
 
 
 def _run_name(config: TrainConfig, log_dir: Path) -> str:
-    return config.wandb_name or log_dir.resolve().name
+    return config.tracking.wandb_name or log_dir.resolve().name
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _open_wandb(config: TrainConfig, log_dir: Path) -> Tracker:
     run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
     id_file.write_text(run_id + "\n")
     run = wandb.init(
-        project=config.wandb_project,
+        project=config.tracking.wandb_project,
         name=_run_name(config, log_dir),
         id=run_id,
         resume="allow",
@@ -136,8 +136,8 @@ def open_trackers(config: TrainConfig, log_dir: Path) -> Trackers:
     """Start the trackers ``config`` names (see the module docstring)."""
     check_trackers(config)
     trackers = Trackers()
-    if config.wandb_project:
+    if config.tracking.wandb_project:
         trackers.open.append(_open_wandb(config, log_dir))
-    if config.trackio_project:
-        trackers.open.append(_open_trackio(config, log_dir, config.trackio_project))
+    if config.tracking.trackio_project:
+        trackers.open.append(_open_trackio(config, log_dir, config.tracking.trackio_project))
     return trackers

@@ -91,14 +91,14 @@ def run_one(
     started = time.perf_counter()
     result = run_training(config, show_progress=show_progress)
     train_seconds = time.perf_counter() - started
-    if done_before is not None and done_before.step >= config.n_steps and "train_seconds" in previous:
+    if done_before is not None and done_before.step >= config.steps.n_steps and "train_seconds" in previous:
         train_seconds = previous["train_seconds"]  # nothing was trained now: keep the measured run's time
         load_start = tuple(previous["load_average_start"])
     summary: dict[str, Any] = {
         "preset": preset.name,
         "description": preset.info.description,
         "env_id": config.env_id,
-        "model": config.model,
+        "model": config.policy.model,
         "command": _command(preset.name, config.env_id, log_dir, overrides),
         "log_dir": str(log_dir),
         "stop": result.cause.value,
@@ -130,17 +130,17 @@ def _match(config: TrainConfig, checkpoint: str, preset: Preset) -> dict[str, An
     summary = match_summary(
         config.env_id,
         checkpoint,
-        config.model,
+        config.policy.model,
         games=preset.info.match_games,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
+        max_tokens=config.sampling.max_tokens,
+        temperature=config.sampling.temperature,
+        seed=config.steps.seed,
         out=Path(config.log_dir) / "match_games.jsonl",
     )
     summary["seconds"] = round(time.perf_counter() - started, 1)
     summary["command"] = (
-        f"envsuite match {config.env_id} --a {checkpoint} --b {config.model} --games {preset.info.match_games} "
-        f"--max-tokens {config.max_tokens} --temperature {config.temperature} --seed {config.seed}"
+        f"envsuite match {config.env_id} --a {checkpoint} --b {config.policy.model} --games {preset.info.match_games} "
+        f"--max-tokens {config.sampling.max_tokens} --temperature {config.sampling.temperature} --seed {config.steps.seed}"
     )
     return summary
 

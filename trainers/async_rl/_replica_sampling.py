@@ -164,13 +164,13 @@ async def open_sampling(
 ) -> AsyncIterator[SamplingService]:
     """The run's sampling service: the trainer's own client (``samplers=0``) or N replicas."""
     settings = SamplerSettings.of(config)
-    overlap = config.async_max_steps_off_policy is not None
+    overlap = config.steps.async_max_steps_off_policy is not None
     done: Callable[[], None] = _no_cleanup
     service: SamplingService
-    if config.samplers == 0:
+    if config.replicas.samplers == 0:
         service = DriverSampling(clients, pool, settings, overlap=overlap)
     else:
-        replicas, done = await open_replicas(config.executor_config(), config.samplers, settings)
+        replicas, done = await open_replicas(config.executor_config(), config.replicas.samplers, settings)
         service = ReplicaSampling(clients, replicas, wait=not overlap)
         LOGGER.info("%d sampler replicas: %s", len(replicas), "; ".join(r.where() for r in replicas))
     try:

@@ -55,9 +55,9 @@ class SamplerSettings:
     @classmethod
     def of(cls, config: TrainConfig) -> SamplerSettings:
         return cls(
-            config.max_tokens,
-            config.temperature,
-            RolloutLimits(max_turns=config.max_turns, timeout_s=config.rollout_timeout_s),
+            config.sampling.max_tokens,
+            config.sampling.temperature,
+            RolloutLimits(max_turns=config.sampling.max_turns, timeout_s=config.sampling.rollout_timeout_s),
         )
 
 

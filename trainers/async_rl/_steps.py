@@ -140,9 +140,9 @@ class AsyncSteps:
         ledger: GroupLedger,
         start: int,
     ) -> None:
-        assert config.async_max_steps_off_policy is not None
+        assert config.steps.async_max_steps_off_policy is not None
         self.config = config
-        self.max_staleness = config.async_max_steps_off_policy
+        self.max_staleness = config.steps.async_max_steps_off_policy
         self.service = service
         self.train_data = train_data
         self.learner = learner
@@ -151,8 +151,8 @@ class AsyncSteps:
         taken = {row.slot for row in kept if row.outcome is not GroupOutcome.STALE}
         self._attempts: Counter[Slot] = Counter(row.slot for row in kept if row.outcome is GroupOutcome.STALE)
         self._pending: asyncio.Queue[Slot] = asyncio.Queue()
-        for batch in range(config.n_steps):
-            for index in range(config.batch_size):
+        for batch in range(config.steps.n_steps):
+            for index in range(config.steps.batch_size):
                 if Slot(batch, index) not in taken:
                     self._pending.put_nowait(Slot(batch, index))
         self._finished: asyncio.Queue[tuple[Slot, SampledGroup] | BaseException] = asyncio.Queue()
@@ -170,7 +170,7 @@ class AsyncSteps:
     def start(self) -> None:
         self._loops = [
             asyncio.create_task(self._sampler_loop(), name=f"envsuite-async-sampler-{i}")
-            for i in range(self.config.batch_size)
+            for i in range(self.config.steps.batch_size)
         ]
 
     async def stop(self) -> None:
@@ -195,7 +195,7 @@ class AsyncSteps:
                 self._outstanding += 1
             attempt = self._attempts[slot]
             stream = "sampling" if attempt == 0 else f"sampling/retry{attempt}"
-            seed = group_seed(self.config.seed, stream, slot.batch, slot.index)
+            seed = group_seed(self.config.steps.seed, stream, slot.batch, slot.index)
             sampled = await self.service.rollout(self._builder(slot), seed)
             self._finished.put_nowait((slot, sampled))
 
@@ -205,7 +205,7 @@ class AsyncSteps:
         Groups are taken in the order they finish, so one started now comes after every group already
         taken by the current step or outstanding: it lands ``(taken + outstanding) // batch_size``
         steps after the one being collected (earlier if some of those are dropped)."""
-        lands = self._collecting + (self._taken_now + self._outstanding) // self.config.batch_size
+        lands = self._collecting + (self._taken_now + self._outstanding) // self.config.steps.batch_size
         return lands - self.service.version <= self.max_staleness
 
     def _builder(self, slot: Slot) -> EnvGroupBuilder:
@@ -260,25 +260,25 @@ class AsyncSteps:
                     continue
                 slots.append(slot)
                 taken += 1
-                if taken == config.batch_size:
+                if taken == config.steps.batch_size:
                     # The batch is complete: a group started from now on can at best join the next step.
                     await self._set_collecting(step + 1)
                 return sampled
 
-        if config.stream_minibatches:
+        if config.steps.stream_minibatches:
             trained = await train_streaming(
                 fresh,
                 self.learner,
                 step,
-                batch_size=config.batch_size,
-                num_substeps=config.num_substeps,
-                minibatches=config.stream_minibatches,
-                scale_by_std=config.scale_advantages_by_std,
+                batch_size=config.steps.batch_size,
+                num_substeps=config.steps.num_substeps,
+                minibatches=config.steps.stream_minibatches,
+                scale_by_std=config.loss.scale_advantages_by_std,
             )
         else:
             trained = TrainedStep()
-            usable = await collect(fresh, config.batch_size, trained)
-            trained.assembled = assemble(usable, scale_by_std=config.scale_advantages_by_std)
+            usable = await collect(fresh, config.steps.batch_size, trained)
+            trained.assembled = assemble(usable, scale_by_std=config.loss.scale_advantages_by_std)
             trained.row.update(await self.learner.train(step, trained.assembled))
         ledger.extend(
             LedgerRow(step, s, g.version, _outcome(g)) for s, g in zip(slots, trained.taken, strict=True)
@@ -327,7 +327,7 @@ async def async_steps(
 ) -> AsyncIterator[AsyncSteps | None]:
     """The async stepper for an async config (its sampler loops run inside the block), else None.
     ``train_data`` is None only for runs on captured episodes, which the config keeps synchronous."""
-    if config.async_max_steps_off_policy is None:
+    if config.steps.async_max_steps_off_policy is None:
         yield None
         return
     assert train_data is not None, "TrainConfig.validate refuses async runs on captured episodes"
