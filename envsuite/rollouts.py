@@ -115,7 +115,7 @@ async def _run_episode(policy: TokenCompleter, env: Env, limits: RolloutLimits, 
     ob, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     out.final_ob = ob
     for _ in range(limits.max_turns):
-        ac = await _act(policy, env, ob, stop, limits)
+        ac = await next_action(policy, env, ob, stop, constrain_actions=limits.constrain_actions)
         result = await env.step(ac.tokens, extra=ActionExtra(stop_reason=ac.stop_reason))
         out.transitions.append(
             Transition(
@@ -135,12 +135,18 @@ async def _run_episode(policy: TokenCompleter, env: Env, limits: RolloutLimits, 
     out.transitions.append(_terminal(StopReason.MAX_TURNS, ob))
 
 
-async def _act(
-    policy: TokenCompleter, env: Env, ob: tinker.ModelInput, stop: StopCondition, limits: RolloutLimits
+async def next_action(
+    policy: TokenCompleter,
+    env: Env,
+    ob: tinker.ModelInput,
+    stop: StopCondition,
+    *,
+    constrain_actions: bool = False,
 ) -> TokensWithLogprobs:
-    """The policy's next action: under the env's action constraint when the run constrains actions."""
+    """The policy's next action in ``env``: under the env's action constraint when ``constrain_actions``
+    (and the env declares one); a policy that cannot take constraints is then a :class:`UsageError`."""
     action_constraint = getattr(env, "action_constraint", None)  # tinker-cookbook's envs have none
-    constraint = action_constraint() if limits.constrain_actions and action_constraint else None
+    constraint = action_constraint() if constrain_actions and action_constraint else None
     if constraint is None:
         return await policy(ob, stop)
     if not getattr(policy, "takes_constraints", False):

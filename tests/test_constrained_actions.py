@@ -19,6 +19,7 @@ import tinker
 from envsuite import make_env
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
 from envsuite.chat import ToolCall
+from envsuite.cli import main
 from envsuite.completers import SamplingTokenCompleter
 from envsuite.constraints import ConstraintKind
 from envsuite.core import TokenCompleter, TokensWithLogprobs
@@ -112,3 +113,15 @@ async def test_policies_that_cannot_constrain_are_refused(client: LocalSamplingC
     with pytest.raises(UsageError, match="does not apply constraints"):
         policy = SamplingTokenCompleter(_RemoteLike(client), max_tokens=8)  # type: ignore[arg-type]
         await policy(tinker.ModelInput.from_ints([1, 2]), [], constraint=env.action_constraint())
+
+
+def test_play_constrains_actions(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["play", "tictactoe_easy", "--policy", TEST_MODEL, "--constrain-actions", "--max-tokens", "16"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "'invalid_moves': 0.0" in out.replace("\n", " ")
+    refused = main(
+        ["play", "tictactoe_easy", "--policy", "random", "--model", TEST_MODEL, "--constrain-actions"]
+    )
+    assert refused == 2 and "cannot sample under a constraint" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from envsuite.display import printable
 from envsuite.errors import UsageError
 from envsuite.registration import spec
 from envsuite.renderers.base import Renderer
+from envsuite.rollouts import next_action
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -51,6 +52,12 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
     p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
     p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
+    p.add_argument(
+        "--constrain-actions",
+        action="store_true",
+        help="sample each action under the env's action constraint (legal moves, well-formed tool calls; "
+        "local backend)",
+    )
 
 
 def _legal_moves(env: Env) -> LegalMoves | None:
@@ -119,7 +126,9 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     total = 0.0
     for turn in range(1, 10_000):
         view.show_new(ob.to_ints(), f"observation (turn {turn})")
-        action: TokensWithLogprobs = await policy(ob, stop)
+        action: TokensWithLogprobs = await next_action(
+            policy, env, ob, stop, constrain_actions=args.constrain_actions
+        )
         result = await env.step(action.tokens, extra=ActionExtra(stop_reason=action.stop_reason))
         view.show_new(ob.to_ints() + list(action.tokens), "action")
         total += result.reward
