@@ -84,7 +84,8 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
             register(
                 f"workspace/{family}{_SUFFIX[rung]}-v0",
                 entry_point=entry_point,
-                kwargs={"rung": rung},
+                # The first rung shows a worked bash call first, as the tool envs' easy rungs do.
+                kwargs={"rung": rung, **({"demonstrate": True} if rung == 0 else {})},
                 description=description,
                 tags=("workspace", "agentic", f"workspace-{family}"),
                 **{**common, "unavailable": unavailable or missing_programs(_NEEDS.get(family, ()))},

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from envsuite.core import (
     EnvContext,
     InitialObservationOverflow,
+    Message,
     Observation,
     ProbeExpectation,
     RewardProbe,
@@ -91,10 +92,12 @@ class WorkspaceEnv(ToolUseEnv):
         system_prompt: str | None = SYSTEM_PROMPT,
         format_coef: float = 0.1,
         max_result_chars: int = 3000,
+        demonstrate: bool = False,
         sandbox: SandboxConfig | None = None,
     ) -> None:
         """``limits``: per command and per episode (:class:`WorkspaceLimits`); ``workdir``: where
-        commands run; ``tools``: which of the five the agent gets; ``sandbox``: the sandbox's config."""
+        commands run; ``tools``: which of the five the agent gets; ``demonstrate``: show a worked
+        ``bash`` call on an example task first (:meth:`demonstration`); ``sandbox``: the sandbox's config."""
         self.limits = limits or WorkspaceLimits()
         super().__init__(
             ctx,
@@ -104,6 +107,7 @@ class WorkspaceEnv(ToolUseEnv):
             format_coef=format_coef,
             tool_timeout_s=3 * self.limits.command_wall_s + 30,
             max_result_chars=max_result_chars,
+            demonstrate=demonstrate,
         )
         self.workdir = workdir
         self.tool_names = tuple(tools)
@@ -133,6 +137,23 @@ class WorkspaceEnv(ToolUseEnv):
             done = session.run_setup(line)
             if not done.ok:
                 raise WorkspaceSetupError(f"setup {line[:80]!r} failed: {done.stderr.strip()[-300:]}")
+
+    def demonstration(self) -> list[Message]:
+        """An example task, the ``bash`` call that does it, and its result (shown when ``demonstrate``):
+        as for the tool envs' easy rungs, a small model writes a call in the shown syntax far more
+        often than in one only described."""
+        command = "wc -l < notes.txt > count.txt"
+        example = ToolCall.create("bash", {"command": command}, "call_example")
+        return [
+            {"role": "user", "content": "Write the number of lines of notes.txt to count.txt."},
+            {"role": "assistant", "content": "", "tool_calls": [example]},
+            {
+                "role": "tool",
+                "content": "exit code: 0\n(no output)",
+                "tool_call_id": "call_example",
+                "name": "bash",
+            },
+        ]
 
     # -- ToolUseEnv ---------------------------------------------------------------------------------
 
