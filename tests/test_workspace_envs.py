@@ -197,3 +197,18 @@ def test_task_toml_sets_the_limits() -> None:
     limits = task.limits()
     assert (limits.episode_wall_s, limits.memory_mb, limits.disk_mb) == (120.0, 1024, 256)
     assert task.verifier_timeout_s == 60.0
+
+
+def test_a_process_the_agents_script_leaves_behind_cannot_rewrite_the_reward() -> None:
+    """log-error-script's verifier runs the agent's script; one that leaves a loop renaming reward
+    files into place won 1 of 5 episodes before the verifier ended every other process first."""
+    loop = "while true; do echo 1 > /tmp/r.$$ && mv -f /tmp/r.$$ /logs/verifier/reward.txt; done"
+    script = f"#!/bin/bash\n( setsid bash -c '{loop}' & ) >/dev/null 2>&1\necho wrong\n"
+    for _ in range(4):
+        env = make("harbor/log-error-script")
+        plant = [
+            ToolCall.create("write_file", {"path": "/app/errors.sh", "content": script}, "c1"),
+            ToolCall.create("bash", {"command": "chmod +x /app/errors.sh"}, "c2"),
+        ]
+        final = play(env, [calls(env, *plant), "Done."])[-1]
+        assert final.reward == 0.0, final.logs["grade"]

@@ -18,7 +18,12 @@ assert got == expected, f"top.txt is {got}, expected {expected}"
 print("ok")
 PY
 then
-  echo 1 > /logs/verifier/reward.txt
+  status=0
 else
-  echo 0 > /logs/verifier/reward.txt
+  status=1
 fi
+# Whatever the checks started (the agent's code among it) ends before the reward is written: a process
+# left behind could otherwise rewrite the file after this script. kill(-1) spares this shell and pid 1.
+kill -9 -1 2>/dev/null
+mkdir -p /logs/verifier && rm -f /logs/verifier/reward.txt /logs/verifier/reward.json
+if [ "$status" -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
