@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml
 	# tinker-cookbook (interop tests) pins what it does not need: 0.6.1 asks for tml-renderers>=0.4.1, which
 	# the index here lacks (0.2.1 is installed; docs/interop.md says what that leaves out); skip its metadata.
 	$(PY) -m pip install -q --no-deps tinker-cookbook==$(COOKBOOK) chz==0.4.0 "termcolor>=2"
+	# bfcl-eval (the bfcl/ envs) pins numpy==1.26.4 and pulls every vendor SDK; its checker needs only the
+	# `bfcl` extra's few packages (in dev), so the wheel itself goes in without its metadata's requirements.
+	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 # The PostgreSQL store tests start a throwaway server from the Debian package's binaries (never

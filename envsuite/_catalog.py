@@ -187,3 +187,8 @@ register(
 from envsuite.envs.workspace._catalog import register_workspace_envs  # noqa: E402
 
 register_workspace_envs(unavailable=_NO_SANDBOX)
+
+# BFCL v4's single-turn categories as bfcl/<category>, scored by BFCL's own checker (optional extra; docs/benchmarks_standard.md).
+from envsuite.envs.bfcl._catalog import register_bfcl  # noqa: E402
+
+register_bfcl()
