@@ -156,7 +156,8 @@ def harbor_spec(env_id: str) -> EnvSpec:
     spec = EnvSpec(
         id=f"harbor:{path}",
         entry_point=HarborEnv,
-        kwargs={"task_dir": path},
+        # Absolute, so a worker process started elsewhere (an executor, Ray) finds the same folder.
+        kwargs={"task_dir": str(Path(path).expanduser().resolve())},
         kind=EnvKind.MULTI_TURN,
         reward_range=(-0.1, 1.0),
         max_turns=10,
