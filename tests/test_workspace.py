@@ -16,11 +16,12 @@ from tests.support.sandbox import needs_sandbox
 pytestmark = needs_sandbox
 
 SMALL = WorkspaceLimits(
-    command_wall_s=2.0,
-    command_cpu_s=1.0,
+    # Ordinary commands get time to spare on a loaded box; the limit tests set their own.
+    command_wall_s=15.0,
+    command_cpu_s=15.0,
     output_bytes=2000,
     disk_mb=8,
-    episode_wall_s=30.0,
+    episode_wall_s=120.0,
     episode_commands=40,
 )
 
@@ -86,9 +87,12 @@ def test_paths_cannot_leave_the_sandbox_or_follow_links(session: WorkspaceSessio
     ],
 )
 def test_each_command_limit_is_an_outcome_the_model_reads(command: str, outcome: Outcome) -> None:
+    # The CPU case gets wall time to spare: on a loaded 2-core box a spinning process can take a
+    # sixth of a core, and its 0.5 s of CPU must come before the wall clock ends it.
+    spin = outcome is Outcome.CPU_TIME
     limits = WorkspaceLimits(
-        command_wall_s=2.0,
-        command_cpu_s=1.0,
+        command_wall_s=60.0 if spin else 2.0,
+        command_cpu_s=0.5 if spin else 1.0,
         output_bytes=2000,
         file_size_mb=8,
         disk_mb=64,
