@@ -196,4 +196,4 @@ register_bfcl()
 # Standard sets by name (GSM8K, MATH-500, AIME, GPQA-Diamond, MMLU-Pro) from a local file or the hub at a pinned revision.
 from envsuite.envs.standard._catalog import register_standard_sets  # noqa: E402
 
-register_standard_sets()
+register_standard_sets(no_sandbox=_NO_SANDBOX)

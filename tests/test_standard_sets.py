@@ -20,11 +20,13 @@ from envsuite.envs.standard import (
     GPQA_TEMPLATE,
     MATH_INSTRUCTION,
     STANDARD_SETS,
+    StandardCodeEnv,
     StandardSetEnv,
     StandardSetError,
     env_id,
 )
 from tests.conftest import TEST_MODEL
+from tests.support.sandbox import needs_sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "standard"
 RENDERER = RendererConfig(model_name=TEST_MODEL).build()
@@ -69,6 +71,9 @@ def test_every_set_is_listed_with_why_it_cannot_load_here() -> None:
 def test_every_fixture_is_in_its_sets_upstream_schema_and_loads() -> None:
     for standard in STANDARD_SETS:
         for index in range(3):
+            if standard.name == "mbpp":
+                assert _mbpp(index).tests and _mbpp(index).reference_code
+                continue
             env = _env(standard.name, index)
             assert env.item.reference and env.prompt
     with pytest.raises(StandardSetError, match="lacks the upstream fields"):
@@ -127,3 +132,28 @@ def test_a_named_file_makes_sets_available_and_conformant() -> None:
     result = _run_cli(["check", env_id("gsm8k"), env_id("gpqa_diamond"), env_id("mmlu_pro")], **files)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "3/3 env(s) passed" in result.stdout
+
+
+def _mbpp(item: int) -> StandardCodeEnv:
+    data = str(FIXTURES / "mbpp.jsonl")
+    return StandardCodeEnv(EnvContext(seed=0, renderer=RENDERER), name="mbpp", item=item, data_file=data)
+
+
+@needs_sandbox
+def test_mbpp_runs_its_own_asserts_in_the_sandbox() -> None:
+    env = _mbpp(0)
+    assert env.function == "remove_Occ" and 'assert remove_Occ("PHP","P") == "H"' in env.prompt
+    assert env.prompt.startswith("You are an expert Python programmer, and here is your task:")
+    assert _reward(_mbpp(0), f"```python\n{env.reference_code}\n```") == 1.0
+    assert _reward(_mbpp(0), "```python\ndef remove_Occ(s, ch):\n    return s.replace(ch, '', 1)\n```") == 0.0
+    # the record's test_setup_code runs before the candidate, as in MBPP's harness
+    assert _reward(_mbpp(2), "```python\ndef is_even(n):\n    return n % BASE == 0\n```") == 1.0
+    assert _reward(_mbpp(1), "```python\nimport sys\nsys.exit(0)\n```") == 0.0
+
+
+@needs_sandbox
+def test_mbpp_is_conformant_with_the_code_envs_attacks() -> None:
+    files = {BY_NAME["mbpp"].file_var: str(FIXTURES / "mbpp.jsonl")}
+    result = _run_cli(["check", env_id("mbpp")], **files)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "0 attacks succeeded" in result.stdout

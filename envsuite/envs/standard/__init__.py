@@ -1,5 +1,5 @@
 """Standard evaluation sets by name (``standard/<name>``): GSM8K, MATH-500, AIME 2024 and 2025,
-GPQA-Diamond and MMLU-Pro, each prompted and scored as its reference implementation does
+GPQA-Diamond, MMLU-Pro and MBPP (its tests run in the sandbox), each prompted and scored as its reference implementation does
 (docs/benchmarks_standard.md). Items load from a local JSONL file in the upstream schema
 (``ENVSUITE_<NAME>_FILE``) or from the Hugging Face hub at a pinned revision; a set with neither here is
 listed unavailable with the reason.
@@ -8,6 +8,7 @@ listed unavailable with the reason.
 from __future__ import annotations
 
 from envsuite.envs.standard._catalog import ENTRY_POINT, NAMESPACE, env_id, register_standard_sets
+from envsuite.envs.standard._code import MBPP_TEMPLATE, StandardCodeEnv
 from envsuite.envs.standard._env import StandardSetEnv, extract_letter
 from envsuite.envs.standard._items import (
     GPQA_TEMPLATE,
@@ -21,7 +22,8 @@ from envsuite.envs.standard._items import (
 from envsuite.envs.standard._sets import BY_NAME, STANDARD_SETS, Scoring, StandardSet
 
 __all__ = [
-    # the env
+    # the envs
+    "StandardCodeEnv",
     "StandardSetEnv",
     "extract_letter",
     # the sets
@@ -31,6 +33,7 @@ __all__ = [
     "StandardSet",
     # items and prompts
     "GPQA_TEMPLATE",
+    "MBPP_TEMPLATE",
     "MATH_INSTRUCTION",
     "MMLU_PRO_INSTRUCTION",
     "Item",

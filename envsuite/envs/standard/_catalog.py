@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from envsuite.envs.standard._sets import STANDARD_SETS
+from envsuite.envs.standard._sets import STANDARD_SETS, Scoring
 from envsuite.registration import EnvKind, register
 
 NAMESPACE = "standard"
 ENTRY_POINT = "envsuite.envs.standard:StandardSetEnv"
+CODE_ENTRY_POINT = "envsuite.envs.standard:StandardCodeEnv"
+
+_TOPIC = {Scoring.MATH_VERIFY: "math", Scoring.CHOICE_LETTER: "knowledge", Scoring.SANDBOX_TESTS: "code"}
 
 
 def env_id(name: str) -> str:
@@ -14,15 +17,17 @@ def env_id(name: str) -> str:
     return f"{NAMESPACE}/{name}-v0"
 
 
-def register_standard_sets() -> list[str]:
-    """Register ``standard/<name>-v0`` for every set (once: the core catalog calls it); returns the ids."""
+def register_standard_sets(no_sandbox: str | None = None) -> list[str]:
+    """Register ``standard/<name>-v0`` for every set (once: the core catalog calls it); returns the ids.
+    ``no_sandbox``: why the sandbox cannot run here (the sets whose tests run in it are then unavailable)."""
     added = []
     for standard in STANDARD_SETS:
+        code = standard.scoring is Scoring.SANDBOX_TESTS
         pinned = standard.pinned_revision()
         where = f"{standard.hf_repo}@{pinned}" if pinned else f"{standard.hf_repo} (revision not pinned)"
         register(
             env_id(standard.name),
-            entry_point=ENTRY_POINT,
+            entry_point=CODE_ENTRY_POINT if code else ENTRY_POINT,
             kwargs={"name": standard.name},
             kind=EnvKind.SINGLE_TURN,
             description=(
@@ -36,7 +41,7 @@ def register_standard_sets() -> list[str]:
                 "math" if standard.scoring.value == "math_verify" else "knowledge",
             ),
             family="standard",
-            unavailable=standard.unavailable(),
+            unavailable=(no_sandbox if code else None) or standard.unavailable(),
         )
         added.append(env_id(standard.name))
     return added

@@ -70,6 +70,8 @@ class StandardSetEnv(ProblemEnv):
         if name not in BY_NAME:
             raise ValueError(f"unknown standard set {name!r}; known: {sorted(BY_NAME)}")
         self.standard = BY_NAME[name]
+        if self.standard.scoring is Scoring.SANDBOX_TESTS:
+            raise ValueError(f"{name} runs code: it is a StandardCodeEnv")
         records = load_records(self.standard, data_file)
         index = ctx.seed % len(records) if item is None else item
         if not 0 <= index < len(records):

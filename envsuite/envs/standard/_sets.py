@@ -20,6 +20,8 @@ class Scoring(enum.StrEnum):
     """The last ``\\boxed{}`` answer (else the last number) against the reference, by math-verify."""
     CHOICE_LETTER = "choice_letter"
     """The letter the reply commits to (``Answer: X`` / ``the answer is (X)``) against the key."""
+    SANDBOX_TESTS = "sandbox_tests"
+    """The reply's code against the set's own tests, run in envsuite's sandbox."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,18 @@ STANDARD_SETS: tuple[StandardSet, ...] = (
         Scoring.CHOICE_LETTER,
         ("question", "options", "answer", "category"),
     ),
+    StandardSet(
+        "mbpp",
+        "MBPP",
+        "google-research-datasets/mbpp",
+        ("full",),
+        "test",
+        None,
+        500,
+        Scoring.SANDBOX_TESTS,
+        ("task_id", "text", "code", "test_list"),
+    ),
 )
-"""The sets built so far (IFEval, MBPP and LiveCodeBench are not yet: docs/benchmarks_standard.md)."""
+"""The sets built so far (IFEval and LiveCodeBench are not yet: docs/benchmarks_standard.md)."""
 
 BY_NAME: dict[str, StandardSet] = {s.name: s for s in STANDARD_SETS}
