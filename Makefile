@@ -33,6 +33,9 @@ $(STAMP): pyproject.toml
 	# bfcl-eval (the bfcl/ envs) pins numpy==1.26.4 and pulls every vendor SDK; its checker needs only the
 	# `bfcl` extra's few packages (in dev), so the wheel itself goes in without its metadata's requirements.
 	$(PY) -m pip install -q --no-deps bfcl-eval==2026.3.23
+	# verifiers 0.4.0 (envsuite.adapters.verifiers) pins openai<3 and mcp==2.0.0; this project runs openai 3
+	# and mcp 2.3, and vf-eval runs a catalog env with them: its other requirements are in dev.
+	$(PY) -m pip install -q --no-deps verifiers==0.4.0
 	touch $(STAMP)
 
 # The PostgreSQL store tests start a throwaway server from the Debian package's binaries (never
