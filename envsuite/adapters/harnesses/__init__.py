@@ -1,0 +1,14 @@
+"""Real agent harnesses driving envsuite episodes: the harness's own loop calls a checkpoint served by
+``envsuite serve`` (its OpenAI routes, captured), its tools run in the episode's env (a workspace's
+sandbox for workspace tasks), and the env's hidden checks grade what it left; the captured calls, scored,
+are then trainable episodes (``envsuite train --captured``). docs/workspace.md, "Real agent harnesses".
+
+* :func:`run_agents_sdk_episode`: the OpenAI Agents SDK's ``Runner`` (``pip install 'envsuite[agents]'``).
+
+The harness packages stay out of the core install; each loads only when its function is called.
+"""
+
+from envsuite.adapters.harnesses._episode import HarnessEpisode, ServedModelRef
+from envsuite.adapters.harnesses._openai_agents import run_agents_sdk_episode
+
+__all__ = ["HarnessEpisode", "ServedModelRef", "run_agents_sdk_episode"]
