@@ -125,6 +125,10 @@ register(
 # Any OpenEnv server is a catalog env: `openenv:http://host:port` (envsuite.adapters.openenv).
 register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")
 
+# Any installed verifiers environment (its taskset) is a catalog env: `verifiers:<taskset id>`
+# (envsuite.adapters.verifiers; single-turn, graded by the taskset's own offline rewards).
+register_scheme("verifiers", "envsuite.adapters.verifiers._env:verifiers_spec")
+
 # Tool use (envsuite.envs.tool_use): the policy calls tools the env declares, then answers (docs/tools.md).
 # The easy rungs show a worked call first and pay 0.2 for a wrong answer given after a successful call.
 _TOOL_USE: dict[str, Any] = {"kind": EnvKind.MULTI_TURN, "reward_range": (-0.1, 1.0), "tags": ("tool-use",)}

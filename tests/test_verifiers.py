@@ -129,3 +129,44 @@ def test_the_written_package_is_a_verifiers_environment_for_the_env(tmp_path: Pa
         sys.modules.pop(package.name, None)
         importlib.invalidate_caches()
     shutil.rmtree(package)
+
+
+# -- installed verifiers environments as catalog envs: verifiers:<taskset id> -----------------------
+
+VF_ENVS = Path(__file__).parent / "support" / "verifiers_envs"  # vf_tiny_sum: a verifiers env package
+
+
+async def _graded(env_id: str, seed: int, reply: str) -> tuple[float, dict[str, float]]:
+    env = make_env(env_id, seed=seed, model=TEST_MODEL)
+    _observation, stop = await env.initial_observation()  # type: ignore[misc]
+    result = await env.step(reply_to_tokens(RendererConfig(TEST_MODEL).build(), reply, stop))
+    assert result.episode_done
+    return result.reward, dict(result.metrics)
+
+
+def test_a_verifiers_taskset_is_a_catalog_env_graded_by_its_own_rewards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(VF_ENVS))
+    env = make_env("verifiers:vf_tiny_sum", seed=1, model=TEST_MODEL)
+    assert "What is 10 + 25?" in str(env.conversation()[-1]["content"])
+    assert asyncio.run(_graded("verifiers:vf_tiny_sum", 1, "35"))[0] == 1.0
+    reward, metrics = asyncio.run(_graded("verifiers:vf_tiny_sum", 1, "36"))
+    assert reward == 0.0 and metrics["verifiers/reply_chars"] == 2.0  # its @metric comes along
+    assert asyncio.run(_graded("verifiers:vf_tiny_sum", 5, "35"))[0] == 1.0  # seed 5 is task 5 % 4 == 1
+
+
+def test_a_verifiers_taskset_passes_the_conformance_checker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envsuite.testing import check_env
+
+    monkeypatch.syspath_prepend(str(VF_ENVS))
+    report = check_env("verifiers:vf_tiny_sum", model=TEST_MODEL)
+    assert report.passed, report.render()
+
+
+def test_an_unknown_verifiers_taskset_is_listed_unavailable_with_the_reason() -> None:
+    from envsuite._make import available_spec
+    from envsuite.errors import UsageError
+
+    with pytest.raises(UsageError, match="no_such_vf_env"):
+        available_spec("verifiers:no_such_vf_env")
