@@ -113,3 +113,45 @@ def test_trl_trains_two_steps_and_logs_the_envs_rewards(tmp_path) -> None:  # ty
     assert logged == pytest.approx(recomputed[4:])
     means = [row[f"rewards/{reward.__name__}/mean"] for row in trainer.state.log_history if "loss" in row]
     assert means == pytest.approx([sum(recomputed[:4]) / 4, sum(recomputed[4:]) / 4])
+
+
+def test_a_multi_turn_env_plays_through_trls_environment_factory_object() -> None:
+    """The object TRL's tool loop drives: reset -> act (a tool) per move -> get_reward, pooled and reset."""
+    import inspect
+
+    from envsuite.adapters.trl import environment_factory, episode_dataset
+
+    async def secret(seed: int) -> str:
+        env = make_env("twenty_questions", seed=seed, model=TEST_MODEL)
+        await env.initial_observation()
+        return next(p.reply for p in env.reward_probes() if p.expect is ProbeExpectation.FULL_MARKS)
+
+    episode = environment_factory("twenty_questions", model=TEST_MODEL)()
+    # TRL exposes every public method but reset/get_reward as a tool: exactly one here.
+    tools = [n for n, _ in inspect.getmembers(type(episode), inspect.isfunction) if not n.startswith("_")]
+    assert sorted(tools) == ["act", "get_reward", "reset"]
+    row = episode_dataset(2, first_seed=3)[0]
+    assert "twenty questions" in episode.reset(**{k: v for k, v in row.items() if k != "prompt"})
+    assert "questions left" in episode.act("Is it an animal?")  # the env's answer comes back
+    assert "over" in episode.act(asyncio.run(secret(3)))
+    assert episode.get_reward() == asyncio.run(
+        _env_return_20q(3, ["Is it an animal?", asyncio.run(secret(3))])
+    )
+    assert episode.get_reward() > 0
+    other = next(s for s in range(4, 40) if asyncio.run(secret(s)) != asyncio.run(secret(3)))
+    episode.reset(env_seed=other)  # TRL reuses the instance: a fresh episode, its return from 0
+    episode.act(asyncio.run(secret(3)))  # seed 3's word is not this episode's
+    assert episode.get_reward() < asyncio.run(_env_return_20q(other, [asyncio.run(secret(other))]))
+
+
+async def _env_return_20q(seed: int, moves: list[str]) -> float:
+    env = make_env("twenty_questions", seed=seed, model=TEST_MODEL)
+    _observation, stop = await env.initial_observation()  # type: ignore[misc]
+    renderer, total = RendererConfig(TEST_MODEL).build(), 0.0
+    for move in moves:
+        result = await env.step(reply_to_tokens(renderer, move, stop))
+        total += result.reward
+        if result.episode_done:
+            break
+        stop = result.next_stop_condition
+    return total
