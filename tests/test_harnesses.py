@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from envsuite.adapters.harnesses import ServedModelRef, run_agents_sdk_episode
+from envsuite.adapters.harnesses import ServedModelRef, run_agents_sdk_episode, run_mini_swe_agent_episode
 from envsuite.capture import CaptureStore, captured_groups
 from envsuite.serve import ServeConfig
 from tests.support.sandbox import needs_sandbox
 from tests.test_serve import running
 
-pytest.importorskip("agents")
 pytestmark = needs_sandbox
 KEY = "tml-harness-test"
 MODEL = "smollm2-135m-instruct"
@@ -23,6 +22,7 @@ MODEL = "smollm2-135m-instruct"
 
 
 async def test_the_agents_sdk_plays_a_workspace_task_captured_and_trainable(tmp_path: Path) -> None:
+    pytest.importorskip("agents")
     state = tmp_path / "state"
     with running(ServeConfig(state_dir=state), api_key=KEY) as url:
         served = ServedModelRef(url, MODEL, api_key=KEY, capture_set="harness")
@@ -57,3 +57,19 @@ async def test_the_agents_sdk_plays_a_workspace_task_captured_and_trainable(tmp_
     (trajectory,) = groups.groups_P[0].trajectories_G
     sampled = [choice.tokens for call in captured.calls for choice in call.choices]
     assert [t.ac.tokens for t in trajectory.transitions] == sampled
+
+
+async def test_mini_swe_agent_runs_its_commands_in_the_workspace(tmp_path: Path) -> None:
+    pytest.importorskip("minisweagent")
+    state = tmp_path / "state"
+    with running(ServeConfig(state_dir=state), api_key=KEY) as url:
+        served = ServedModelRef(url, MODEL, api_key=KEY, capture_set="mini")
+        episode = await run_mini_swe_agent_episode(
+            "workspace/shell_easy", served, seed=3, step_limit=2, max_tokens=96, temperature=0.0
+        )
+    # Each of its two steps was a bash call, run in the sandbox; it never did the task (reward 0).
+    assert len(episode.tool_calls) == 2 and all(c.startswith("bash(") for c in episode.tool_calls)
+    assert (episode.reward, episode.correct) == (0.0, False)
+    (captured,) = CaptureStore(state / "captures" / "mini").episodes()
+    assert captured.episode_id == episode.episode_id and len(captured.calls) == 2
+    assert captured.score is not None and captured.score.rewards == [0.0]
