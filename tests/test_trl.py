@@ -155,3 +155,56 @@ async def _env_return_20q(seed: int, moves: list[str]) -> float:
             break
         stop = result.next_stop_condition
     return total
+
+
+def test_trl_runs_two_steps_with_the_environment_factory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """GRPOTrainer's tool loop with EnvEpisode: reset fills the prompt, the env's return is the logged reward.
+
+    TRL parses tool calls only for chat templates it knows, so the tiny model's tokenizer gets TRL's own
+    Qwen3 template (its special tokens are plain text to SmolLM2's vocabulary). The random model calls
+    no tool, so every episode ends with no move and the env's return for that, 0.
+    """
+    from pathlib import Path
+
+    import torch
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envsuite.adapters.trl import environment_factory, episode_dataset
+    from envsuite.models import resolve_model
+
+    path = resolve_model(TEST_MODEL).path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+        args=args,
+        train_dataset=episode_dataset(2),
+        processing_class=tokenizer,
+        environment_factory=environment_factory("twenty_questions", model=TEST_MODEL),
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 2
+    opening = make_env("twenty_questions", seed=0, model=TEST_MODEL)
+    asyncio.run(opening.initial_observation())
+    first_turn = str(opening.conversation()[-1]["content"])
+    assert all(prompt[-1]["content"].endswith(first_turn) for prompt in trainer._logs["prompt"])
+    steps = [row for row in trainer.state.log_history if "loss" in row]
+    assert [row["tools/call_frequency"] for row in steps] == [0.0, 0.0]
+    assert list(trainer._logs["rewards"]["EnvEpisode"]) == [asyncio.run(_env_return_20q(0, []))] * 2
