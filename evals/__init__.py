@@ -4,12 +4,10 @@
 ``inspect_ai`` entry point. Importing this package imports inspect_ai.
 """
 
-from envsuite.evals._bench import run_bench
-from envsuite.evals._bench_config import RUNNERS, BenchConfig, BenchReport
-from envsuite.evals._bench_rows import import_log
 from envsuite.evals._partners import InspectMessageCompleter
 from envsuite.evals._sandbox import EnvsuiteSandboxConfig, EnvsuiteSandboxEnvironment
 from envsuite.evals._task import env_reward, envsuite_env, episode_seeds, play_env, sample_id
+from envsuite.evals.bench import RUNNERS, BenchConfig, BenchReport, import_log, run_bench
 
 __all__ = [
     # tasks, solvers and scorers

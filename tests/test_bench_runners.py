@@ -18,8 +18,8 @@ import inspect_ai._util._async as inspect_async
 import pytest
 from inspect_ai.log import EvalLog, read_eval_log
 
-import envsuite.evals._bench_rows as rows_module
-import envsuite.evals._direct as direct_module
+import envsuite.evals.bench._rows as rows_module
+import envsuite.evals.direct._runner as direct_module
 from envsuite import register
 from envsuite.evals import BenchConfig, run_bench
 from envsuite.leaderboard import ResultStore
@@ -297,7 +297,7 @@ def test_an_env_that_breaks_the_bench_is_reported_and_skipped(
 
 
 def test_progress_lines_say_how_far_the_whole_run_is_and_the_time_left() -> None:
-    from envsuite.evals._bench_progress import BenchSession, clock
+    from envsuite.evals.bench._progress import BenchSession, clock
 
     said: list[str] = []
     session = BenchSession(label="m", say=said.append)

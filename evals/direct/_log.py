@@ -43,7 +43,7 @@ from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_m
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
-    from envsuite.evals._bench_config import BenchConfig
+    from envsuite.evals.bench._config import BenchConfig
 
 SCORER = "env_reward"
 

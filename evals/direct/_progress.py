@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from envsuite.evals._bench_progress import BenchSession
-    from envsuite.evals._direct import EnvRun
+    from envsuite.evals.bench._progress import BenchSession
+    from envsuite.evals.direct._runner import EnvRun
 
 EpisodeCallback = Callable[["EnvRun"], None]
 

@@ -16,7 +16,7 @@ transcript (spans, model-call events); messages, output, scores, usage and timin
 Never loses a run: each finished episode is appended to its env's journal (``direct_<env>.jsonl``, one
 flushed line per episode) before it counts. A rerun of the same bench reads the journal and plays only
 the episodes not in it. When an env's last episode is in, its log is written, the journal removed, and
-the episodes played are stored (``evals._bench_rows``; the log is not read back). An episode whose model call fails is retried once; failing again, it leaves the
+the episodes played are stored (``evals.bench._rows``; the log is not read back). An episode whose model call fails is retried once; failing again, it leaves the
 env's log written with status ``error`` (not imported; the journal stays), so a rerun plays only it.
 """
 
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Literal, TextIO
 
 from envsuite import RendererConfig
 from envsuite.core import Message
-from envsuite.evals._direct_log import EpisodeRecord, Play, write_env_log
 from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_of
 from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
 from envsuite.evals._task import (
@@ -51,14 +50,15 @@ from envsuite.evals._task import (
     sample_seed,
 )
 from envsuite.evals._workers import active_pool
+from envsuite.evals.direct._log import EpisodeRecord, Play, write_env_log
 from envsuite.registration import spec
 
 if TYPE_CHECKING:
     import tinker
 
-    from envsuite.evals._bench_config import BenchConfig
-    from envsuite.evals._bench_progress import BenchSession
-    from envsuite.evals._bench_rows import BenchRecorder
+    from envsuite.evals.bench._config import BenchConfig
+    from envsuite.evals.bench._progress import BenchSession
+    from envsuite.evals.bench._rows import BenchRecorder
 
 MODEL_ATTEMPTS = 2
 """Tries per episode when the model call fails (Inspect's eval set retries a failed sample once too)."""

@@ -1,12 +1,12 @@
 """``envsuite bench``: one model or checkpoint across catalog envs, as Inspect logs, into the leaderboard.
 
 Phases: check the model (before anything is written) -> resolve the envs -> play them with one of two
-runners, storing each env in the result store as it ends (``evals._bench_rows``). The runners:
+runners, storing each env in the result store as it ends (``evals.bench._rows``). The runners:
 
-* ``inspect`` (``evals._bench_inspect``): an Inspect eval set, one task per env and one Inspect sample
+* ``inspect`` (``evals.bench._inspect_runner``): an Inspect eval set, one task per env and one Inspect sample
   per episode; any Inspect model. ``eval_set`` reuses finished work in the log directory, so a run that
   is killed and started again does not redo finished samples. Each finished log is stored.
-* ``direct`` (``evals._direct``, the default for envsuite models): envsuite plays the episodes with the
+* ``direct`` (``evals.direct._runner``, the default for envsuite models): envsuite plays the episodes with the
   same solver code, journals each finished one, writes each env as an ordinary Inspect log and stores
   the episodes it played; ~4x less overhead than Inspect's per-sample machinery, and a rerun resumes
   from the journals.
@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from envsuite.evals._bench_config import BenchConfig, BenchReport, check_model, display_mode
-from envsuite.evals._bench_progress import BenchSession, print_line
-from envsuite.evals._bench_rows import BenchRecorder
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._workers import bench_workers
+from envsuite.evals.bench._config import BenchConfig, BenchReport, check_model, display_mode
+from envsuite.evals.bench._progress import BenchSession, print_line
+from envsuite.evals.bench._rows import BenchRecorder
 
 
 def run_bench(config: BenchConfig) -> BenchReport:
@@ -63,7 +63,7 @@ def _run_bench(config: BenchConfig) -> BenchReport:
                 _run_direct(config, recorder, session, report, display)
             else:
                 # Imported only now: registering its hooks makes Inspect print a banner on its next use.
-                from envsuite.evals._bench_inspect import run_inspect
+                from envsuite.evals.bench._inspect_runner import run_inspect
 
                 run_inspect(config, recorder, session, report, display)
     finally:
@@ -77,10 +77,10 @@ def _run_bench(config: BenchConfig) -> BenchReport:
 def _run_direct(
     config: BenchConfig, recorder: BenchRecorder, session: BenchSession, report: BenchReport, display: str
 ) -> None:
-    """envsuite plays every env here and writes each as an Inspect log (``evals._direct``); an env an
+    """envsuite plays every env here and writes each as an Inspect log (``evals.direct._runner``); an env an
     earlier bench finished is stored from its log and not played again."""
-    from envsuite.evals._direct import DirectBench, env_runs
-    from envsuite.evals._direct_progress import direct_progress
+    from envsuite.evals.direct._progress import direct_progress
+    from envsuite.evals.direct._runner import DirectBench, env_runs
 
     env_ids = config.resolved_env_ids()
     runs = env_runs(config, report.log_dir, env_ids, on_error=session.env_skipped)

@@ -58,7 +58,7 @@ class BenchConfig:
     """Where the envs play (in process, a process pool, Ray); the model stays with Inspect here."""
     runner: str = "auto"
     """``inspect`` (an Inspect eval set: one Inspect sample per episode), ``direct`` (envsuite plays the
-    episodes and writes each env as an Inspect log: an envsuite model only; see ``evals._direct``), or
+    episodes and writes each env as an Inspect log: an envsuite model only; see ``evals.direct._runner``), or
     ``auto``: direct for envsuite models, Inspect for every other model."""
 
     def __post_init__(self) -> None:

@@ -41,8 +41,8 @@ from envsuite.registration import EnvKind, spec
 if TYPE_CHECKING:
     from inspect_ai.scorer import Score
 
-    from envsuite.evals._bench_config import BenchConfig
-    from envsuite.evals._direct_log import EpisodeRecord
+    from envsuite.evals.bench._config import BenchConfig
+    from envsuite.evals.direct._log import EpisodeRecord
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ whole run's progress and an estimate of the time left ("[37/198 envs, 148/792 ep
 ~12:30 left]"). Inspect's plain display cuts task names to 12 characters; these never do. In a terminal
 the direct runner shows one overall bar with the same estimate and prints the end lines above it
 (``brief``). When an env ends the session also runs ``after_task`` (the bench drops the model's cached
-conversations there). It only reports: storing an env is the runner's job (``evals._bench_rows``), done
+conversations there). It only reports: storing an env is the runner's job (``evals.bench._rows``), done
 before the runner says the env ended.
 """
 

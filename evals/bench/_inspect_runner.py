@@ -26,9 +26,9 @@ from inspect_ai.log import EvalSample
 from envsuite.evals._task import envsuite_env
 
 if TYPE_CHECKING:
-    from envsuite.evals._bench_config import BenchConfig, BenchReport
-    from envsuite.evals._bench_progress import BenchSession
-    from envsuite.evals._bench_rows import BenchRecorder
+    from envsuite.evals.bench._config import BenchConfig, BenchReport
+    from envsuite.evals.bench._progress import BenchSession
+    from envsuite.evals.bench._rows import BenchRecorder
 
 
 @dataclass(frozen=True)
