@@ -12,8 +12,10 @@ Layers import only downward: this core (contracts, catalog, renderers, backends,
 
 from __future__ import annotations
 
-from envsuite import _catalog  # noqa: F401  (registers the built-in envs)
-from envsuite._make import (
+from envsuite.adapters.gymnasium import make
+from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
+from envsuite.catalog import _entries  # noqa: F401  (registers the built-in envs)
+from envsuite.catalog._make import (
     DEFAULT_MAX_CONTEXT_TOKENS,
     DEFAULT_MODEL,
     CatalogDatasetBuilder,
@@ -26,16 +28,33 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
-from envsuite._mixture import (
+from envsuite.catalog._mixture import (
     ConcatDataset,
     MixtureDataset,
     MixtureDatasetBuilder,
     make_mixture_dataset_builder,
     round_robin_slots,
 )
-from envsuite._select import is_env_pattern, select_envs
-from envsuite.adapters.gymnasium import make
-from envsuite.adapters.gymnasium import mirror_to_gymnasium as _mirror_to_gymnasium
+from envsuite.catalog._select import is_env_pattern, select_envs
+from envsuite.catalog.registration import (
+    DeprecatedEnvError,
+    EnvFamily,
+    EnvKind,
+    EnvKwargsError,
+    EnvSpec,
+    RegistryError,
+    Rung,
+    UnavailableEnvError,
+    UnknownEnvError,
+    catalog_env_families,
+    catalog_reward_ranges,
+    env_family,
+    family_order,
+    pprint_registry,
+    register,
+    registry,
+    spec,
+)
 from envsuite.core import (
     STOP_METRIC_PREFIX,
     Action,
@@ -70,25 +89,6 @@ from envsuite.core import (
     tool,
 )
 from envsuite.errors import UsageError
-from envsuite.registration import (
-    DeprecatedEnvError,
-    EnvFamily,
-    EnvKind,
-    EnvKwargsError,
-    EnvSpec,
-    RegistryError,
-    Rung,
-    UnavailableEnvError,
-    UnknownEnvError,
-    catalog_env_families,
-    catalog_reward_ranges,
-    env_family,
-    family_order,
-    pprint_registry,
-    register,
-    registry,
-    spec,
-)
 
 # Plugins (the games among them) register now rather than on the first lookup, so that
 # gymnasium.make("envsuite/<id>") finds every id after `import envsuite`. Registration is plain data:

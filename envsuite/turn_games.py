@@ -35,7 +35,7 @@ from typing import (
 from envsuite.errors import UsageError
 
 if TYPE_CHECKING:
-    from envsuite.registration import EnvSpec
+    from envsuite.catalog.registration import EnvSpec
 
 _T = TypeVar("_T")
 

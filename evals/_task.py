@@ -21,6 +21,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
+from envsuite.catalog.registration import spec
 from envsuite.core import (
     Env,
     Message,
@@ -33,7 +34,6 @@ from envsuite.core import (
 from envsuite.evals._messages import from_inspect_call, inspect_tools, to_inspect, tools_of
 from envsuite.evals._workers import active_pool
 from envsuite.executors import WorkerLostError, WorkerPool
-from envsuite.registration import spec
 from envsuite.renderers import encodable_text, reply_message_tokens, reply_to_tokens
 
 if TYPE_CHECKING:

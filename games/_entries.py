@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from envsuite.catalog.registration import EnvKind, register, registry
 from envsuite.games import twenty_questions
 from envsuite.games.textarena._table import all_games
 from envsuite.games.tictactoe import EASY_LEGAL_MOVE_REWARD, EASY_SYSTEM_PROMPT
-from envsuite.registration import EnvKind, register, registry
 
 
 class _SharedFields(TypedDict):

@@ -190,7 +190,7 @@ def test_the_trainer_reaches_the_engine_only_through_the_local_backend(graph: gr
 
 
 def test_no_other_package_imports_private_core_modules(graph: grimp.ImportGraph) -> None:
-    """Layers above the core use its public names (``envsuite._make`` is the core's own business)."""
+    """Layers above the core use its public names (``envsuite.catalog._make`` is the core's own business)."""
     private = []
     for importer, imported in _internal_imports(graph):
         if _layer(importer) == 1:

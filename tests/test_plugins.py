@@ -71,7 +71,7 @@ def fresh_registry(plugin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     for env_spec in envsuite.registry.all_specs():
         fresh.register(env_spec)
     fresh._plugins_loaded = False
-    monkeypatch.setattr(envsuite.registration, "registry", fresh)
+    monkeypatch.setattr(envsuite.catalog.registration, "registry", fresh)
     yield fresh
     for name in PLUGINS:
         sys.modules.pop(name.replace("-", "_"), None)

@@ -126,11 +126,11 @@ def test_entry_point_plugins_load_lazily_and_broken_ones_are_skipped(
         tmp_path, "bad-plugin", "[envsuite.envs]\nbad = bad_plugin\n", "raise ImportError('boom')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    fresh = envsuite.registration.Registry()
-    monkeypatch.setattr(envsuite.registration, "registry", fresh)
+    fresh = envsuite.catalog.registration.Registry()
+    monkeypatch.setattr(envsuite.catalog.registration, "registry", fresh)
     assert not fresh._plugins_loaded
     with pytest.warns(RuntimeWarning, match="bad-plugin"):
-        found = envsuite.registration.registry.spec("goodns/echo")
+        found = envsuite.catalog.registration.registry.spec("goodns/echo")
     assert found.package == "good-plugin"
     assert "bad" in fresh.plugin_errors and "boom" in fresh.plugin_errors["bad"]
     sys.modules.pop("good_plugin", None)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from envsuite._make import RendererConfig, make_env
+from envsuite.catalog._make import RendererConfig, make_env
 from envsuite.core import ProbeExpectation
 from envsuite.errors import UsageError
 from envsuite.renderers import reply_to_tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envsuite._make import RendererConfig, make_env
+from envsuite.catalog._make import RendererConfig, make_env
 from envsuite.core import ProbeExpectation
 from envsuite.renderers import reply_to_tokens
 from tests.conftest import TEST_MODEL
@@ -165,7 +165,7 @@ def test_a_verifiers_taskset_passes_the_conformance_checker(monkeypatch: pytest.
 
 
 def test_an_unknown_verifiers_taskset_is_listed_unavailable_with_the_reason() -> None:
-    from envsuite._make import available_spec
+    from envsuite.catalog._make import available_spec
     from envsuite.errors import UsageError
 
     with pytest.raises(UsageError, match="no_such_vf_env"):

@@ -30,8 +30,8 @@ from envsuite.errors import UsageError
 from envsuite.rollouts import episode_metrics
 
 if TYPE_CHECKING:
+    from envsuite.catalog.registration import EnvSpec
     from envsuite.core import EnvGroupBuilder, TrajectoryGroup
-    from envsuite.registration import EnvSpec
 
 STATE_FILE = "curriculum.jsonl"
 SUCCESS_KEYS = ("correct", "success")

@@ -22,8 +22,8 @@ from envsuite.trainers._curriculum import group_label
 from envsuite.trainers._metrics import Row, episode_summary
 
 if TYPE_CHECKING:
+    from envsuite.catalog.registration import EnvSpec
     from envsuite.core import EnvGroupBuilder, RLDataset, TrajectoryGroup
-    from envsuite.registration import EnvSpec
 
 BY_ENV_PREFIX = "by_env/"
 

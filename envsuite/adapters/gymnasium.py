@@ -42,7 +42,6 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
 from envsuite.adapters._gym_spaces import (
     ChatMessages,
     ChatObservation,
@@ -51,6 +50,8 @@ from envsuite.adapters._gym_spaces import (
     TokenIds,
     TokenSequence,
 )
+from envsuite.catalog._make import DEFAULT_MAX_CONTEXT_TOKENS, RendererConfig, _renderer_config, make_env
+from envsuite.catalog.registration import EnvSpec, spec
 from envsuite.core import (
     Env,
     InitialObservationOverflow,
@@ -58,7 +59,6 @@ from envsuite.core import (
     as_overflow,
     stop_reason_from_metrics,
 )
-from envsuite.registration import EnvSpec, spec
 from envsuite.renderers import reply_to_tokens
 
 Mode = Literal["tokens", "text", "chat"]

@@ -192,7 +192,7 @@ class TurnGameParallelEnv(ParallelEnv[str, dict[str, np.ndarray], int]):
 
 def game_factory(env_id: str) -> GameFactory:
     """The turn-based game behind catalog env ``env_id`` (its class must offer ``game_factory``)."""
-    from envsuite._make import available_spec
+    from envsuite.catalog._make import available_spec
     from envsuite.turn_games import spec_game_factory
 
     env_spec = available_spec(env_id)

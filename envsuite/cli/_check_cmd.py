@@ -6,10 +6,10 @@ import argparse
 
 from rich.console import Console
 
+from envsuite.catalog.registration import registry
 from envsuite.cli._args import Subparsers
 from envsuite.display import printable
 from envsuite.errors import UsageError
-from envsuite.registration import registry
 
 
 def add_parser(sub: Subparsers) -> None:

@@ -1,7 +1,7 @@
 """``envsuite list``: the catalog as a table (or JSON), unavailable and deprecated envs with the reason.
 
 Patterns narrow it as ``bench`` and ``train`` read them (ids, ``family:NAME``, ``tag:NAME``, globs,
-``!`` to leave out: ``envsuite._select``); ``--family`` and ``--tag`` are the same as those patterns.
+``!`` to leave out: ``envsuite.catalog._select``); ``--family`` and ``--tag`` are the same as those patterns.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from envsuite import select_envs
+from envsuite.catalog.registration import EnvSpec, env_family, family_order, registry
 from envsuite.cli._args import Subparsers
 from envsuite.display import printable
-from envsuite.registration import EnvSpec, env_family, family_order, registry
 
 
 def add_parser(sub: Subparsers) -> None:

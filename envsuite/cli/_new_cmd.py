@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from envsuite.catalog.registration import EnvKind
 from envsuite.cli._args import Subparsers
-from envsuite.registration import EnvKind
 
 
 def add_parser(sub: Subparsers) -> None:

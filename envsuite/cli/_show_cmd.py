@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envsuite.catalog.registration import RUNG_KWARG, EnvSpec, env_family, spec
 from envsuite.cli._args import Subparsers
 from envsuite.cli._list_cmd import status
 from envsuite.display import printable
-from envsuite.registration import RUNG_KWARG, EnvSpec, env_family, spec
 
 
 def add_parser(sub: Subparsers) -> None:

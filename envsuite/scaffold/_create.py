@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from envsuite.catalog.registration import EnvKind, RegistryError, UnknownEnvError, registry
 from envsuite.errors import UsageError
-from envsuite.registration import EnvKind, RegistryError, UnknownEnvError, registry
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{1,39}$")
 

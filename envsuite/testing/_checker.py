@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import tinker
 
-from envsuite._make import (
+from envsuite.adapters.cookbook import COOKBOOK_TAG
+from envsuite.catalog._make import (
     DEFAULT_MAX_CONTEXT_TOKENS,
     CatalogDatasetBuilder,
     RendererConfig,
@@ -23,9 +24,8 @@ from envsuite._make import (
     make_env,
     make_group_builder,
 )
-from envsuite.adapters.cookbook import COOKBOOK_TAG
+from envsuite.catalog.registration import EnvSpec, spec
 from envsuite.core import Env, EnvGroupBuilder, StopReason, as_overflow
-from envsuite.registration import EnvSpec, spec
 from envsuite.testing._episodes import (
     PLAUSIBLE_REPLIES,
     EpisodeRecord,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import envsuite
 from envsuite import RendererConfig
+from envsuite.catalog.registration import EnvKind, spec
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._task import episode_score, sample_id
 from envsuite.leaderboard import (
@@ -36,7 +37,6 @@ from envsuite.leaderboard import (
     ResultStore,
     RunRecord,
 )
-from envsuite.registration import EnvKind, spec
 
 if TYPE_CHECKING:
     from inspect_ai.scorer import Score

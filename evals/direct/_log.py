@@ -37,10 +37,10 @@ from inspect_ai.model import (
     ModelUsage,
 )
 
+from envsuite.catalog.registration import spec
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
 from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_metadata
-from envsuite.registration import spec
 
 if TYPE_CHECKING:
     from envsuite.evals.bench._config import BenchConfig

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from envsuite import RendererConfig
+from envsuite.catalog.registration import spec
 from envsuite.core import Message
 from envsuite.evals._messages import as_inspect_sees, from_inspect_call, tools_of
 from envsuite.evals._provider import inspect_calls, local_model, sample, sampling_params
@@ -51,7 +52,6 @@ from envsuite.evals._task import (
 )
 from envsuite.evals._workers import active_pool
 from envsuite.evals.direct._log import EpisodeRecord, Play, write_env_log
-from envsuite.registration import spec
 
 if TYPE_CHECKING:
     import tinker

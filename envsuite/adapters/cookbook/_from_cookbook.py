@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from envsuite._make import CatalogGroupBuilder
+from envsuite.catalog._make import CatalogGroupBuilder
+from envsuite.catalog.registration import EnvSpec
 from envsuite.core import (
     Action,
     ActionExtra,
@@ -37,7 +38,6 @@ from envsuite.core import (
     Trajectory,
     tokens_outside_vocabulary,
 )
-from envsuite.registration import EnvSpec
 
 COOKBOOK_TAG = "tinker-cookbook"
 """The spec tag of catalog entries made by :func:`register_cookbook_env`: their contract lets ``step``
@@ -192,7 +192,7 @@ def register_cookbook_env(
     is tagged ``tinker-cookbook`` (their contract lets ``step`` raise on a bad action, which the
     checker then reports as a warning rather than a failure).
     """
-    from envsuite.registration import register
+    from envsuite.catalog.registration import register
 
     tags = (*spec_fields.pop("tags", ()), COOKBOOK_TAG)
     return register(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 # Python 3.11's parser fails with "AST constructor recursion depth mismatch".
 from openenv.core import GenericEnvClient
 
+from envsuite.catalog.registration import EnvKind, EnvSpec
 from envsuite.core import (
     ActionExtra,
     Env,
@@ -40,7 +41,6 @@ from envsuite.core import (
     StopReason,
     tokens_outside_vocabulary,
 )
-from envsuite.registration import EnvKind, EnvSpec
 
 if TYPE_CHECKING:
     from envsuite.adapters.openenv._models import SpecDocument

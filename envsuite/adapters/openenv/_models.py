@@ -47,7 +47,7 @@ class SpecDocument(TypedDict):
 
     env_id: str
     kind: str
-    """An :class:`~envsuite.registration.EnvKind` value."""
+    """An :class:`~envsuite.catalog.registration.EnvKind` value."""
     reward_range: list[float]
     """``[lo, hi]``."""
     max_turns: int | None

@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 from openenv.core import Environment, create_fastapi_app
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, DEFAULT_MODEL, RendererConfig, available_spec, make_env
 from envsuite.adapters.openenv._models import EnvsuiteAction, EnvsuiteObservation, EnvsuiteState, SpecDocument
+from envsuite.catalog._make import (
+    DEFAULT_MAX_CONTEXT_TOKENS,
+    DEFAULT_MODEL,
+    RendererConfig,
+    available_spec,
+    make_env,
+)
 from envsuite.core import (
     Env,
     InvalidActionError,

@@ -19,9 +19,9 @@ import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
-from envsuite import registration
 from envsuite.adapters.reasoning_gym._table import DatasetInfo, Table, installed_version, load_table
-from envsuite.registration import EnvFamily, EnvKind, register
+from envsuite.catalog import registration
+from envsuite.catalog.registration import EnvFamily, EnvKind, register
 
 NAMESPACE = "reasoning_gym"
 ENTRY_POINT = "envsuite.adapters.reasoning_gym._env:ReasoningGymEnv"

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from envsuite._make import episode_seed
 from envsuite.adapters.reasoning_gym import TIED_DATASETS
 from envsuite.adapters.reasoning_gym._table import DatasetInfo, load_table
+from envsuite.catalog._make import episode_seed
 from envsuite.core import (
     Action,
     ActionExtra,

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from envsuite.registration import Rung
+from envsuite.catalog.registration import Rung
 
 TABLE_PATH = Path(__file__).with_name("datasets.json")
 DISTRIBUTION = "reasoning-gym"

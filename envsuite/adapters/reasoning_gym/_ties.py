@@ -23,11 +23,11 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from envsuite._make import RendererConfig, make_env
 from envsuite.adapters.reasoning_gym import env_id, load_table, register_reasoning_gym
 from envsuite.adapters.reasoning_gym._env import ReasoningGymEnv
+from envsuite.catalog._make import RendererConfig, make_env
+from envsuite.catalog.registration import spec
 from envsuite.core import ActionExtra, as_overflow
-from envsuite.registration import spec
 from envsuite.renderers import reply_to_tokens
 
 JUNK = ("zzz", "", "0", "1", "yes", "no", "none", "True", "False")

@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from envsuite._make import (
+from envsuite.catalog._make import (
     DEFAULT_MAX_CONTEXT_TOKENS,
     DEFAULT_MODEL,
     RendererConfig,

@@ -31,7 +31,13 @@ import verifiers.v1 as vf
 from pydantic import Field
 from verifiers.v1.runtimes import ProgramResult
 
-from envsuite._make import DEFAULT_MAX_CONTEXT_TOKENS, DEFAULT_MODEL, RendererConfig, available_spec, make_env
+from envsuite.catalog._make import (
+    DEFAULT_MAX_CONTEXT_TOKENS,
+    DEFAULT_MODEL,
+    RendererConfig,
+    available_spec,
+    make_env,
+)
 from envsuite.core import Env, Split, as_overflow
 from envsuite.renderers import reply_to_tokens
 

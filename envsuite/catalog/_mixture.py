@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envsuite._make import (
+from envsuite.catalog._make import (
     DEFAULT_MAX_CONTEXT_TOKENS,
     EnvRef,
     RendererConfig,

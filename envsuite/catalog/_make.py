@@ -5,7 +5,7 @@ Names are consistent: ``make_env`` (one single-use :class:`~envsuite.core.Env`),
 ``make_dataset_builder`` (an :class:`~envsuite.core.RLDatasetBuilder` of batches of groups) and ``make``
 (a ``gymnasium.Env``, in ``envsuite.adapters``). All of them are plain data and pickle.
 
-Each takes a catalog id or the :class:`~envsuite.registration.EnvSpec` it resolved to. The id is resolved
+Each takes a catalog id or the :class:`~envsuite.catalog.registration.EnvSpec` it resolved to. The id is resolved
 once, where a caller starts (a training run, a bench), and the spec travels from there: builders carry
 it, so making a group or an env never looks the id up again (and a worker process makes envs of specs
 registered only in the process that sent them).
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from envsuite.catalog.registration import EnvKwargs, EnvKwargsError, EnvSpec, UnavailableEnvError, spec
 from envsuite.core import Env, EnvContext, EnvGroupBuilder, RLDataset, RLDatasetBuilder, Split
 from envsuite.errors import UsageError
-from envsuite.registration import EnvKwargs, EnvKwargsError, EnvSpec, UnavailableEnvError, spec
 
 if TYPE_CHECKING:
     from envsuite.renderers.base import Renderer

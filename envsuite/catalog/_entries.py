@@ -11,7 +11,7 @@ import importlib.util
 import shutil
 from typing import Any
 
-from envsuite.registration import EnvKind, register, register_scheme
+from envsuite.catalog.registration import EnvKind, register, register_scheme
 
 register(
     "arithmetic-v0",

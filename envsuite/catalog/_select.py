@@ -23,8 +23,8 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
+from envsuite.catalog.registration import EnvSpec, env_family, family_order, registry
 from envsuite.errors import UsageError
-from envsuite.registration import EnvSpec, env_family, family_order, registry
 
 FAMILY_PREFIX = "family:"
 TAG_PREFIX = "tag:"
