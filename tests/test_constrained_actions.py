@@ -10,7 +10,9 @@ or a readable call):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,7 @@ from envsuite.engine.sampling import GrammarCompiler
 from envsuite.envs.tool_use import ToolUseEnv
 from envsuite.errors import UsageError
 from envsuite.rollouts import RolloutLimits, do_single_rollout
+from envsuite.trainers import TrainConfig
 from tests.conftest import TEST_MODEL
 
 VOCAB = 49152
@@ -125,3 +128,20 @@ def test_play_constrains_actions(capsys: pytest.CaptureFixture[str]) -> None:
         ["play", "tictactoe_easy", "--policy", "random", "--model", TEST_MODEL, "--constrain-actions"]
     )
     assert refused == 2 and "cannot sample under a constraint" in capsys.readouterr().err
+
+
+def test_train_constrains_actions(tmp_path: Path) -> None:
+    """``envsuite train --constrain-actions``: the rollouts of a run sample under their envs' constraints
+    (no invalid move in any training game), the setting is saved with the run, and it needs the local backend."""
+    log_dir = tmp_path / "run"
+    args = ["train", "tictactoe_easy", "--model", TEST_MODEL, "--steps", "1", "--batch-size", "2"]
+    args += ["--group-size", "2", "--max-tokens", "16", "--constrain-actions", "--log-dir", str(log_dir)]
+    assert main(args) == 0
+    assert json.loads((log_dir / "config.json").read_text())["constrain_actions"] is True
+    metrics = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    invalid = [v for row in metrics for k, v in row.items() if k.endswith("invalid_moves")]
+    assert invalid and all(v == 0 for v in invalid)
+    with pytest.raises(ValueError, match="constrain_actions"):
+        TrainConfig(
+            "tictactoe_easy", str(log_dir), model=TEST_MODEL, backend="tinker", constrain_actions=True
+        ).validate()

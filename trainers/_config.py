@@ -174,6 +174,11 @@ class TrainConfig:
                 "sampler replicas (samplers >= 1) run the local engine: use backend 'local' (hosted "
                 "Tinker and `envsuite serve` already scale sampling behind their URL)",
             ),
+            (
+                not self.sampling.constrain_actions or self.policy.backend == "local",
+                "constrain_actions samples under grammars, which only the local engine applies (the "
+                "Tinker SDK would drop them): use backend 'local'",
+            ),
         ]
 
     def executor_config(self) -> ExecutorConfig:

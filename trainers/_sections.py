@@ -271,6 +271,10 @@ class SamplingSection:
     rollout_timeout_s: float | None = None
     """Wall-clock bound per episode (a hanging env or partner ends with ``rollout_timeout``)."""
     max_context_tokens: int = 4096
+    constrain_actions: bool = False
+    """Sample each action under its env's action constraint (``Env.action_constraint``: legal moves,
+    well-formed tool calls), by constrained decoding: local backend only. Saved with the run's config,
+    so a constrained run is never mistaken for a free one."""
 
     def checks(self) -> list[Check]:
         return [

@@ -98,6 +98,12 @@ _SWITCHES: list[tuple[str, str, bool, str]] = [
         False,
         "LoRA on the attention and MLP projections only, not the LM head (as peft/TRL)",
     ),
+    (
+        "--constrain-actions",
+        "constrain_actions",
+        True,
+        "sample each action under its env's action constraint (legal moves, well-formed tool calls; local)",
+    ),
 ]
 
 

@@ -57,7 +57,11 @@ class SamplerSettings:
         return cls(
             config.sampling.max_tokens,
             config.sampling.temperature,
-            RolloutLimits(max_turns=config.sampling.max_turns, timeout_s=config.sampling.rollout_timeout_s),
+            RolloutLimits(
+                max_turns=config.sampling.max_turns,
+                timeout_s=config.sampling.rollout_timeout_s,
+                constrain_actions=config.sampling.constrain_actions,
+            ),
         )
 
 
