@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from envsuite.catalog.registration import EnvKind, register
 from envsuite.envs.bfcl._categories import CATEGORIES, Scoring
 from envsuite.envs.bfcl._upstream import missing
-from envsuite.registration import EnvKind, register
 
 NAMESPACE = "bfcl"
 ENTRY_POINT = "envsuite.envs.bfcl:BfclEnv"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from envsuite.catalog.registration import EnvKind, register
 from envsuite.envs.standard._sets import STANDARD_SETS, Scoring
-from envsuite.registration import EnvKind, register
 
 NAMESPACE = "standard"
 ENTRY_POINT = "envsuite.envs.standard:StandardSetEnv"
