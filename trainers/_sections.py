@@ -124,7 +124,8 @@ class PolicySection:
 
 @dataclass(frozen=True)
 class StepSection:
-    """The run's steps: how many, how big, how split, how seeded, and how asynchronous."""
+    """The run's steps: how many, how many groups of how many rollouts each, how they are split into
+    optimizer steps and seeded, when checkpoints are saved, and how asynchronous sampling may be."""
 
     n_steps: int = 20
     """Optimizer steps; step ``i`` trains on batch ``i`` of the dataset."""
@@ -132,20 +133,20 @@ class StepSection:
     """Groups (problems) per step."""
     group_size: int = 4
     """Rollouts per group; advantages compare members of one group (>= 2)."""
-    num_substeps: int = 1
-    """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
-    seed: int = 0
-    """Seed of the data order and of the LoRA init."""
-    save_every: int = 10
-    """Save a resumable checkpoint every this many steps (and after the last)."""
     async_max_steps_off_policy: int | None = None
     """Async off-policy training (tinker-cookbook's ``AsyncConfig.max_steps_off_policy``): sampling
     goes on while the trainer trains, and a group sampled with weights more than this many optimizer
     steps old is dropped (counted, and its problem sampled again). None: synchronous."""
+    num_substeps: int = 1
+    """Optimizer steps per batch: the batch is split into this many minibatches of whole groups."""
     stream_minibatches: int | None = None
     """Streaming minibatches (cookbook's ``StreamMinibatchConfig.num_minibatches``): each substep's
     groups split into this many minibatches, each trained (``forward_backward``) as soon as its groups
     have finished; one optimizer step per substep. None: train once the whole batch is in."""
+    seed: int = 0
+    """Seed of the data order and of the LoRA init."""
+    save_every: int = 10
+    """Save a resumable checkpoint every this many steps (and after the last)."""
 
     def checks(self) -> list[Check]:
         per_substep = self.batch_size // max(self.num_substeps, 1)
@@ -188,9 +189,13 @@ class OptimizerSection:
     warmup_steps: int = 0
     """Steps of linear warmup from 0 to ``learning_rate``."""
     beta1: float = 0.9
+    """Adam's decay of its running mean of gradients."""
     beta2: float = 0.95
+    """Adam's decay of its running mean of squared gradients."""
     eps: float = 1e-8
+    """Added to the root of Adam's second moment before dividing by it."""
     weight_decay: float = 0.0
+    """Decoupled weight decay per step (AdamW's)."""
     grad_clip_norm: float = 0.0
     """0 disables clipping."""
 
