@@ -187,6 +187,32 @@ register(
     **_TOOL_USE,
 )
 
+# MCP tools (envsuite.adapters.mcp): a real MCP server's tools, the server run in the sandbox (docs/tools.md).
+_NO_MCP = (
+    "needs mcp-server-time (pip install 'envsuite[mcp]')"
+    if importlib.util.find_spec("mcp_server_time") is None
+    else None
+    if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+    else "needs bubblewrap: its MCP server runs in the sandbox (`make install`)"
+)
+register(
+    "tools/mcp_time-v0",
+    entry_point="envsuite.envs.tool_use.mcp_time:McpTimeEnv",
+    description="Convert a time between two of 18 time zones with mcp-server-time's tools (MCP, in the sandbox).",
+    max_turns=4,
+    unavailable=_NO_MCP,
+    **_TOOL_USE,
+)
+register(
+    "tools/mcp_time_easy-v0",
+    entry_point="envsuite.envs.tool_use.mcp_time:McpTimeEnv",
+    kwargs={"zones": ["Asia/Tokyo", "Europe/London", "America/New_York", "UTC"], **_EASY},
+    description="The first rung: four whole-hour zones; a worked convert_time call shown first.",
+    max_turns=4,
+    unavailable=_NO_MCP,
+    **_TOOL_USE,
+)
+
 # Agents in a sandboxed workspace: shell, repository and git families, Harbor-format tasks (docs/workspace.md).
 from envsuite.envs.workspace._catalog import register_workspace_envs  # noqa: E402
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from envsuite.sandbox._cgroup import CgroupKind, live_cgroups
+from envsuite.sandbox._process import SandboxProcess
 from envsuite.sandbox._session import COOKBOOK_OUTPUT_BYTES, Sandbox, run_python, run_python_async
 from envsuite.sandbox._support import SandboxSupport, sandbox_support
 from envsuite.sandbox._types import (
@@ -62,6 +63,7 @@ __all__ = [
     "Sandbox",
     "run_python",
     "run_python_async",
+    "SandboxProcess",
     # contracts
     "Limit",
     "Limits",

@@ -114,8 +114,12 @@ def bwrap_argv(
     env: Mapping[str, str],
     cwd: str,
     sync_fds: tuple[int, int] | None,
+    ro_binds: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """The bubblewrap command line (without the program): namespaces, mounts, env, cwd.
+
+    ``ro_binds``: extra ``(host path, sandbox path)`` pairs bound read-only (a long-lived process's
+    packages, :meth:`Sandbox.spawn`); the sandbox path must not be on a system mount.
 
     ``sync_fds`` is ``(info_fd, block_fd)``: bwrap reports its child's pid on the first and waits
     for a byte on the second before running the program (the runner moves both into the run's cgroup
@@ -141,6 +145,7 @@ def bwrap_argv(
         str(root),
         "/",
         *system_binds(root),
+        *(arg for host, inside in ro_binds for arg in ("--ro-bind", host, inside)),
         "--proc",
         "/proc",
         "--dev",

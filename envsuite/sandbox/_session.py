@@ -25,6 +25,7 @@ from typing import Self
 
 from envsuite.sandbox import _files
 from envsuite.sandbox._layout import check_argv, make_root
+from envsuite.sandbox._process import SandboxProcess, spawn
 from envsuite.sandbox._runner import execute
 from envsuite.sandbox._support import SandboxSupport, sandbox_support
 from envsuite.sandbox._types import (
@@ -61,6 +62,7 @@ class Sandbox:
         make_root(self.root, self.support.run_as)
         self._closed = False
         self._lock = threading.Lock()
+        self._processes: list[SandboxProcess] = []
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -141,6 +143,42 @@ class Sandbox:
             if not self._closed:
                 _files.remove_file(self.root, path)
 
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str = SANDBOX_WORKDIR,
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        ro_binds: Mapping[str, str] | None = None,
+    ) -> SandboxProcess:
+        """Start a long-lived program with stdin/stdout pipes (a stdio server); see
+        :mod:`envsuite.sandbox._process` for what it sees and what limits it.
+
+        ``ro_binds``: host path -> absolute sandbox path, bound read-only (e.g. a venv's site-packages
+        so a Python server package runs inside). :meth:`close` kills it with its tree before the root
+        goes. Raises :class:`~envsuite.sandbox.SandboxError` where isolation is off."""
+        self._check_open()
+        binds: list[tuple[str, str]] = []
+        for host, inside in (ro_binds or {}).items():
+            where = _files.sandbox_path(inside)
+            if where == "/" or _files.on_mount(where):
+                raise SandboxPathError(f"{inside}: a bind may not cover a system mount")
+            binds.append((str(Path(host).resolve()), where))
+        process = spawn(
+            self.support,
+            self.root,
+            check_argv(argv),
+            limits=limits or self.config.limits,
+            cwd=_files.sandbox_path(cwd),
+            env=dict(env or {}),
+            ro_binds=binds,
+            stderr_path=Path(self._tmp) / f"spawn-{uuid.uuid4().hex[:12]}.stderr",
+        )
+        with self._lock:
+            self._processes.append(process)
+        return process
+
     # -- files --------------------------------------------------------------------------------------
 
     def write_bytes(self, path: str, data: bytes, *, executable: bool = False) -> None:
@@ -192,6 +230,9 @@ class Sandbox:
             if self._closed:
                 return
             self._closed = True
+            processes, self._processes = self._processes, []
+        for process in processes:
+            process.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     @property
