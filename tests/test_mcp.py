@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from envsuite.adapters.mcp import McpServer, McpStartError, McpToolbox
 from envsuite.chat import ToolCall
+from envsuite.sandbox import Sandbox
 from envsuite.tools import ToolError as CallError
 from envsuite.tools import ToolInput, ToolOutcome, run_tool_call, tool_spec
 from tests.support.sandbox import needs_sandbox
@@ -160,3 +161,32 @@ def test_a_streamable_http_server_lists_calls_and_reports_errors(http_url: str) 
     assert failed.error is CallError.FAILED and "boom" in failed.messages[0]["content"]
     assert slow.error is CallError.FAILED and "longer than 1.0 s" in slow.messages[0]["content"]
     assert after.ok and after.messages[0]["content"] == "2"
+
+
+def test_a_server_in_an_existing_sandbox_works_on_its_files() -> None:
+    """A workspace episode's sandbox: mcp-server-git reads the repository its shell made; closing the
+    toolbox stops the server and leaves the sandbox (the episode's) open."""
+    if needs_sandbox.args[0]:
+        pytest.skip(needs_sandbox.kwargs["reason"])
+    with Sandbox() as workspace:
+        made = workspace.run_shell(
+            "git init -q repo && cd repo && echo hi > notes.txt && git add notes.txt"
+            " && git -c user.name=a -c user.email=a@b commit -qm 'first notes'"
+        )
+        assert made.exit_code == 0, made.stderr
+        git = McpServer.python_module("mcp_server_git", "--repository", "/work/repo")
+        with McpToolbox(git, sandbox=workspace) as box:
+            tools = {t.name: t for t in box.tools}
+            assert {"git_status", "git_log", "git_diff"} <= set(tools)
+            log = asyncio.run(
+                run_tool_call(tools, ToolCall.create("git_log", {"repo_path": "/work/repo"}, "1"))
+            )
+            outside = asyncio.run(
+                run_tool_call(tools, ToolCall.create("git_status", {"repo_path": "/usr"}, "2"))
+            )
+            assert box.process is not None
+            pid = box.process.pid
+        assert log.ok and "first notes" in log.messages[0]["content"], log.messages
+        assert outside.error is CallError.FAILED
+        assert not os.path.exists(f"/proc/{pid}")
+        assert not workspace.closed and workspace.run(["true"]).exit_code == 0

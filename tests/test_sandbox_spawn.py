@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envsuite.sandbox import Limits, Sandbox, SandboxPathError, SandboxProcess
+from envsuite.sandbox import Limits, Sandbox, SandboxPathError, SandboxProcess, live_cgroups
 from tests.support.sandbox import needs_sandbox
 
 pytestmark = needs_sandbox
@@ -55,6 +55,8 @@ def test_a_spawned_process_answers_on_its_pipes_and_sees_its_bind(
     loop: tuple[Sandbox, SandboxProcess],
 ) -> None:
     _, process = loop
+    # A long-lived process holds no run cgroup (the escape suite checks that none is left alive).
+    assert not live_cgroups()
     assert _ask(process, f"import os; assert os.path.isdir({SITE + '/mcp'!r})") == "ok"
     assert _ask(process, "open('/work/note', 'w').write('x')") == "ok"
     assert _ask(process, "raise ValueError('shown')") == "ValueError: shown"

@@ -2,34 +2,34 @@
 
 :meth:`Sandbox.run` runs a program to completion; a server (an MCP server over stdio) must live for an
 episode and answer on its pipes. :func:`spawn` starts one from the same command line as a run (bwrap's
-namespaces with no network, the prlimit rlimits, the run's cgroup where one is writable), plus extra
-read-only binds, and returns a :class:`SandboxProcess`. Invariants:
+namespaces with no network, the prlimit rlimits), plus extra read-only binds, and returns a
+:class:`SandboxProcess`. Invariants:
 
 * the process sees only its scratch root, the system mounts and its ``ro_binds``; no network;
 * ``stdin``/``stdout`` are binary pipes the caller drives; stderr goes to a host file outside the root
   (a server that logs must never block on a full pipe nobody reads), kept for :meth:`stderr_tail`;
-* :meth:`SandboxProcess.close` kills the whole tree (bwrap's process group, whose death takes the pid
-  namespace down, and the cgroup), reaps it and removes the cgroup; idempotent. The sandbox's own
+* :meth:`SandboxProcess.close` kills the whole tree (SIGKILL to bwrap's process group; its sandboxed
+  child dies with it, ``--die-with-parent``, and as the pid namespace's init its death kills every
+  process left inside) and reaps it; idempotent. The sandbox's own
   :meth:`~envsuite.sandbox.Sandbox.close` closes its processes before it removes the root.
 
 What a run has and a spawned process has not: a wall clock (it lives until closed), output caps (the
-caller reads what it wants) and the disk poll (the root's tmpfs-free size is not watched); CPU time,
-memory, processes, file size and open files are limited as for a run.
+caller reads what it wants), the disk poll, and a cgroup. Its rlimits (CPU time, address space,
+processes inside its user namespace, file size, open files) hold as for a run; a cgroup is left out on
+purpose: a server lives across many runs, and a run's cgroup alive after its sandbox's runs ended is
+what the escape suite (``live_cgroups()``) flags as leaked.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from envsuite.sandbox._cgroup import RunCgroup
 from envsuite.sandbox._layout import INIT_ARGV, bwrap_argv, prlimit_argv, program_env
-from envsuite.sandbox._runner import _attach, _kill_all, _make_cgroup, _reap
+from envsuite.sandbox._runner import _kill_all, _reap
 from envsuite.sandbox._support import SandboxSupport
 from envsuite.sandbox._types import Isolation, Limits, SandboxError
 
@@ -39,9 +39,8 @@ _STDERR_TAIL = 4000
 class SandboxProcess:
     """A spawned sandboxed program (see the module docstring). Thread-safe :meth:`close`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], cgroup: RunCgroup | None, stderr_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], stderr_path: Path) -> None:
         self._proc = proc
-        self._cgroup = cgroup
         self._stderr_path = stderr_path
         self._lock = threading.Lock()
         self._closed = False
@@ -79,15 +78,13 @@ class SandboxProcess:
             return ""
 
     def close(self) -> None:
-        """Kill the tree, reap it and remove its cgroup (idempotent)."""
+        """Kill the tree and reap it (idempotent)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        _kill_all(self._proc, self._cgroup)
+        _kill_all(self._proc, None)
         _reap(self._proc)
-        if self._cgroup is not None:
-            self._cgroup.remove()
 
 
 def spawn(
@@ -104,16 +101,13 @@ def spawn(
     """Start ``argv`` in the sandbox rooted at ``root`` and return it running (isolated runs only)."""
     if support.isolation is not Isolation.BWRAP or support.bwrap is None:
         raise SandboxError("spawn needs bubblewrap isolation (a long-lived process is never run bare)")
-    cgroup = _make_cgroup(support, limits)
-    info_r, info_w, block_r, block_w = (*os.pipe(), *os.pipe()) if cgroup else (-1,) * 4
-    sync = (info_w, block_r) if info_w >= 0 else None
     wrapper = bwrap_argv(
         support.bwrap,
         root,
         limits=limits,
         env=program_env(env, root=None),
         cwd=cwd,
-        sync_fds=sync,
+        sync_fds=None,
         ro_binds=ro_binds,
     )
     command = [*wrapper, *prlimit_argv(support.prlimit, limits), *INIT_ARGV, *argv]
@@ -128,21 +122,10 @@ def spawn(
                 env={},
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=sync or (),
                 user=support.run_as,
                 group=support.run_as,
                 extra_groups=[] if support.run_as is not None else None,
             )
     except OSError as exc:
-        for fd in (info_r, info_w, block_r, block_w):
-            if fd >= 0:
-                os.close(fd)
-        if cgroup is not None:
-            cgroup.remove()
         raise SandboxError(f"could not start the sandbox: {exc}") from exc
-    if sync is not None and cgroup is not None:
-        os.close(info_w)
-        os.close(block_r)
-        with contextlib.suppress(OSError):
-            _attach(proc.pid, info_r, block_w, cgroup)
-    return SandboxProcess(proc, cgroup, stderr_path)
+    return SandboxProcess(proc, stderr_path)

@@ -34,7 +34,7 @@ from mcp.client.session import ClientSession
 
 from envsuite.adapters.mcp._config import McpServer, Transport
 from envsuite.adapters.mcp._transport import process_streams, spawn_server
-from envsuite.chat import canonical_json
+from envsuite.chat import Message, canonical_json
 from envsuite.sandbox import Sandbox, SandboxConfig, SandboxProcess
 from envsuite.tools import ToolError, ToolInput, ToolResult, error_message
 
@@ -67,11 +67,21 @@ class McpToolbox:
     """A connection to one MCP server and its tools (see the module docstring). Use as a context manager
     (sync or async) or call :meth:`start` and :meth:`close`."""
 
-    def __init__(self, server: McpServer, *, sandbox_config: SandboxConfig | None = None) -> None:
+    def __init__(
+        self,
+        server: McpServer,
+        *,
+        sandbox_config: SandboxConfig | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        """``sandbox``: run a sandboxed stdio server in this existing sandbox (a workspace episode's, so
+        the server works on the episode's files; the sandbox stays open after :meth:`close`); by
+        default the toolbox makes its own from ``sandbox_config`` and removes it on close."""
         self.server = server
         self.sandbox_config = sandbox_config
-        self.sandbox: Sandbox | None = None
-        """The sandbox a sandboxed stdio server runs in (created by :meth:`start`)."""
+        self.sandbox: Sandbox | None = sandbox
+        """The sandbox a sandboxed stdio server runs in."""
+        self._owns_sandbox = sandbox is None
         self.process: SandboxProcess | None = None
         """The sandboxed server's process (its pid, its stderr)."""
         self._tools: list[McpTool] = []
@@ -138,8 +148,10 @@ class McpToolbox:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=30)
-        if self.sandbox is not None:
-            self.sandbox.close()  # kills a server that survived its session's exit
+        if self.process is not None:
+            self.process.close()  # a server that outlived its session's exit
+        if self.sandbox is not None and self._owns_sandbox:
+            self.sandbox.close()
         _LIVE.discard(self)
 
     def __enter__(self) -> Self:
@@ -179,7 +191,10 @@ class McpToolbox:
         text = _content_text(result)
         if result.is_error:
             return _error(text or f"{shown} reported an error", call_id, shown)
-        return ToolResult([{"role": "tool", "content": text, "name": shown, **_id(call_id)}])
+        message: Message = {"role": "tool", "content": text, "name": shown}
+        if call_id:
+            message["tool_call_id"] = call_id
+        return ToolResult([message])
 
     # -- the session's thread -------------------------------------------------------------------------
 
@@ -217,7 +232,8 @@ class McpToolbox:
             async with streamable_http_client(server.url) as streams:
                 yield streams
         elif server.sandboxed:
-            self.sandbox = Sandbox(self.sandbox_config)
+            if self.sandbox is None:
+                self.sandbox = Sandbox(self.sandbox_config)
             self.process = spawn_server(self.sandbox, server)
             async with process_streams(self.process) as streams:
                 yield streams
@@ -261,10 +277,6 @@ def _content_text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
-def _id(call_id: str | None) -> dict[str, str]:
-    return {"tool_call_id": call_id} if call_id else {}
-
-
 def _error(text: str, call_id: str | None, name: str, kind: ToolError = ToolError.FAILED) -> ToolResult:
     return ToolResult([error_message(text, call_id, name)], metadata={"error": kind.value})
 
@@ -272,10 +284,12 @@ def _error(text: str, call_id: str | None, name: str, kind: ToolError = ToolErro
 def shared_toolbox(server: McpServer, sandbox_config: SandboxConfig | None = None) -> McpToolbox:
     """The process's one toolbox for ``server`` (for stateless servers shared by many episodes: one
     start, not one per episode); start it with :meth:`McpToolbox.start`. Closed at interpreter exit;
-    a closed one is replaced on the next request."""
+    a closed one, or one whose sandboxed server died, is replaced on the next request."""
     key = (server, sandbox_config)
     with _SHARED_LOCK:
         box = _SHARED.get(key)
+        if box is not None and box.process is not None and box.process.poll() is not None:
+            box.close()  # the server died (its CPU budget, a crash): the next episode gets a fresh one
         if box is None or box.closed:
             box = _SHARED[key] = McpToolbox(server, sandbox_config=sandbox_config)
         return box
