@@ -11,6 +11,7 @@ date the server converts on, so a daylight-saving change between draw and answer
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Sequence
@@ -18,7 +19,15 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from envsuite.adapters.mcp import McpServer, shared_toolbox
-from envsuite.core import EnvContext, Message, Tool, ToolCall
+from envsuite.core import (
+    EnvContext,
+    InitialObservationOverflow,
+    Message,
+    Observation,
+    StopCondition,
+    Tool,
+    ToolCall,
+)
 from envsuite.envs._problem import draw_for_split
 from envsuite.envs.tool_use._env import DEFAULT_FORMAT_COEF, Score, ToolUseEnv
 
@@ -113,6 +122,11 @@ class McpTimeEnv(ToolUseEnv):
 
     def tools(self) -> Sequence[Tool]:
         return shared_toolbox(self.server).start()
+
+    async def initial_observation(self) -> tuple[Observation, StopCondition] | InitialObservationOverflow:
+        # The first episode of a process starts the server (~0.7 s): in a thread, not on the env's loop.
+        await asyncio.to_thread(shared_toolbox(self.server).start)
+        return await super().initial_observation()
 
     def task(self) -> str:
         return self._task
