@@ -35,7 +35,10 @@ from envsuite.envs.tool_use import CalculatorError, build_atlas, evaluate, load_
 from envsuite.renderers import reply_message_tokens, reply_to_tokens
 from tests.conftest import TEST_MODEL
 
-TOOL_IDS = sorted(s.id for s in envsuite.registry.all_specs() if "tool-use" in s.tags)
+TOOL_IDS = sorted(
+    s.id for s in envsuite.registry.all_specs() if "tool-use" in s.tags and s.id.startswith("tools/")
+)
+"""The tool-use envs of the ``tools/`` family (BFCL's are tool-use too: tests/test_bfcl.py)."""
 
 
 # ---- @tool and run_tool_call ------------------------------------------------------------------
@@ -382,6 +385,8 @@ def test_the_catalog_has_the_tool_families() -> None:
         "tools/calculator_easy-v0",
         "tools/kv_store-v0",
         "tools/kv_store_easy-v0",
+        "tools/mcp_time-v0",
+        "tools/mcp_time_easy-v0",
         "tools/search-v0",
         "tools/search_easy-v0",
         "tools/search_multihop-v0",
