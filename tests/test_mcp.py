@@ -14,6 +14,12 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+
+pytest.importorskip(
+    "mcp_types",
+    reason="MCP tools need mcp>=2.3 (the mcp extra); the dev install has openenv's fastmcp, which needs mcp<2",
+)
+
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

@@ -189,8 +189,8 @@ register(
 
 # MCP tools (envsuite.adapters.mcp): a real MCP server's tools, the server run in the sandbox (docs/tools.md).
 _NO_MCP = (
-    "needs mcp-server-time (pip install 'envsuite[mcp]')"
-    if importlib.util.find_spec("mcp_server_time") is None
+    "needs mcp>=2.3 and mcp-server-time (pip install 'envsuite[mcp]'; openenv's fastmcp holds mcp below 2)"
+    if importlib.util.find_spec("mcp_server_time") is None or importlib.util.find_spec("mcp_types") is None
     else None
     if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
     else "needs bubblewrap: its MCP server runs in the sandbox (`make install`)"

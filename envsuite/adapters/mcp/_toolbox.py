@@ -189,7 +189,7 @@ class McpToolbox:
         except Exception as exc:  # protocol errors, a dead server: the model's error message
             return _error(f"{shown} failed: {type(exc).__name__}: {exc}", call_id, shown)
         text = _content_text(result)
-        if result.is_error:
+        if getattr(result, "is_error", None) or getattr(result, "isError", False):  # mcp 2 / mcp 1 names
             return _error(text or f"{shown} reported an error", call_id, shown)
         message: Message = {"role": "tool", "content": text, "name": shown}
         if call_id:
@@ -259,7 +259,7 @@ async def _list_all(session: ClientSession) -> list[mcp_types.Tool]:
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)
         tools += page.tools
-        cursor = page.next_cursor
+        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)  # mcp 2 / mcp 1
         if not cursor:
             return tools
 
