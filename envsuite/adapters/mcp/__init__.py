@@ -11,8 +11,18 @@ that fails or times out is the tool's error result. docs/tools.md, "MCP tools"::
         tools = box.tools          # [McpTool('get_current_time', ...), McpTool('convert_time', ...)]
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from envsuite.adapters.mcp._config import SANDBOX_PYTHON, SERVER_LIMITS, SITE_IN_SANDBOX, McpServer, Transport
-from envsuite.adapters.mcp._toolbox import McpStartError, McpTool, McpToolbox, shared_toolbox
+
+if TYPE_CHECKING:
+    from envsuite.adapters.mcp._toolbox import McpStartError, McpTool, McpToolbox, shared_toolbox
+
+_TOOLBOX = ("McpStartError", "McpTool", "McpToolbox", "shared_toolbox")
+"""Loaded on first use: they import the mcp SDK (mcp>=2.3), which an install may lack (docs/tools.md)."""
 
 __all__ = [
     # configuration
@@ -27,3 +37,9 @@ __all__ = [
     "shared_toolbox",
     "McpStartError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TOOLBOX:
+        return getattr(importlib.import_module("envsuite.adapters.mcp._toolbox"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
