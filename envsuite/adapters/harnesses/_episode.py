@@ -3,12 +3,12 @@ its tools run, and its score posted (the capture API of ``envsuite serve``)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envsuite.tools import Tool, ToolInput
+from envsuite.chat import ToolCall
+from envsuite.tools import Tool, run_tool_call
 
 if TYPE_CHECKING:
     from envsuite.core import Env
@@ -56,16 +56,13 @@ def new_episode_id() -> str:
     return f"harness-{uuid.uuid4().hex[:16]}"
 
 
-async def run_tool(tool: Tool, arguments_json: str) -> str:
-    """Run an env tool on the harness's JSON arguments; its messages' text, or the error it reports."""
-    try:
-        arguments = json.loads(arguments_json or "{}")
-    except ValueError as exc:
-        return f"Error: the arguments are not JSON: {exc}"
-    if not isinstance(arguments, dict):
-        return "Error: the arguments must be a JSON object"
-    result = await tool.run(ToolInput(arguments=arguments))
-    return "\n".join(str(m.get("content", "")) for m in result.messages)
+async def run_tool(tool: Tool, arguments_json: str, *, timeout_s: float | None = 30.0) -> str:
+    """Run an env tool on the harness's JSON arguments as envsuite runs any call (``run_tool_call``: the
+    arguments checked against the tool's schema, a time limit, a failure the model's error message);
+    the text of the messages the model sees."""
+    call = ToolCall.create(tool.name, arguments_json or "{}")
+    outcome = await run_tool_call([tool], call, timeout_s=timeout_s)
+    return "\n".join(str(m.get("content", "")) for m in outcome.messages)
 
 
 async def post_reward(served: ServedModelRef, episode_id: str, reward: float) -> None:

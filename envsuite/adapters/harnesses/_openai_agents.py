@@ -57,7 +57,8 @@ async def run_agents_sdk_episode(
     await env.initial_observation()  # lays out the workspace
     episode_id = new_episode_id()
     calls: list[str] = []
-    tools = [_function_tool(agents, tool, calls) for tool in getattr(env, "tools", lambda: [])()]
+    timeout_s = getattr(env, "tool_timeout_s", 30.0)
+    tools = [_function_tool(agents, tool, calls, timeout_s) for tool in getattr(env, "tools", lambda: [])()]
     client = AsyncOpenAI(
         base_url=served.openai_base_url,
         api_key=served.api_key,
@@ -87,10 +88,10 @@ async def run_agents_sdk_episode(
     return HarnessEpisode(env_id, seed, episode_id, reward, score.correct, answer, calls, score.detail)
 
 
-def _function_tool(agents: Any, tool: Tool, calls: list[str]) -> Any:
+def _function_tool(agents: Any, tool: Tool, calls: list[str], timeout_s: float | None) -> Any:
     async def invoke(_context: Any, arguments_json: str) -> str:
         calls.append(f"{tool.name}({arguments_json[:200]})")
-        return await run_tool(tool, arguments_json)
+        return await run_tool(tool, arguments_json, timeout_s=timeout_s)
 
     schema = json.loads(json.dumps(tool.parameters_schema))
     return agents.FunctionTool(
