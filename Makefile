@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean constraints postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8
+.PHONY: install test demo results lint typecheck pytest bench clean constraints postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8 mcp-servers
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -77,7 +77,20 @@ native-compiler:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q g++; } \
 		|| echo "warning: could not install Debian's g++; the native kernels will not be built"
 
-install: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
+# MCP servers in a folder of their own (envsuite.adapters.mcp.server_packages): mcp-server-time and
+# mcp-server-git need mcp>=2.3, and the dev install keeps mcp 1.30 (openenv's fastmcp needs mcp<2).
+# A sandboxed server sees this folder first on its path, so it runs on mcp 2.3 while envsuite's client
+# stays on 1.30 (the protocol is the same); every other requirement of these four wheels is in the venv
+# at a version they accept, hence --no-deps. The verifiers tests also run against it (tests/test_mcp2.py).
+MCP_SERVERS := $(VENV)/mcp-servers
+MCP_SERVERS_STAMP := $(MCP_SERVERS)/.installed
+$(MCP_SERVERS_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps --upgrade --target $(MCP_SERVERS) mcp==2.3.0 mcp-types==2.3.0 \
+		mcp-server-time==2026.10.19 mcp-server-git==2026.10.19
+	touch $(MCP_SERVERS_STAMP)
+mcp-servers: $(MCP_SERVERS_STAMP)
+
+install: $(STAMP) $(MCP_SERVERS_STAMP) postgres-server jemalloc bubblewrap native-compiler
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -86,7 +99,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) scripts/typecheck.py
 
-pytest: $(STAMP) postgres-server jemalloc bubblewrap native-compiler
+pytest: $(STAMP) $(MCP_SERVERS_STAMP) postgres-server jemalloc bubblewrap native-compiler
 	$(VENV)/bin/pytest -q --durations=30
 
 test: lint typecheck pytest

@@ -1,6 +1,10 @@
-"""MCP tools with real servers: mcp-server-time over stdio inside envsuite's sandbox, and a small
-``MCPServer`` (the SDK's own) over streamable HTTP on 127.0.0.1. List, call, a failing call is the
-tool's error result, a slow call times out as one, and closing leaves no process behind."""
+"""MCP tools with real servers: mcp-server-time over stdio inside envsuite's sandbox, and a small server
+built with the SDK's own server class over streamable HTTP on 127.0.0.1. List, call, a failing call is
+the tool's error result, a slow call times out as one, and closing leaves no process behind.
+
+The client runs on whichever SDK generation this interpreter has (mcp 1.30 in the dev install; the
+servers in the sandbox run on mcp 2.3 from `make install`'s mcp-servers folder); tests/test_mcp2.py runs
+this file again with mcp 2.3 as the client's SDK too."""
 
 from __future__ import annotations
 
@@ -11,20 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-
-pytest.importorskip(
-    "mcp_types",
-    reason="MCP tools need mcp>=2.3 (the mcp extra); the dev install has openenv's fastmcp, which needs mcp<2",
-)
-
 import uvicorn
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 
-from envsuite.adapters.mcp import McpServer, McpStartError, McpToolbox
+from envsuite.adapters.mcp import McpServer, McpStartError, McpToolbox, server_module_available
 from envsuite.chat import ToolCall
 from envsuite.sandbox import Sandbox
 from envsuite.tools import ToolError as CallError
@@ -34,10 +31,18 @@ from tests.support.sandbox import needs_sandbox
 TIME_SERVER = McpServer.python_module("mcp_server_time", "--local-timezone", "UTC")
 
 
+needs_servers = pytest.mark.skipif(
+    not (server_module_available("mcp_server_time") and server_module_available("mcp_server_git")),
+    reason="mcp-server-time and mcp-server-git are not installed (`make install` puts them in .venv/mcp-servers)",
+)
+
+
 @pytest.fixture(scope="module")
 def time_box() -> Iterator[McpToolbox]:
     if needs_sandbox.args[0]:
         pytest.skip(needs_sandbox.kwargs["reason"])
+    if needs_servers.args[0]:
+        pytest.skip(needs_servers.kwargs["reason"])
     with McpToolbox(TIME_SERVER) as box:
         yield box
 
@@ -107,8 +112,16 @@ def test_a_server_that_cannot_start_raises_with_its_stderr() -> None:
 # -- streamable HTTP on loopback ---------------------------------------------------------------------
 
 
-def _demo_server() -> MCPServer:
-    server = MCPServer("envsuite-test")
+def _demo_server() -> Any:
+    """The SDK's own server class: ``MCPServer`` in mcp 2, ``FastMCP`` in mcp 1 (same decorators)."""
+    try:
+        from mcp.server.mcpserver import MCPServer as Server
+        from mcp.server.mcpserver.exceptions import ToolError
+    except ImportError:  # mcp 1
+        from mcp.server.fastmcp import FastMCP as Server  # type: ignore[assignment,no-redef,unused-ignore]
+        from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[assignment,no-redef,unused-ignore]
+
+    server = Server("envsuite-test")
 
     @server.tool()
     def add(a: int, b: int) -> int:
@@ -172,8 +185,10 @@ def test_a_streamable_http_server_lists_calls_and_reports_errors(http_url: str) 
 def test_a_server_in_an_existing_sandbox_works_on_its_files() -> None:
     """A workspace episode's sandbox: mcp-server-git reads the repository its shell made; closing the
     toolbox stops the server and leaves the sandbox (the episode's) open."""
-    if needs_sandbox.args[0]:
-        pytest.skip(needs_sandbox.kwargs["reason"])
+    if needs_sandbox.args[0] or needs_servers.args[0]:
+        pytest.skip(
+            needs_sandbox.kwargs["reason"] if needs_sandbox.args[0] else needs_servers.kwargs["reason"]
+        )
     with Sandbox() as workspace:
         made = workspace.run_shell(
             "git init -q repo && cd repo && echo hi > notes.txt && git add notes.txt"

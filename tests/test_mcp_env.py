@@ -9,12 +9,6 @@ import json
 
 import pytest
 
-pytest.importorskip(
-    "mcp_types",
-    reason="MCP tools need mcp>=2.3 (the mcp extra); the dev install has openenv's fastmcp, which needs mcp<2",
-)
-
-
 import envsuite
 from envsuite.core import Message, StepResult, ToolCall
 from envsuite.envs.tool_use.mcp_time import convert, read_clock

@@ -11,6 +11,7 @@ import importlib.util
 import shutil
 from typing import Any
 
+from envsuite.adapters.mcp import server_module_available
 from envsuite.catalog.registration import EnvKind, register, register_scheme
 
 register(
@@ -189,8 +190,8 @@ register(
 
 # MCP tools (envsuite.adapters.mcp): a real MCP server's tools, the server run in the sandbox (docs/tools.md).
 _NO_MCP = (
-    "needs mcp>=2.3 and mcp-server-time (pip install 'envsuite[mcp]'; openenv's fastmcp holds mcp below 2)"
-    if importlib.util.find_spec("mcp_server_time") is None or importlib.util.find_spec("mcp_types") is None
+    "needs the mcp SDK and mcp-server-time (pip install 'envsuite[mcp]', or `make install`'s mcp-servers folder)"
+    if importlib.util.find_spec("mcp") is None or not server_module_available("mcp_server_time")
     else None
     if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
     else "needs bubblewrap: its MCP server runs in the sandbox (`make install`)"

@@ -3,12 +3,17 @@
 Invariants: exactly one of ``command`` and ``url`` is set; a sandboxed stdio server sees its scratch
 root, the system's ``/usr`` and, read-only, this interpreter's site-packages at :data:`SITE_IN_SANDBOX`
 (``PYTHONPATH``), so a server shipped as a Python package (``mcp-server-time``, ``mcp-server-git``)
-runs with the system's Python (the same minor version as this one) and no network.
+runs with the system's Python (the same minor version as this one) and no network. Where the folder
+:func:`server_packages` names exists, it comes first on that path (at :data:`SERVER_PACKAGES_IN_SANDBOX`),
+also for an unsandboxed Python server: servers built on mcp 2 run from there while this interpreter's
+client stays on mcp 1 (the dev install's; ``make install`` fills the folder, docs/tools.md).
 """
 
 from __future__ import annotations
 
 import enum
+import importlib.util
+import os
 import sys
 import sysconfig
 from collections.abc import Mapping, Sequence
@@ -18,6 +23,10 @@ from envsuite.sandbox import Limits
 
 SITE_IN_SANDBOX = "/opt/envsuite/site-packages"
 """Where a sandboxed server sees this interpreter's site-packages (read-only)."""
+SERVER_PACKAGES_IN_SANDBOX = "/opt/envsuite/mcp-servers"
+"""Where a sandboxed server sees the server packages' folder (read-only), first on its path."""
+SERVER_PACKAGES_VAR = "ENVSUITE_MCP_SERVERS"
+"""Names the server packages' folder; by default ``mcp-servers`` in this interpreter's prefix (the venv)."""
 SANDBOX_PYTHON = "/usr/bin/python3"
 """The interpreter a sandboxed Python server runs with (the host's venv interpreter may live where the
 sandbox's unprivileged uid cannot read; the system's shares the venv's minor version here)."""
@@ -82,3 +91,43 @@ class McpServer:
 def site_packages() -> str:
     """This interpreter's site-packages (bound read-only into a sandboxed server)."""
     return sysconfig.get_paths()["purelib"]
+
+
+def server_packages() -> str | None:
+    """The folder of MCP server packages with their own SDK (``pip install --target``), if it exists."""
+    folder = os.environ.get(SERVER_PACKAGES_VAR) or os.path.join(sys.prefix, "mcp-servers")
+    return folder if os.path.isdir(folder) else None
+
+
+def sandbox_pythonpath() -> str:
+    """A sandboxed server's ``PYTHONPATH``: the server packages (where present), then site-packages."""
+    paths = [SITE_IN_SANDBOX]
+    if server_packages() is not None:
+        paths.insert(0, SERVER_PACKAGES_IN_SANDBOX)
+    return os.pathsep.join(paths)
+
+
+def sandbox_binds() -> dict[str, str]:
+    """The read-only binds a sandboxed server gets: host folder -> where the sandbox sees it."""
+    binds = {site_packages(): SITE_IN_SANDBOX}
+    folder = server_packages()
+    if folder is not None:
+        binds[folder] = SERVER_PACKAGES_IN_SANDBOX
+    return binds
+
+
+def server_env(server: McpServer) -> dict[str, str]:
+    """An unsandboxed stdio server's environment additions: the server packages first on its path."""
+    env = dict(server.env)
+    folder = server_packages()
+    if folder is not None and "PYTHONPATH" not in env:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def server_module_available(module: str) -> bool:
+    """Whether a Python MCP server module is installed where a server would run it from."""
+    folder = server_packages()
+    if folder is not None and os.path.isdir(os.path.join(folder, module)):
+        return True
+    return importlib.util.find_spec(module) is not None

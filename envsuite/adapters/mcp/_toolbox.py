@@ -28,11 +28,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-import mcp_types
-from mcp.client._transport import TransportStreams
-from mcp.client.session import ClientSession
-
-from envsuite.adapters.mcp._config import McpServer, Transport
+from envsuite.adapters.mcp._config import McpServer, Transport, server_env
+from envsuite.adapters.mcp._sdk import ClientSession, TransportStreams, field, http_streams
+from envsuite.adapters.mcp._sdk import types as mcp_types
 from envsuite.adapters.mcp._transport import process_streams, spawn_server
 from envsuite.chat import Message, canonical_json
 from envsuite.sandbox import Sandbox, SandboxConfig, SandboxProcess
@@ -120,7 +118,13 @@ class McpToolbox:
                 ) from exc
             prefix = self.server.name_prefix
             self._tools = [
-                McpTool(prefix + t.name, t.description or "", dict(t.input_schema), t.name, self)
+                McpTool(
+                    prefix + t.name,
+                    t.description or "",
+                    dict(field(t, "input_schema", "inputSchema")),
+                    t.name,
+                    self,
+                )
                 for t in listed
             ]
             _LIVE.add(self)
@@ -189,7 +193,7 @@ class McpToolbox:
         except Exception as exc:  # protocol errors, a dead server: the model's error message
             return _error(f"{shown} failed: {type(exc).__name__}: {exc}", call_id, shown)
         text = _content_text(result)
-        if getattr(result, "is_error", None) or getattr(result, "isError", False):  # mcp 2 / mcp 1 names
+        if field(result, "is_error", "isError"):
             return _error(text or f"{shown} reported an error", call_id, shown)
         message: Message = {"role": "tool", "content": text, "name": shown}
         if call_id:
@@ -226,10 +230,8 @@ class McpToolbox:
     async def _streams(self) -> AsyncIterator[TransportStreams]:
         server = self.server
         if server.transport is Transport.STREAMABLE_HTTP:
-            from mcp.client.streamable_http import streamable_http_client
-
             assert server.url is not None
-            async with streamable_http_client(server.url) as streams:
+            async with http_streams(server.url) as streams:
                 yield streams
         elif server.sandboxed:
             if self.sandbox is None:
@@ -241,7 +243,7 @@ class McpToolbox:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             command, *args = server.command
-            params = StdioServerParameters(command=command, args=args, env=dict(server.env))
+            params = StdioServerParameters(command=command, args=args, env=server_env(server))
             async with stdio_client(params) as streams:
                 yield streams
 
@@ -259,7 +261,7 @@ async def _list_all(session: ClientSession) -> list[mcp_types.Tool]:
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)
         tools += page.tools
-        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)  # mcp 2 / mcp 1
+        cursor = field(page, "next_cursor", "nextCursor")
         if not cursor:
             return tools
 
@@ -272,8 +274,9 @@ def _content_text(result: mcp_types.CallToolResult) -> str:
             parts.append(block.text)
         else:
             parts.append(canonical_json(block.model_dump(mode="json", by_alias=True, exclude_none=True)))
-    if not parts and result.structured_content is not None:
-        parts.append(canonical_json(result.structured_content))
+    structured = field(result, "structured_content", "structuredContent")
+    if not parts and structured is not None:
+        parts.append(canonical_json(structured))
     return "\n".join(parts)
 
 

@@ -10,25 +10,22 @@ from collections.abc import AsyncIterator
 
 import anyio
 import anyio.to_thread
-import mcp_types
-from mcp.client._transport import TransportStreams
-from mcp.shared.message import SessionMessage
 
-from envsuite.adapters.mcp._config import SITE_IN_SANDBOX, McpServer, site_packages
+from envsuite.adapters.mcp._config import McpServer, sandbox_binds, sandbox_pythonpath
+from envsuite.adapters.mcp._sdk import SessionMessage, TransportStreams, parse_message, serialize_message
 from envsuite.sandbox import Sandbox, SandboxProcess
 
 
 def spawn_server(box: Sandbox, server: McpServer) -> SandboxProcess:
-    """Start ``server``'s command in ``box`` with this interpreter's packages visible read-only."""
-    env = {"PYTHONPATH": SITE_IN_SANDBOX, "PYTHONUNBUFFERED": "1", **server.env}
-    return box.spawn(
-        server.command, env=env, limits=server.limits, ro_binds={site_packages(): SITE_IN_SANDBOX}
-    )
+    """Start ``server``'s command in ``box`` with the server packages and this interpreter's packages
+    visible read-only (the server packages first: their mcp may be a newer generation than the client's)."""
+    env = {"PYTHONPATH": sandbox_pythonpath(), "PYTHONUNBUFFERED": "1", **server.env}
+    return box.spawn(server.command, env=env, limits=server.limits, ro_binds=sandbox_binds())
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
-        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return parse_message(line)
     except ValueError as exc:  # the session surfaces it to the pending request
         return exc
 
@@ -51,7 +48,7 @@ async def process_streams(process: SandboxProcess) -> AsyncIterator[TransportStr
     async def writer() -> None:
         async with write_reader:
             async for message in write_reader:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                data = serialize_message(message) + "\n"
                 try:
                     await anyio.to_thread.run_sync(_write, process, data.encode("utf-8"))
                 except OSError:
