@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 
@@ -83,3 +84,39 @@ def test_the_family_passes_the_conformance_checker_and_its_probes(env_id: str) -
     report = check_env(env_id, model=TEST_MODEL)
     assert report.passed, report.render()
     assert report.probe_tally is not None
+
+
+def test_a_workspace_episode_does_its_git_task_through_mcp_server_gits_tools() -> None:
+    """``workspace/git_mcp``: mcp-server-git runs in the episode's own sandbox, on the repository the
+    setup made; a branch and a commit made only through its tools (and write_file) earn full marks, and
+    the server is stopped before the hidden check reads the repository."""
+    missing = envsuite.registry.spec("workspace/git_mcp-v0").unavailable
+    if missing:
+        pytest.skip(missing)
+    env = envsuite.make_env("workspace/git_mcp", seed=5, model=TEST_MODEL)
+    p, repo = env.problem, "/work/repo"  # type: ignore[attr-defined]
+    steps = [
+        ToolCall.create(
+            "git_create_branch", {"repo_path": repo, "branch_name": p.branch, "base_branch": "main"}, "1"
+        ),
+        ToolCall.create("git_checkout", {"repo_path": repo, "branch_name": p.branch}, "2"),
+        ToolCall.create("write_file", {"path": f"repo/{p.path}", "content": p.content}, "3"),
+        ToolCall.create("git_add", {"repo_path": repo, "files": [p.path]}, "4"),
+        ToolCall.create("git_commit", {"repo_path": repo, "message": "Add notes"}, "5"),
+    ]
+    renderer = env.ctx.renderer  # type: ignore[attr-defined]
+
+    pids: list[int] = []
+
+    async def go() -> list[StepResult]:
+        await env.initial_observation()
+        names = {spec["name"] for spec in env.tool_specs()}  # type: ignore[attr-defined]
+        assert {"bash", "write_file", "git_create_branch", "git_commit"} <= names
+        pids.extend(box.process.pid for box in env._toolboxes)  # type: ignore[attr-defined]
+        made = await env.step(reply_to_tokens(renderer, env.reply_with_calls(steps)))  # type: ignore[attr-defined]
+        return [made, await env.step(reply_to_tokens(renderer, "Done."))]
+
+    made, final = asyncio.run(go())
+    assert not made.episode_done and "Error" not in str(made.logs["calls"]), made.logs
+    assert final.reward == 1.0, final.logs
+    assert len(pids) == 1 and not os.path.exists(f"/proc/{pids[0]}")  # the server is gone

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         shipped_tasks,
     )
     from envsuite.envs.workspace._limits import Outcome, WorkspaceLimits
+    from envsuite.envs.workspace._mcp import WORKSPACE_MCP_SERVERS, WorkspaceMcpServer
     from envsuite.envs.workspace._repo import RepoEnv
     from envsuite.envs.workspace._session import CallResult, WorkspaceSession
     from envsuite.envs.workspace._shell import ShellEnv
@@ -46,6 +47,8 @@ _EXPORTS = {
     "TOOL_NAMES": "_tools",
     "WorkspaceTool": "_tools",
     "workspace_tools": "_tools",
+    "WORKSPACE_MCP_SERVERS": "_mcp",
+    "WorkspaceMcpServer": "_mcp",
     # the episode and its families
     "WorkspaceEnv": "_env",
     "WorkspaceTask": "_env",
@@ -72,6 +75,8 @@ __all__ = [
     "TOOL_NAMES",
     "WorkspaceTool",
     "workspace_tools",
+    "WORKSPACE_MCP_SERVERS",
+    "WorkspaceMcpServer",
     # the episode and its families
     "WorkspaceEnv",
     "WorkspaceTask",

@@ -90,6 +90,15 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
                 tags=("workspace", "agentic", f"workspace-{family}"),
                 **{**common, "unavailable": unavailable or missing_programs(_NEEDS.get(family, ()))},
             )
+    register(
+        "workspace/git_mcp-v0",
+        entry_point=_FAMILIES["git"][0],
+        kwargs={"rung": 0, "mcp_servers": ("git",)},
+        description="Make a branch with a commit, with mcp-server-git's tools (MCP, in the episode's sandbox) "
+        "beside the shell; its refs and trees are checked.",
+        tags=("workspace", "agentic", "workspace-git", "mcp"),
+        **{**common, "unavailable": unavailable or _git_mcp_unavailable()},
+    )
     for folder in sorted(p for p in TASKS_DIR.iterdir() if (p / "task.toml").is_file()):
         register(
             f"harbor/{folder.name}-v0",
@@ -100,6 +109,12 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
             **{**common, "unavailable": unavailable or missing_programs(declared_programs(folder))},
         )
     register_scheme("harbor", "envsuite.envs.workspace._harbor:harbor_spec")
+
+
+def _git_mcp_unavailable() -> str | None:
+    from envsuite.envs.workspace._mcp import missing_servers  # the mcp adapter's config: no SDK import
+
+    return missing_programs(_NEEDS["git"]) or missing_servers(("git",))
 
 
 def _first_line(path: Path) -> str:

@@ -24,6 +24,7 @@ import asyncio
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from envsuite.core import (
     EnvContext,
@@ -38,9 +39,13 @@ from envsuite.core import (
 )
 from envsuite.envs.tool_use import Score, ToolUseEnv
 from envsuite.envs.workspace._limits import WorkspaceLimits
+from envsuite.envs.workspace._mcp import WORKSPACE_MCP_SERVERS, start_toolboxes, unknown_servers
 from envsuite.envs.workspace._session import WORKDIR, WorkspaceSession
 from envsuite.envs.workspace._tools import TOOL_NAMES, workspace_tools
 from envsuite.sandbox import SandboxConfig
+
+if TYPE_CHECKING:
+    from envsuite.adapters.mcp import McpToolbox
 
 SYSTEM_PROMPT = (
     "You work in a Linux workspace through tools. Files persist between calls; there is no network. "
@@ -94,10 +99,20 @@ class WorkspaceEnv(ToolUseEnv):
         max_result_chars: int = 3000,
         demonstrate: bool = False,
         sandbox: SandboxConfig | None = None,
+        mcp_servers: Sequence[str] = (),
     ) -> None:
         """``limits``: per command and per episode (:class:`WorkspaceLimits`); ``workdir``: where
         commands run; ``tools``: which of the five the agent gets; ``demonstrate``: show a worked
-        ``bash`` call on an example task first (:meth:`demonstration`); ``sandbox``: the sandbox's config."""
+        ``bash`` call on an example task first (:meth:`demonstration`); ``sandbox``: the sandbox's config;
+        ``mcp_servers``: MCP servers (names in :data:`WORKSPACE_MCP_SERVERS`) started in the episode's
+        sandbox, their tools listed after the workspace's."""
+        mcp_servers = (
+            (mcp_servers,) if isinstance(mcp_servers, str) else tuple(mcp_servers)
+        )  # --env-arg x=git
+        if unknown := unknown_servers(mcp_servers):
+            raise ValueError(
+                f"unknown workspace MCP servers {unknown}; known: {sorted(WORKSPACE_MCP_SERVERS)}"
+            )
         self.limits = limits or WorkspaceLimits()
         super().__init__(
             ctx,
@@ -112,8 +127,10 @@ class WorkspaceEnv(ToolUseEnv):
         self.workdir = workdir
         self.tool_names = tuple(tools)
         self.sandbox_config = sandbox
+        self.mcp_servers = tuple(mcp_servers)
         self.session: WorkspaceSession | None = None
         self._tools: list[Tool] = []
+        self._toolboxes: list[McpToolbox] = []
 
     # -- what a family says -----------------------------------------------------------------------
 
@@ -167,12 +184,15 @@ class WorkspaceEnv(ToolUseEnv):
         if self.session is None:
             self.session = await asyncio.to_thread(self._start)
             self._tools = list(workspace_tools(self.session, self.tool_names))
+            self._tools += [tool for box in self._toolboxes for tool in box.tools]
         return await super().initial_observation()
 
     def _start(self) -> WorkspaceSession:
         session = WorkspaceSession(self.limits, workdir=self.workdir, config=self.sandbox_config)
         try:
             self.prepare(session)
+            # after prepare: a server may need what the setup made (mcp-server-git, the repository)
+            self._toolboxes = start_toolboxes(session, self.mcp_servers, self.workdir)
         except BaseException:
             session.close()
             raise
@@ -182,6 +202,7 @@ class WorkspaceEnv(ToolUseEnv):
         session = self.session
         if session is None or session.closed:
             return Score(False, "", "no workspace")
+        self._close_toolboxes()  # no server holds the workspace while the hidden check runs
         try:
             return await asyncio.to_thread(self.grade, session)
         finally:
@@ -189,8 +210,14 @@ class WorkspaceEnv(ToolUseEnv):
 
     def close(self) -> None:
         """Remove the workspace now (an episode abandoned before its end; also done by the grader)."""
+        self._close_toolboxes()
         if self.session is not None:
             self.session.close()
+
+    def _close_toolboxes(self) -> None:
+        boxes, self._toolboxes = self._toolboxes, []
+        for box in boxes:
+            box.close()
 
     # -- probes ---------------------------------------------------------------------------------------
 
