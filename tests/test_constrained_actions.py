@@ -31,6 +31,7 @@ from envsuite.errors import UsageError
 from envsuite.rollouts import RolloutLimits, do_single_rollout
 from envsuite.trainers import TrainConfig
 from tests.conftest import TEST_MODEL
+from tests.support.sandbox import needs_sandbox
 
 VOCAB = 49152
 CONSTRAINED = RolloutLimits(max_turns=40, constrain_actions=True)
@@ -84,6 +85,43 @@ async def test_a_tool_env_allows_text_and_valid_calls_only(client: LocalSampling
         policy, make_env("tools/calculator", seed=0, model=TEST_MODEL), CONSTRAINED
     )
     assert "unparsed" not in str(trajectory.transitions[-1].logs.get("calls", ""))
+
+
+def _acceptor(client: LocalSamplingClient, constraint: Any) -> Any:
+    grammar = GrammarCompiler(client.get_tokenizer(), VOCAB).compile(constraint)
+
+    def accepts(text: str) -> bool:
+        row = grammar.row(frozenset())
+        for token in client.get_tokenizer().encode(text, add_special_tokens=False):
+            row.advance(token)
+            if row.failed:
+                return False
+        return row.accepting
+
+    return accepts
+
+
+@needs_sandbox
+async def test_a_workspace_that_must_act_first_requires_a_call_until_its_first(
+    client: LocalSamplingClient,
+) -> None:
+    """``act_first``: a reply without a call would end a workspace episode before anything changed, so
+    until the first call the constraint admits calls only; after it, text (the closing reply) too."""
+    env = make_env("workspace/shell_easy", seed=2, model=TEST_MODEL, act_first=True)
+    try:
+        await env.initial_observation()
+        first = _acceptor(client, env.action_constraint())
+        call = env.reply_with_calls([ToolCall.create("bash", {"command": "ls"}, "c1")])  # type: ignore[attr-defined]
+        assert first(call) and not first("Done.")
+        await env.step(client.get_tokenizer().encode(call, add_special_tokens=False))
+        after = _acceptor(client, env.action_constraint())
+        assert after(call) and after("Done.")
+        plain = make_env("workspace/shell_easy", seed=2, model=TEST_MODEL)
+        await plain.initial_observation()
+        assert _acceptor(client, plain.action_constraint())("Done.")  # by default text may end it at once
+        plain.close()  # type: ignore[attr-defined]
+    finally:
+        env.close()  # type: ignore[attr-defined]
 
 
 class _Scripted(TokenCompleter):

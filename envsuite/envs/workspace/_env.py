@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from envsuite.constraints import Constraint
 from envsuite.core import (
     EnvContext,
     InitialObservationOverflow,
@@ -42,6 +43,7 @@ from envsuite.envs.workspace._limits import WorkspaceLimits
 from envsuite.envs.workspace._mcp import WORKSPACE_MCP_SERVERS, start_toolboxes, unknown_servers
 from envsuite.envs.workspace._session import WORKDIR, WorkspaceSession
 from envsuite.envs.workspace._tools import TOOL_NAMES, workspace_tools
+from envsuite.renderers import ToolCallRule, ToolChoice
 from envsuite.sandbox import SandboxConfig
 
 if TYPE_CHECKING:
@@ -100,12 +102,15 @@ class WorkspaceEnv(ToolUseEnv):
         demonstrate: bool = False,
         sandbox: SandboxConfig | None = None,
         mcp_servers: Sequence[str] = (),
+        act_first: bool = False,
     ) -> None:
         """``limits``: per command and per episode (:class:`WorkspaceLimits`); ``workdir``: where
         commands run; ``tools``: which of the five the agent gets; ``demonstrate``: show a worked
         ``bash`` call on an example task first (:meth:`demonstration`); ``sandbox``: the sandbox's config;
         ``mcp_servers``: MCP servers (names in :data:`WORKSPACE_MCP_SERVERS`) started in the episode's
-        sandbox, their tools listed after the workspace's."""
+        sandbox, their tools listed after the workspace's; ``act_first``: the action constraint requires
+        a call until the episode's first call (a reply without one would end it before the workspace
+        changed), so a constrained policy's first reply acts; unconstrained sampling is unaffected."""
         mcp_servers = (
             (mcp_servers,) if isinstance(mcp_servers, str) else tuple(mcp_servers)
         )  # --env-arg x=git
@@ -128,6 +133,7 @@ class WorkspaceEnv(ToolUseEnv):
         self.tool_names = tuple(tools)
         self.sandbox_config = sandbox
         self.mcp_servers = tuple(mcp_servers)
+        self.act_first = act_first
         self.session: WorkspaceSession | None = None
         self._tools: list[Tool] = []
         self._toolboxes: list[McpToolbox] = []
@@ -176,6 +182,13 @@ class WorkspaceEnv(ToolUseEnv):
 
     def tools(self) -> Sequence[Tool]:
         return self._tools
+
+    def action_constraint(self) -> Constraint | None:
+        if not self.act_first or self._tally.calls > 0 or self.renderer.tool_call_syntax() is None:
+            return super().action_constraint()
+        specs = self.tool_specs()
+        rule = ToolCallRule(ToolChoice.REQUIRED, strict=frozenset(spec["name"] for spec in specs))
+        return self.renderer.tool_call_constraint(specs, rule)
 
     def task(self) -> str:
         return self.spec.instruction
