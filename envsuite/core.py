@@ -425,6 +425,9 @@ class RewardProbe:
     reply: str
     """The assistant message's text, rendered to tokens by the checker's renderer."""
     expect: ProbeExpectation
+    then: tuple[str, ...] = ()
+    """The replies of the episode's following turns, in order (a multi-turn env's whole reference);
+    after them, and by default, each further turn gets the checker's junk continuation."""
 
 
 @dataclass

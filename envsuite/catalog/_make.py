@@ -98,6 +98,11 @@ def _renderer_config(renderer: RendererConfig | str | None, model: str | None) -
     return RendererConfig(model_name=model or DEFAULT_MODEL, renderer_name=renderer)
 
 
+def context_tokens(env_spec: EnvSpec, asked: int | None) -> int:
+    """The context an env is made with: the caller's, else its spec's, else the default."""
+    return asked or env_spec.context_tokens or DEFAULT_MAX_CONTEXT_TOKENS
+
+
 def make_env(
     env_id: EnvRef,
     *,
@@ -105,7 +110,7 @@ def make_env(
     split: Split = "train",
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
-    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    max_context_tokens: int | None = None,
     **env_kwargs: object,
 ) -> Env:
     """One single-use async env for ``env_id`` playing the episode chosen by ``seed``.
@@ -121,7 +126,7 @@ def make_env(
         group_size=1,
         split=split,
         renderer=_renderer_config(renderer, model),
-        max_context_tokens=max_context_tokens,
+        max_context_tokens=context_tokens(env_spec, max_context_tokens),
     )
     try:
         return builder.make_env()
@@ -142,7 +147,7 @@ def make_group_builder(
     split: Split = "train",
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
-    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    max_context_tokens: int | None = None,
     **env_kwargs: object,
 ) -> EnvGroupBuilder:
     """An EnvGroupBuilder of ``group_size`` envs that all play the episode chosen by ``seed``."""
@@ -154,7 +159,7 @@ def make_group_builder(
         group_size=group_size,
         split=split,
         renderer=_renderer_config(renderer, model),
-        max_context_tokens=max_context_tokens,
+        max_context_tokens=context_tokens(env_spec, max_context_tokens),
     )
 
 
@@ -194,7 +199,7 @@ def make_dataset_builder(
     n_test_groups: int = 32,
     model: str | None = None,
     renderer: RendererConfig | str | None = None,
-    max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
+    max_context_tokens: int | None = None,
     **env_kwargs: object,
 ) -> CatalogDatasetBuilder:
     """An RLDatasetBuilder: ``n_batches`` train batches of ``batch_size`` groups, plus a test set."""
@@ -210,7 +215,7 @@ def make_dataset_builder(
         n_batches=n_batches,
         n_test_groups=n_test_groups,
         renderer=_renderer_config(renderer, model),
-        max_context_tokens=max_context_tokens,
+        max_context_tokens=context_tokens(env_spec, max_context_tokens),
     )
 
 

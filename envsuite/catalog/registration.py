@@ -137,6 +137,9 @@ class EnvSpec:
     """Bounds every per-episode return of this env falls in (checked by the conformance checker)."""
     max_turns: int | None = None
     """Upper bound on policy turns per episode (None: single-turn)."""
+    context_tokens: int | None = None
+    """The context window the env's prompts need, used where a caller of ``make_env`` (and the group
+    and dataset builders) names none; None: ``DEFAULT_MAX_CONTEXT_TOKENS`` (4096)."""
     partner_kwarg: str | None = None
     """The constructor argument that takes a partner/opponent (a MessageCompleter), if the env has one."""
     deprecated: str | None = None
@@ -382,6 +385,7 @@ class SpecFields(TypedDict, total=False):
     group_builder_entry_point: EntryPoint | None
     reward_range: tuple[float, float]
     max_turns: int | None
+    context_tokens: int | None
     partner_kwarg: str | None
     deprecated: str | None
     unavailable: str | None

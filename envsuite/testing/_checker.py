@@ -17,7 +17,6 @@ import tinker
 
 from envsuite.adapters.cookbook import COOKBOOK_TAG
 from envsuite.catalog._make import (
-    DEFAULT_MAX_CONTEXT_TOKENS,
     CatalogDatasetBuilder,
     RendererConfig,
     make_dataset_builder,
@@ -114,7 +113,7 @@ class _Setup:
 
     # The make_* calls below name every option of their own, so that only env kwargs travel in **.
 
-    def env(self, seed: int, *, max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS) -> Env:
+    def env(self, seed: int, *, max_context_tokens: int | None = None) -> Env:
         return make_env(
             self.env_spec.id,
             seed=seed,
@@ -133,7 +132,7 @@ class _Setup:
             split="train",
             model=None,
             renderer=self.renderer,
-            max_context_tokens=DEFAULT_MAX_CONTEXT_TOKENS,
+            max_context_tokens=None,  # the spec's context (its context_tokens), else the default
             **self.env_kwargs,
         )
 
@@ -148,7 +147,7 @@ class _Setup:
             n_test_groups=2,
             model=None,
             renderer=self.renderer,
-            max_context_tokens=DEFAULT_MAX_CONTEXT_TOKENS,
+            max_context_tokens=None,  # the spec's context (its context_tokens), else the default
             **self.env_kwargs,
         )
 

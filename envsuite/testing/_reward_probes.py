@@ -154,10 +154,10 @@ def _on_average(runs: Sequence[ProbeRun]) -> list[ProbeRun]:
     ]
 
 
-def _scripted(renderer: Renderer, reply: str) -> Callable[[int], list[int]]:
-    first = reply_to_tokens(renderer, reply)
+def _scripted(renderer: Renderer, reply: str, then: Sequence[str] = ()) -> Callable[[int], list[int]]:
+    scripted = [reply_to_tokens(renderer, text) for text in (reply, *then)]
     rest = reply_to_tokens(renderer, JUNK_CONTINUATION)
-    return lambda turn: list(first if turn == 0 else rest)
+    return lambda turn: list(scripted[turn] if turn < len(scripted) else rest)
 
 
 async def probes_of(env: Env) -> list[RewardProbe] | None:
@@ -196,7 +196,7 @@ async def run_reward_probes(
             if index and probe.expect is ProbeExpectation.NO_CREDIT:
                 continue  # an attack on the grader attacks its harness, the same on every seed
             record: EpisodeRecord = await play_episode(
-                make(seed), _scripted(renderer, probe.reply), max_steps
+                make(seed), _scripted(renderer, probe.reply, probe.then), max_steps
             )
             runs.append(ProbeRun(probe, (seed,), record.total_reward, record.error))
     if not runs:
