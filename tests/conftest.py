@@ -17,6 +17,9 @@ os.environ.pop("TINKER_API_KEY", None)
 _KERNEL_CACHE = tempfile.mkdtemp(prefix="envsuite-test-kernels-")
 os.environ["ENVSUITE_KERNEL_CACHE"] = _KERNEL_CACHE
 atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
+# Engines build and measure their kernels before their first step (not in the background, the
+# default), so each test knows which plan its engine runs.
+os.environ["ENVSUITE_KERNEL_SETUP"] = "wait"
 
 TEST_MODEL = "tiny-random"
 

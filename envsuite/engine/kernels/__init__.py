@@ -4,8 +4,9 @@ See ``_onednn``: linear layers through oneDNN, with gradients (training); ``_pro
 layer's product on one weight layout with a kernel per row count (torch's ``F.linear``, oneDNN on the
 plain or reordered weight, envsuite's native kernels: ``_native``); ``_calibration``: choosing among
 them by measuring them on this machine (cached per CPU and library versions); ``_plan``: the choices
-for one model; ``_reordered``: a frozen model's layers on the chosen layouts, in place of the plain
-ones (no extra memory).
+for one model; ``_first_use``: a plan at once on a new machine, the build and calibration in the
+background; ``_reordered``: a frozen model's layers on the chosen layouts, in place of the plain ones
+(no extra memory).
 """
 
 from envsuite.engine._host import CpuIdentity, cpu_identity
@@ -20,7 +21,14 @@ from envsuite.engine.kernels._calibration import (
     calibration_file,
     choose,
 )
-from envsuite.engine.kernels._native import InstructionSet, NativeKernels, instruction_set, native_kernels
+from envsuite.engine.kernels._first_use import SETUP_ENV, KernelSetup, Preparation, kernel_plan, kernel_setup
+from envsuite.engine.kernels._native import (
+    InstructionSet,
+    NativeKernels,
+    instruction_set,
+    native_kernels,
+    native_kernels_built,
+)
 from envsuite.engine.kernels._onednn import (
     OneDnnLinear,
     onednn_available,
@@ -29,7 +37,7 @@ from envsuite.engine.kernels._onednn import (
     reordered_weight,
     route_linears_through_onednn,
 )
-from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, kernel_plan, product_sites
+from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, product_sites
 from envsuite.engine.kernels._products import (
     PATH_NAMES,
     ROW_BUCKETS,
@@ -80,6 +88,11 @@ __all__ = [
     "calibration_file",
     "calibrated_timings",
     "choose",
+    # first use on a machine: a plan at once, the build and calibration in the background
+    "KernelSetup",
+    "Preparation",
+    "SETUP_ENV",
+    "kernel_setup",
     # a frozen model on the chosen layouts (sampling engines)
     "FusedPart",
     "FusedProjections",
@@ -98,6 +111,7 @@ __all__ = [
     "cpu_identity",
     "instruction_set",
     "native_kernels",
+    "native_kernels_built",
     # where the decode step's team of threads spends its time (a diagnostic)
     "CLOCK_ENV",
     "TEAM_PHASES",

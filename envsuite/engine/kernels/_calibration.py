@@ -350,3 +350,14 @@ def calibrated_timings(
             cache.save(known)
     timings = {shape: known[shape] for shape in shapes}
     return CalibrationResult(timings, len(missing), time.perf_counter() - started, cache.path)
+
+
+def uncalibrated(shapes: Sequence[Shape], paths: Sequence[ProductPath], directory: Path) -> list[Shape]:
+    """The shapes of ``shapes`` whose timings of ``paths`` are not cached in ``directory`` (read without
+    the lock: a file is replaced whole, and a shape measured meanwhile is measured again at most)."""
+    known = CalibrationCache(directory).load()
+    return [
+        shape
+        for shape in dict.fromkeys(shapes)
+        if shape not in known or any(path not in known[shape].ms for path in paths)
+    ]

@@ -217,23 +217,37 @@ def _build(compiler: str, directory: Path, isa: InstructionSet) -> str:
 
 
 _load_lock = threading.Lock()
+FAILED_NAME = "build-failed.txt"
+
+
+def _unbuildable(isa: InstructionSet) -> NativeKernels | None:
+    """Why no build can be made here at all (None: one can)."""
+    if not sys.platform.startswith("linux"):
+        return NativeKernels(False, None, f"built only on Linux (this is {sys.platform})")
+    if not isa.runs_here():
+        return NativeKernels(False, None, f"this CPU cannot run a build for {isa} (${ISA_ENV})", isa)
+    if _compiler() is None:
+        return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)", isa)
+    return None
+
+
+def _build_directory(compiler: str, isa: InstructionSet) -> Path:
+    from envsuite.models import cache_dir
+
+    root = Path(os.environ[CACHE_ENV]).expanduser() if os.environ.get(CACHE_ENV) else cache_dir() / "native"
+    return root / _build_key(compiler, isa)
 
 
 @functools.cache
 def _load_once() -> NativeKernels:
-    from envsuite.models import cache_dir
-
-    if not sys.platform.startswith("linux"):
-        return NativeKernels(False, None, f"built only on Linux (this is {sys.platform})")
     isa = instruction_set()
-    if not isa.runs_here():
-        return NativeKernels(False, None, f"this CPU cannot run a build for {isa} (${ISA_ENV})", isa)
+    unbuildable = _unbuildable(isa)
+    if unbuildable is not None:
+        return unbuildable
     compiler = _compiler()
-    if compiler is None:
-        return NativeKernels(False, None, "no C++ compiler found ($CXX, g++, c++, clang++)", isa)
-    root = Path(os.environ[CACHE_ENV]).expanduser() if os.environ.get(CACHE_ENV) else cache_dir() / "native"
-    directory = root / _build_key(compiler, isa)
-    library, failed = directory / LIBRARY_NAME, directory / "build-failed.txt"
+    assert compiler is not None
+    directory = _build_directory(compiler, isa)
+    library, failed = directory / LIBRARY_NAME, directory / FAILED_NAME
     with _locked(directory / ".lock"):
         if failed.is_file():
             return NativeKernels(False, None, f"an earlier build failed (see {failed})", isa)
@@ -256,3 +270,16 @@ def native_kernels() -> NativeKernels:
     """Build (first time on this CPU) and load the native kernels; says whether they are available."""
     with _load_lock:
         return _load_once()
+
+
+def native_kernels_built() -> bool:
+    """Whether :func:`native_kernels` answers without compiling: loaded already, a cached or failed
+    build on disk, or no build possible here (the sampling engine's first use waits only then)."""
+    if _load_once.cache_info().currsize:
+        return True
+    isa = instruction_set()
+    compiler = _compiler()
+    if _unbuildable(isa) is not None or compiler is None:
+        return True
+    directory = _build_directory(compiler, isa)
+    return (directory / LIBRARY_NAME).is_file() or (directory / FAILED_NAME).is_file()

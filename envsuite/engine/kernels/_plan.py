@@ -15,7 +15,7 @@ import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
@@ -26,15 +26,16 @@ from envsuite.engine.kernels._calibration import (
     MachineKey,
     Shape,
     ShapeTiming,
-    cache_directory,
     calibrated_timings,
     choose,
     forced_choice,
     last_level_cache_bytes,
 )
-from envsuite.engine.kernels._native import native_kernels
 from envsuite.engine.kernels._onednn import onednn_fits
-from envsuite.engine.kernels._products import PATH_NAMES, ROW_BUCKETS, Layout, ProductPath, usable_paths
+from envsuite.engine.kernels._products import PATH_NAMES, ROW_BUCKETS, Layout, ProductPath
+
+if TYPE_CHECKING:
+    from envsuite.engine.kernels._first_use import Preparation
 
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Layers a block calls one after the other on the same input: attention's query/key/value
@@ -119,7 +120,7 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
     return sites
 
 
-def _weights_of(sites: Sequence[ProductSite], shape: Shape) -> list[torch.Tensor]:
+def weights_of(sites: Sequence[ProductSite], shape: Shape) -> list[torch.Tensor]:
     """Enough of the model's weights of ``shape`` for a timed pass from memory (``_calibration``)."""
     wanted = max(MIN_SAMPLE_BYTES, 2 * last_level_cache_bytes())
     weights: list[torch.Tensor] = []
@@ -158,11 +159,16 @@ class KernelPlan:
     """Whether envsuite's native kernels are loaded here, and how (or why not)."""
     chosen: dict[tuple[Shape, WeightUse], Choice] = field(default_factory=dict, compare=False)
     """Every choice made so far, by shape and weight use (for the report)."""
+    native_loaded: bool = False
+    """Whether the native kernels are loaded for the engine of this plan (its lean step may use them)."""
+    preparation: Preparation | None = field(default=None, compare=False)
+    """On a first-use plan (``_first_use``): the build and calibration running in the background, for
+    the engines made after it."""
 
     @classmethod
-    def forced(cls, path: ProductPath, native: str = "") -> KernelPlan:
+    def forced(cls, path: ProductPath, native: str = "", native_loaded: bool = False) -> KernelPlan:
         """Every product through ``path`` (a weight that cannot take its layout: its plain counterpart)."""
-        return cls(paths=(path,), forced_path=path, native=native)
+        return cls(paths=(path,), forced_path=path, native=native, native_loaded=native_loaded)
 
     @classmethod
     def measured(
@@ -172,12 +178,19 @@ class KernelPlan:
         cache: Path,
         shared: Collection[int] = (),
         native: str = "",
+        native_loaded: bool = False,
     ) -> KernelPlan:
         """Timings of ``paths`` for every product shape of ``model`` (cached ones read, the rest measured)."""
         sites = product_sites(model, shared)
         shapes = [site.shape for site in sites]
-        result = calibrated_timings(shapes, functools.partial(_weights_of, sites), paths, cache)
-        return cls(paths=tuple(paths), timings=result.timings, calibration=result, native=native)
+        result = calibrated_timings(shapes, functools.partial(weights_of, sites), paths, cache)
+        return cls(
+            paths=tuple(paths),
+            timings=result.timings,
+            calibration=result,
+            native=native,
+            native_loaded=native_loaded,
+        )
 
     def choice(self, shape: Shape, use: WeightUse = WeightUse.OWNED) -> Choice:
         """The layout and per-row paths for a product of ``shape`` whose weight is ``use``'d so."""
@@ -203,6 +216,8 @@ class KernelPlan:
             f"oneDNN {key.versions['onednn']}; {key.threads} threads",
             f"native kernels: {self.native or 'not asked for'}",
         ]
+        if self.preparation is not None:
+            lines.append(f"first use on this machine: {self.preparation.describe()}")
         if self.forced_path is not None:
             lines.append(f"forced: every product through {PATH_NAMES[self.forced_path]}")
         elif self.calibration is not None:
@@ -245,40 +260,3 @@ class KernelPlan:
             cells = "  ".join(f"{1000 * timing.ms[p][index]:16.1f}" for p in timing.ms)
             lines.append(f"    {rows:4d}  {cells}  -> {choice.paths[index].value}")
         return lines
-
-
-def kernel_plan(
-    model: torch.nn.Module,
-    shared: Collection[int] = (),
-    *,
-    onednn: bool = True,
-    relayout: bool = True,
-    native: bool = True,
-    path: str | None = None,
-    among: Sequence[str] | None = None,
-    cache: str | None = None,
-) -> KernelPlan:
-    """The plan for a frozen ``model``'s products (``EngineConfig``'s knobs, see there): the paths
-    allowed and usable here (of ``among``'s names, if given), ``path`` forced everywhere if given,
-    else measured (cached in ``cache``)."""
-    status = native_kernels() if native else None
-    native_note = status.describe() if status is not None else "turned off"
-    weights = [site.linears[0].weight for site in product_sites(model, shared)]
-    sample = weights[0] if weights else torch.empty(0, device="meta")
-    paths = usable_paths(
-        sample, onednn=onednn, relayout=relayout, native=status is not None and status.available
-    )
-    if among is not None:
-        wanted = [ProductPath(name) for name in among]
-        paths = tuple(p for p in paths if p in wanted) or (ProductPath.F_LINEAR,)
-    if path is not None:
-        forced = ProductPath(path)
-        if forced not in paths:
-            raise ValueError(
-                f"product path {forced.value!r} is not usable here (usable: {[p.value for p in paths]}; "
-                f"native kernels: {native_note})"
-            )
-        return KernelPlan.forced(forced, native=native_note)
-    if len(paths) == 1 or not weights:
-        return KernelPlan.forced(paths[0], native=native_note)
-    return KernelPlan.measured(model, paths, cache_directory(cache), shared, native=native_note)

@@ -123,7 +123,10 @@ class SamplingEngine:
             )
             self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
-        native_step = self.kernel_plan is not None and self.config.native_kernels
+        # A first-use plan (the kernels still being built in the background) steps through torch's.
+        native_step = (
+            self.kernel_plan is not None and self.config.native_kernels and self.kernel_plan.native_loaded
+        )
         self._decoder = (
             llama_decoder(model, native=native_step, captured=self.config.captured_step)
             if self.config.lean_decode
