@@ -130,6 +130,10 @@ register_scheme("openenv", "envsuite.adapters.openenv._client:openenv_spec")
 # (envsuite.adapters.verifiers; single-turn, graded by the taskset's own offline rewards).
 register_scheme("verifiers", "envsuite.adapters.verifiers._env:verifiers_spec")
 
+# Any Inspect task is a catalog env: `inspect:MODULE/TASK`, `inspect:FILE.py@TASK`, `inspect:inspect_evals/NAME`
+# (envsuite.adapters.inspect_tasks; single-turn, its samples the episodes, its scorer the reward).
+register_scheme("inspect", "envsuite.adapters.inspect_tasks._env:inspect_spec")
+
 # Tool use (envsuite.envs.tool_use): the policy calls tools the env declares, then answers (docs/tools.md).
 # The easy rungs show a worked call first and pay 0.2 for a wrong answer given after a successful call.
 _TOOL_USE: dict[str, Any] = {"kind": EnvKind.MULTI_TURN, "reward_range": (-0.1, 1.0), "tags": ("tool-use",)}
