@@ -5,7 +5,7 @@ flags below) and prints the engine's kernel plan: the CPU and library versions, 
 native kernels built, and per product shape the path chosen at each row count with the measured time
 of every path behind the choice (``envsuite.engine.kernels``); then how a decode step runs (the lean
 step, its layers as one native call or one by one, and how the next tokens are chosen:
-``DecodeStepPlan``). The first run on a machine measures
+``DecodeStepPlan``). The first run on a machine measures before it reports (``$ENVSUITE_KERNEL_SETUP=wait``)
 (tens of seconds on SmolLM2; the native kernels' first build adds 20-60 s); later runs read the cache.
 Timings measured on a busy machine can choose badly: ``--recalibrate`` forgets them and measures again.
 """
@@ -56,11 +56,16 @@ def _config_fields(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Build the engine's kernel plan for ``--model`` and print its report."""
+    import os
+
     from envsuite import DEFAULT_MODEL
     from envsuite.backends.local import load_sampling_model
+    from envsuite.engine.kernels import SETUP_ENV
     from envsuite.engine.sampling import EngineConfig, SamplingEngine
     from envsuite.errors import UsageError
 
+    # The doctor reports the measured plan, so on first use it waits for the build and calibration.
+    os.environ.setdefault(SETUP_ENV, "wait")
     if args.recalibrate:
         from envsuite.engine.kernels import cache_directory, calibration_file
 
