@@ -227,6 +227,8 @@ class RunRecord:
     ``repr`` (:func:`~envsuite.leaderboard.sanitize`)."""
     reward_range: tuple[float, float] | None = None
     """The env spec's reward bounds, used to normalise scores across envs."""
+    dataset_revision: str | None = None
+    """The dataset revision or content hash the run's episodes were drawn from (None: not known)."""
 
     def __post_init__(self) -> None:
         if not self.run_id:
@@ -248,6 +250,7 @@ class StoredRun:
     config: Mapping[str, JsonValue]
     reward_range: tuple[float, float] | None
     n_episodes: int
+    dataset_revision: str | None = None
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,12 @@ _V1 = (
     )""",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "keys, runs, episodes, matches, ratings", _V1),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "keys, runs, episodes, matches, ratings", _V1),
+    # Which data a run's scores came from (a dataset's revision or a content hash of its items), so a
+    # changed dataset is visible next to its scores; NULL for runs stored before it was recorded.
+    Migration(2, "runs.dataset_revision", ("ALTER TABLE runs ADD COLUMN dataset_revision TEXT",)),
+)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 

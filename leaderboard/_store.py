@@ -161,8 +161,8 @@ class ResultStore:
                 (key.key_id, *_key_values(key)),
             )
             run_added = self._conn.execute(
-                "INSERT INTO runs (run_id, key_id, log_path, created_at, config, reward_lo, reward_hi) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO runs (run_id, key_id, log_path, created_at, config, reward_lo, reward_hi, "
+                "dataset_revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     redact_text(run.run_id),
                     key.key_id,
@@ -171,6 +171,7 @@ class ResultStore:
                     canonical_json(sanitize(run.config)),
                     lo,
                     hi,
+                    run.dataset_revision,
                 ),
             )
             if not run_added:
@@ -271,7 +272,7 @@ class ResultStore:
         where, params = env_filter_sql(env_ids)
         rows = self._conn.query(
             f"SELECT {_KEY_COLUMNS}, r.run_id, r.log_path, r.created_at, r.config, r.reward_lo, r.reward_hi, "
-            "(SELECT COUNT(*) FROM episodes e WHERE e.run_id = r.run_id) "
+            "(SELECT COUNT(*) FROM episodes e WHERE e.run_id = r.run_id), r.dataset_revision "
             f"FROM runs r JOIN result_keys k ON k.key_id = r.key_id WHERE {where} "
             "ORDER BY r.created_at, r.run_id",
             params,
@@ -285,6 +286,7 @@ class ResultStore:
                 config=json.loads(row[11]),
                 reward_range=(float(row[12]), float(row[13])) if row[12] is not None else None,
                 n_episodes=int(row[14]),
+                dataset_revision=row[15],
             )
             for row in rows
         ]

@@ -90,6 +90,18 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
     p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
     p.add_argument("--runner", choices=RUNNERS, default=defaults["runner"], help=RUNNER_HELP)
+    p.add_argument(
+        "--contamination",
+        metavar="FILE",
+        default=None,
+        help="play nothing: report each env's prompts sharing a 13-gram with FILE (JSONL or text)",
+    )
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="play nothing: re-grade the stored episodes of --model on --envs with today's grader and "
+        "list the rows whose score changed",
+    )
 
 
 def _base_url(backend: str, base_url: str | None) -> str | None:
@@ -123,6 +135,14 @@ def run(args: argparse.Namespace) -> int:
         runner=args.runner,
         **settings,
     )
+    if args.contamination:
+        from envsuite.cli._bench_checks import print_contamination
+
+        return print_contamination(config, args.contamination)
+    if args.rescore:
+        from envsuite.cli._bench_checks import print_rescore
+
+        return print_rescore(config)
     os.environ.setdefault("INSPECT_LOG_DIR", str(config.log_dir()))
     report = run_bench(config)
     console = Console()

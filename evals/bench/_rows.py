@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import envsuite
 from envsuite import RendererConfig
-from envsuite.catalog.registration import EnvKind, spec
+from envsuite.catalog.registration import EnvKind, EnvSpec, spec
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._task import episode_score, sample_id
 from envsuite.leaderboard import (
@@ -116,6 +116,14 @@ async def logged_env(log_path: str) -> LoggedEnv:
     return LoggedEnv(env_id, str(log.eval.eval_id), episodes)
 
 
+def dataset_revision(env_spec: EnvSpec) -> str | None:
+    """The dataset revision (or content hash) ``env_spec``'s episodes come from: what its env class's
+    ``dataset_revision_of(kwargs)`` says; None for envs that generate their items (no dataset to pin)."""
+    entry = env_spec.load()
+    hook = getattr(entry, "dataset_revision_of", None)
+    return str(hook(dict(env_spec.kwargs))) if callable(hook) else None
+
+
 class BenchRecorder:
     """Turns one bench's finished envs into rows and stores them.
 
@@ -180,6 +188,7 @@ class BenchRecorder:
             }
             | ({"samples": config.samples} if config.samples > 1 else {}),
             reward_range=env_spec.reward_range,
+            dataset_revision=dataset_revision(env_spec),
         )
         matches = []
         if env_spec.kind is EnvKind.GAME:

@@ -94,6 +94,11 @@ class InspectTaskEnv(Env):
             return Score(value=0.0, explanation="the scorer returned no score")
         return score
 
+    @classmethod
+    def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
+        """What the leaderboard records as the data a run used: the task's samples' content hash."""
+        return f"sha256:{load_task(str(kwargs['task'])).dataset_hash}"
+
     def conversation(self) -> list[Message]:
         return list(self._messages)
 
