@@ -45,6 +45,20 @@ def client() -> Iterator[LocalSamplingClient]:
     sampler.close()
 
 
+def _acceptor(client: LocalSamplingClient, constraint: Any) -> Any:
+    grammar = GrammarCompiler(client.get_tokenizer(), VOCAB).compile(constraint)
+
+    def accepts(text: str) -> bool:
+        row = grammar.row(frozenset())
+        for token in client.get_tokenizer().encode(text, add_special_tokens=False):
+            row.advance(token)
+            if row.failed:
+                return False
+        return row.accepting
+
+    return accepts
+
+
 async def test_a_game_seat_plays_only_legal_moves(client: LocalSamplingClient) -> None:
     invalid = {"constrained": 0.0, "free": 0.0}
     for seed in range(3):
@@ -65,16 +79,7 @@ async def test_a_tool_env_allows_text_and_valid_calls_only(client: LocalSampling
     await env.initial_observation()
     constraint = env.action_constraint()
     assert constraint is not None
-    grammar = GrammarCompiler(client.get_tokenizer(), VOCAB).compile(constraint)
-
-    def accepts(text: str) -> bool:
-        row = grammar.row(frozenset())
-        for token in client.get_tokenizer().encode(text, add_special_tokens=False):
-            row.advance(token)
-            if row.failed:
-                return False
-        return row.accepting
-
+    accepts = _acceptor(client, constraint)
     call = env.reply_with_calls([ToolCall.create("calculator", '{"expression": "2 + 3"}', "c1")])
     assert accepts(call) and accepts("The answer is 5.")
     assert not accepts(call.replace('"expression"', '"expr"'))  # an argument the schema does not have
@@ -85,20 +90,6 @@ async def test_a_tool_env_allows_text_and_valid_calls_only(client: LocalSampling
         policy, make_env("tools/calculator", seed=0, model=TEST_MODEL), CONSTRAINED
     )
     assert "unparsed" not in str(trajectory.transitions[-1].logs.get("calls", ""))
-
-
-def _acceptor(client: LocalSamplingClient, constraint: Any) -> Any:
-    grammar = GrammarCompiler(client.get_tokenizer(), VOCAB).compile(constraint)
-
-    def accepts(text: str) -> bool:
-        row = grammar.row(frozenset())
-        for token in client.get_tokenizer().encode(text, add_special_tokens=False):
-            row.advance(token)
-            if row.failed:
-                return False
-        return row.accepting
-
-    return accepts
 
 
 @needs_sandbox

@@ -9,7 +9,12 @@ importing this package does not import tinker or transformers.
 """
 
 from envsuite.renderers._registry import get_renderer, list_renderers
-from envsuite.renderers._reply import encodable_text, reply_message_tokens, reply_to_tokens
+from envsuite.renderers._reply import (
+    encodable_text,
+    reply_message_text,
+    reply_message_tokens,
+    reply_to_tokens,
+)
 from envsuite.renderers._tool_grammar import CallSyntax, ToolCallRule, ToolChoice
 from envsuite.renderers.base import (
     ParsedResponse,
@@ -41,5 +46,6 @@ __all__ = [
     # replies written as text or messages, as tokens
     "encodable_text",
     "reply_message_tokens",
+    "reply_message_text",
     "reply_to_tokens",
 ]

@@ -51,3 +51,16 @@ def reply_message_tokens(renderer: Renderer, message: Message) -> list[int]:
     tokens = example.model_input.to_ints()
     trained = [i for i, weight in enumerate(example.weights_T) if weight]
     return tokens[trained[0] :] if trained else []
+
+
+def reply_message_text(renderer: Renderer, message: Message) -> str:
+    """The text of an assistant ``message`` as the renderer writes it, up to (not including) its end of
+    turn: what a scripted policy (an env's reward probes) replies to make that message."""
+    tokens = reply_message_tokens(renderer, message)
+    stop = renderer.get_stop_sequences()
+    if stop and isinstance(stop[0], int):
+        end = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
+        return renderer.tokenizer.decode(tokens[:end])
+    text = renderer.tokenizer.decode(tokens)
+    cuts = [text.find(str(s)) for s in stop if str(s) in text]
+    return text[: min(cuts)] if cuts else text

@@ -40,7 +40,7 @@ from envsuite.core import (
 from envsuite.envs._problem import clip
 from envsuite.envs.bfcl import _upstream
 from envsuite.envs.bfcl._categories import BY_NAME, Category, Scoring
-from envsuite.renderers import reply_message_tokens
+from envsuite.renderers import reply_message_text
 
 NO_CALL_REPLY = "None of the available functions can answer this, so I will not call any of them."
 """The probes' reply without a call (the reference of the irrelevance categories)."""
@@ -196,14 +196,7 @@ class BfclEnv(Env):
         if not calls:
             return NO_CALL_REPLY
         message: Message = {"role": "assistant", "content": "", "tool_calls": calls}
-        tokens = reply_message_tokens(self.renderer, message)
-        stop = self.renderer.get_stop_sequences()
-        if stop and isinstance(stop[0], int):
-            end = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
-            return self.renderer.tokenizer.decode(tokens[:end])
-        text = self.renderer.tokenizer.decode(tokens)
-        cuts = [text.find(str(s)) for s in stop if str(s) in text]
-        return text[: min(cuts)] if cuts else text
+        return reply_message_text(self.renderer, message)
 
 
 def _first_choice(options: dict[str, Any]) -> dict[str, Any]:

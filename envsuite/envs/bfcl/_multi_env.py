@@ -42,7 +42,7 @@ from envsuite.envs._problem import clip
 from envsuite.envs.bfcl import _multi_upstream as multi
 from envsuite.envs.bfcl import _upstream
 from envsuite.envs.bfcl._env import NO_CALL_REPLY, _pick
-from envsuite.renderers import reply_message_tokens
+from envsuite.renderers import reply_message_text
 from envsuite.tools import error_message
 
 MULTI_TURN_CATEGORIES = (
@@ -242,14 +242,7 @@ class BfclMultiTurnEnv(Env):
 
     def _reply_text(self, calls: list[ToolCall]) -> str:
         message: Message = {"role": "assistant", "content": "", "tool_calls": calls}
-        tokens = reply_message_tokens(self.renderer, message)
-        stop = self.renderer.get_stop_sequences()
-        if stop and isinstance(stop[0], int):
-            end = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
-            return self.renderer.tokenizer.decode(tokens[:end])
-        text = self.renderer.tokenizer.decode(tokens)
-        cuts = [text.find(str(s)) for s in stop if str(s) in text]
-        return text[: min(cuts)] if cuts else text
+        return reply_message_text(self.renderer, message)
 
 
 def _arguments(call: ToolCall) -> object:

@@ -51,7 +51,7 @@ from envsuite.core import (
     tool_spec,
 )
 from envsuite.envs._problem import clip
-from envsuite.renderers import ToolCallRule, ToolChoice, reply_message_tokens
+from envsuite.renderers import ToolCallRule, ToolChoice, reply_message_text
 
 DEFAULT_FORMAT_COEF = 0.1
 
@@ -169,14 +169,7 @@ class ToolUseEnv(Env):
     def reply_with_calls(self, calls: Sequence[ToolCall], content: str = "") -> str:
         """The text of an assistant reply making ``calls``, written in the renderer's call format."""
         message: Message = {"role": "assistant", "content": content, "tool_calls": list(calls)}
-        tokens = reply_message_tokens(self.renderer, message)
-        stop = self.renderer.get_stop_sequences()
-        if stop and isinstance(stop[0], int):
-            end = next((i for i, t in enumerate(tokens) if t in stop), len(tokens))
-            return self.renderer.tokenizer.decode(tokens[:end])
-        text = self.renderer.tokenizer.decode(tokens)
-        cuts = [text.find(str(s)) for s in stop if str(s) in text]
-        return text[: min(cuts)] if cuts else text
+        return reply_message_text(self.renderer, message)
 
     def demonstration(self) -> list[Message]:
         """Messages shown before the task when ``demonstrate=True``: an example task, the call that
