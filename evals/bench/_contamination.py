@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envsuite.catalog._make import make_env
+from envsuite import make_env
 from envsuite.evals._task import episode_seeds
 
 NGRAM = 13

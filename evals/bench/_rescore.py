@@ -14,8 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from envsuite import RendererConfig
-from envsuite.catalog._make import make_env
+from envsuite import RendererConfig, make_env
 from envsuite.core import StepResult
 from envsuite.evals.bench._config import BenchConfig
 from envsuite.leaderboard import ResultStore, StoredEpisode
