@@ -52,6 +52,7 @@ COMMANDS: dict[str, str] = {
     "serve": "envsuite.cli._serve_cmd",
     "serve-sandbox": "envsuite.cli._serve_sandbox_cmd",
     "doctor": "envsuite.cli._doctor_cmd",
+    "judge-check": "envsuite.cli._judge_check_cmd",
 }
 """Command name -> the module holding its ``add_parser`` and ``run``, in the order help lists them."""
 
