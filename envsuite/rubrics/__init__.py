@@ -38,6 +38,7 @@ from envsuite.rubrics._contract import (
 from envsuite.rubrics._judge import JudgeModel, JudgeStats, JudgmentCache, pairwise_prompt, pointwise_prompt
 from envsuite.rubrics._score import CriterionScore, RubricScore, Scored, score_group
 from envsuite.rubrics._verdict import PairOutcome, Verdict, VerdictOutcome, parse_pair, parse_verdict
+from envsuite.rubrics._wrap import RubricGroupBuilder
 
 __all__ = [
     # rubrics as data
@@ -66,6 +67,7 @@ __all__ = [
     "CriterionScore",
     "RubricScore",
     "score_group",
+    "RubricGroupBuilder",
     # trust
     "Agreement",
     "PositionBias",
