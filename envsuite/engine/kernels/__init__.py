@@ -21,7 +21,7 @@ from envsuite.engine.kernels._calibration import (
     calibration_file,
     choose,
 )
-from envsuite.engine.kernels._first_use import SETUP_ENV, KernelSetup, Preparation, kernel_plan, kernel_setup
+from envsuite.engine.kernels._first_use import SETUP_ENV, KernelSetup, kernel_plan, kernel_setup
 from envsuite.engine.kernels._native import (
     InstructionSet,
     NativeKernels,
@@ -38,6 +38,7 @@ from envsuite.engine.kernels._onednn import (
     route_linears_through_onednn,
 )
 from envsuite.engine.kernels._plan import KernelPlan, ProductSite, WeightUse, product_sites
+from envsuite.engine.kernels._preparation import Preparation
 from envsuite.engine.kernels._products import (
     PATH_NAMES,
     ROW_BUCKETS,

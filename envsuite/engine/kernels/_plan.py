@@ -15,7 +15,7 @@ import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 import torch
 
@@ -32,10 +32,8 @@ from envsuite.engine.kernels._calibration import (
     last_level_cache_bytes,
 )
 from envsuite.engine.kernels._onednn import onednn_fits
+from envsuite.engine.kernels._preparation import Preparation
 from envsuite.engine.kernels._products import PATH_NAMES, ROW_BUCKETS, Layout, ProductPath
-
-if TYPE_CHECKING:
-    from envsuite.engine.kernels._first_use import Preparation
 
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Layers a block calls one after the other on the same input: attention's query/key/value
