@@ -150,13 +150,19 @@ def build_leaderboard(
         raise UsageError(f"n_boot must be >= 1, got {n_boot}")
     env_list = None if env_ids is None else list(env_ids)
     episodes = store.episodes(env_list)
-    ranges = reward_ranges(store.runs(env_list), observed_ranges(episodes), catalog_ranges or {})
+    runs = store.runs(env_list)
+    ranges = reward_ranges(runs, observed_ranges(episodes), catalog_ranges or {})
+    revisions: dict[str, set[str]] = {}
+    for run in runs:
+        if run.dataset_revision is not None:
+            revisions.setdefault(run.key.key_id, set()).add(run.dataset_revision)
     entries = [
         dataclasses.replace(
             summarize_key(
                 key, eps, ranges[key.versioned_env_id], n_boot=n_boot, confidence=confidence, seed=seed
             ),
             pass_at=pass_at_ks(key, eps, n_boot=n_boot, confidence=confidence, seed=seed),
+            dataset_revisions=tuple(sorted(revisions.get(key.key_id, ()))),
         )
         for key, eps in group_by_key(episodes).items()
     ]

@@ -60,6 +60,8 @@ class EntryJson(KeyJson):
     normalized: EstimateJson | None
     reward_range: list[float]
     log_paths: list[str]
+    dataset_revisions: list[str]
+    """What the key's runs ran on (dataset revisions or content hashes); empty where not recorded."""
     metrics: dict[str, float]
     pass_at_k: list[PassAtKJson]
     """Empty unless the key played each episode K > 1 times (``sampling.samples``)."""
@@ -133,6 +135,7 @@ def entry_dict(entry: KeySummary) -> EntryJson:
         "normalized": estimate_dict(entry.normalized),
         "reward_range": list(entry.reward_range),
         "log_paths": list(entry.log_paths),
+        "dataset_revisions": list(entry.dataset_revisions),
         "metrics": dict(entry.metric_means),
         "pass_at_k": [
             {

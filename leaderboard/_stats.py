@@ -141,6 +141,8 @@ class KeySummary:
     """Every episode behind the row, in (seed, epoch) order, for links to transcripts."""
     pass_at: PassAtKs = PassAtKs()
     """pass@k over the key's problems when it played each episode K > 1 times (``leaderboard._passk``)."""
+    dataset_revisions: tuple[str, ...] = ()
+    """The dataset revisions (or content hashes) the key's runs recorded; empty where none was."""
 
 
 def summarize_key(

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from envsuite.leaderboard import MIGRATIONS, SCHEMA_VERSION, ResultStore, RunRecord
+from envsuite.leaderboard import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    ResultStore,
+    RunRecord,
+    board_dict,
+    build_leaderboard,
+)
 from tests.test_leaderboard_store import episodes, make_key
 
 _OLD_RUN = (
@@ -61,3 +68,5 @@ def test_a_fresh_store_round_trips_the_revision(tmp_path: Path, revision: str | 
     with ResultStore(str(tmp_path / "board.sqlite")) as store:
         store.add_run(RunRecord(make_key(), "eval-1", dataset_revision=revision), episodes(1))
         assert store.runs()[0].dataset_revision == revision
+        (entry,) = board_dict(build_leaderboard(store, n_boot=10))["entries"]
+        assert entry["dataset_revisions"] == ([revision] if revision else [])  # `leaderboard --json` shows it
