@@ -21,6 +21,7 @@ for benchmarks that time the measured plan and for tests that check what it chos
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ import torch
 
 from envsuite.engine.kernels._calibration import Shape, cache_directory, uncalibrated
 from envsuite.engine.kernels._native import native_kernels, native_kernels_built
-from envsuite.engine.kernels._plan import KernelPlan, product_sites, weights_of
+from envsuite.engine.kernels._plan import KernelPlan, ProductSite, product_sites, sample_sites, weights_of
 from envsuite.engine.kernels._preparation import PathOptions, Preparation
 from envsuite.engine.kernels._products import ProductPath, usable_paths
 
@@ -59,6 +60,10 @@ def kernel_setup() -> KernelSetup:
         raise ValueError(f"${SETUP_ENV}={name!r} is not a kernel setup; choose one of {choices}") from None
 
 
+def _sampled_weights(samples: dict[Shape, list[ProductSite]], shape: Shape) -> list[torch.Tensor]:
+    return weights_of(samples[shape], shape)
+
+
 _running: dict[tuple[Path, tuple[Shape, ...]], Preparation] = {}
 _running_lock = threading.Lock()
 
@@ -73,12 +78,14 @@ def _prepare(
         running = _running.get((directory, shapes))
         if running is not None and running.finished is None:
             return running
-        # The samples are taken now: the engine is about to lay its layers out (and fuse groups).
-        weights = {shape: weights_of(sites, shape) for shape in shapes}
+        # The sites are chosen now, before the engine lays its layers out (and fuses groups); their
+        # weights (at most a timed pass's worth per shape) are copied out on the thread, not before the
+        # first token.
+        samples = {shape: sample_sites(sites, shape) for shape in shapes}
         preparation = Preparation(shapes, directory)
         preparation.thread = threading.Thread(
             target=preparation.run,
-            args=(weights, sites[0].linears[0].weight.detach(), options),
+            args=(functools.partial(_sampled_weights, samples), sites[0].linears[0].weight.detach(), options),
             name="envsuite-kernel-preparation",
             daemon=True,
         )

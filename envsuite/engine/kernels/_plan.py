@@ -118,18 +118,23 @@ def product_sites(model: torch.nn.Module, shared: Collection[int] = ()) -> list[
     return sites
 
 
-def weights_of(sites: Sequence[ProductSite], shape: Shape) -> list[torch.Tensor]:
-    """Enough of the model's weights of ``shape`` for a timed pass from memory (``_calibration``)."""
+def sample_sites(sites: Sequence[ProductSite], shape: Shape) -> list[ProductSite]:
+    """The first of ``sites`` of ``shape`` whose weights are enough for a timed pass from memory
+    (``_calibration``)."""
     wanted = max(MIN_SAMPLE_BYTES, 2 * last_level_cache_bytes())
-    weights: list[torch.Tensor] = []
+    chosen: list[ProductSite] = []
     held = 0
     for site in sites:
         if site.shape != shape or held >= wanted:
             continue
-        weight = site.plain_weight().contiguous()
-        weights.append(weight)
-        held += weight.numel() * weight.element_size()
-    return weights
+        chosen.append(site)
+        held += 4 * shape[0] * shape[1]  # fp32 (onednn_fits)
+    return chosen
+
+
+def weights_of(sites: Sequence[ProductSite], shape: Shape) -> list[torch.Tensor]:
+    """The plain weights of :func:`sample_sites` (a stacked copy for a group)."""
+    return [site.plain_weight().contiguous() for site in sample_sites(sites, shape)]
 
 
 _PLAIN_STAND_IN = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,10 @@ class Preparation:
         return f"background build and calibration {outcome} ({self.finished - self.started:.1f} s)"
 
     def run(
-        self, weights: dict[Shape, list[torch.Tensor]], sample: torch.Tensor, options: PathOptions
+        self,
+        weights_of: Callable[[Shape], Sequence[torch.Tensor]],
+        sample: torch.Tensor,
+        options: PathOptions,
     ) -> None:
         """Build, then measure (on this thread); records an error instead of raising one."""
         try:
@@ -69,7 +73,7 @@ class Preparation:
             )
             if len(paths) > 1:
                 with torch.inference_mode():
-                    calibrated_timings(self.shapes, weights.__getitem__, paths, self.directory)
+                    calibrated_timings(self.shapes, weights_of, paths, self.directory)
         except Exception as exc:  # the engine keeps its first-use plan whatever failed here
             self.error = f"{type(exc).__name__}: {exc}"
             logger.warning("envsuite's background kernel preparation failed: %s", self.error)
