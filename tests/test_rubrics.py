@@ -12,6 +12,7 @@ import pytest
 import envsuite
 from envsuite import RendererConfig
 from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+from envsuite.cli import main
 from envsuite.completers import SamplingMessageCompleter, ScriptedMessageCompleter, ScriptedTokenCompleter
 from envsuite.errors import UsageError
 from envsuite.rollouts import do_group_rollout
@@ -241,3 +242,19 @@ async def test_a_rubric_attached_to_a_catalog_env_scores_its_group_in_one_batch(
     assert first["rubric/reward"] == pytest.approx(1.0) and first["rubric/has_answer"] == 1.0
     assert second["rubric/reward"] == 0.0
     assert judge.stats.batches == 1 and judge.stats.calls == 2
+
+
+def test_play_scores_the_final_reply_with_a_rubric_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = Rubric(
+        "nonempty", (RegexCriterion("says_something", r"\S"), RegexCriterion("no_digits", r"\d", negate=True))
+    )
+    path = tmp_path / "r.json"
+    path.write_text(rubric.canonical_json())
+    assert (
+        main(["play", "arithmetic", "--policy", TEST_MODEL, "--max-tokens", "4", "--rubric", str(path)]) == 0
+    )
+    out = capsys.readouterr().out
+    assert f"rubric {rubric.identity()}: reward" in out
+    assert "says_something:" in out and "no_digits:" in out

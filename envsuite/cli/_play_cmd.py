@@ -19,6 +19,7 @@ from rich.console import Console
 from envsuite import RendererConfig, make_env
 from envsuite.cli._args import Subparsers, parse_env_args
 from envsuite.cli._policies import InputClosed, LegalMoves, build_policy
+from envsuite.cli._rubric_args import add_rubric_args, score_reply
 from envsuite.core import (
     ActionExtra,
     Env,
@@ -58,6 +59,7 @@ def add_parser(sub: Subparsers) -> None:
         help="sample each action under the env's action constraint (legal moves, well-formed tool calls; "
         "local backend)",
     )
+    add_rubric_args(p)
 
 
 def _legal_moves(env: Env) -> LegalMoves | None:
@@ -126,6 +128,7 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
     total = 0.0
     for turn in range(1, 10_000):
         view.show_new(ob.to_ints(), f"observation (turn {turn})")
+        asked = ob.to_ints()
         action: TokensWithLogprobs = await next_action(
             policy, env, ob, stop, constrain_actions=args.constrain_actions
         )
@@ -141,8 +144,22 @@ async def _play(args: argparse.Namespace, console: Console) -> float:
             view.show_new(ob.to_ints(), "final observation")
             reason = stop_reason_from_metrics(result.metrics) or "?"
             console.rule(f"episode over: stop/{reason}, return {total:+.3f}")
+            if args.rubric:
+                await _show_rubric(args, console, view.renderer, asked, list(action.tokens))
             break
     return total
+
+
+async def _show_rubric(
+    args: argparse.Namespace, console: Console, renderer: Renderer, prompt: list[int], reply: list[int]
+) -> None:
+    """``--rubric``: the final reply's rubric score, criterion by criterion."""
+    text = renderer.parse_response(reply).message["content"]
+    rubric, score = await score_reply(args, renderer.tokenizer.decode(prompt, skip_special_tokens=True), text)
+    console.print(printable(f"rubric {rubric.identity()}: reward {score.reward:.3f}"))
+    for c in score.criteria:
+        verdict = f" verdict={c.verdict.value}" if c.verdict else ""
+        console.print(printable(f"  {c.name}: {c.score:.3f}{verdict}{' (gated)' if c.gated else ''}"))
 
 
 class PlayExit(IntEnum):
