@@ -64,3 +64,20 @@ def test_rescore_lists_only_the_rows_whose_grade_changed(tmp_path: Path) -> None
         pytest.approx(1.0 - old),
         old,
     )
+
+
+def test_rows_judged_by_a_grader_model_name_it_as_their_partner(tmp_path: Path) -> None:
+    graded = "inspect:tests.fixtures.inspect_tasks/graded"
+    config = BenchConfig(
+        model=TEST_MODEL,
+        env_ids=(graded,),
+        episodes=2,
+        max_tokens=4,
+        log_root=str(tmp_path / "logs"),
+        db=str(tmp_path / "board.sqlite"),
+        display="none",
+    )
+    assert run_bench(config).completed
+    with ResultStore(config.db) as store:  # another grader would be another key: rows never pool
+        keys = store.keys()
+    assert [(k.env_id, k.partner) for k in keys] == [(graded, f"grader:envsuite/{TEST_MODEL}")]
