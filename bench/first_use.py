@@ -66,7 +66,7 @@ CHILD = textwrap.dedent(
     report["first_plan"] = "first-use (F.linear)" if plan.preparation is not None else "measured"
     report["first_step"] = first.decode_step_plan.describe().splitlines()[0]
     first.close()
-    if plan.preparation is not None:
+    if plan.preparation is not None and sys.argv[2] == "later":
         plan.preparation.wait()
         report["prepared_s"] = seconds()
         report["preparation_error"] = plan.preparation.error
@@ -80,7 +80,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_child(model: str, setup: str, timeout: float) -> dict[str, object]:
+def run_child(model: str, setup: str, timeout: float, first_only: bool = False) -> dict[str, object]:
     """One first use from a clean cache, in a child process (see module docstring)."""
     with tempfile.TemporaryDirectory(prefix="envsuite-first-use-") as scratch:
         env = {
@@ -91,7 +91,11 @@ def run_child(model: str, setup: str, timeout: float) -> dict[str, object]:
             "FIRST_USE_T0": repr(time.time()),
         }
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, model], env=env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-c", CHILD, model, "first" if first_only else "later"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     if done.returncode != 0:
         raise SystemExit(f"the child failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -104,6 +108,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--setups", default="background,wait", help="comma-separated: background, wait")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
+    parser.add_argument(
+        "--first-only", action="store_true", help="stop at the first token (no wait for the background)"
+    )
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args()
     load = os.getloadavg()
@@ -113,7 +120,7 @@ def main() -> None:
     )
     results = []
     for setup in args.setups.split(","):
-        result = run_child(args.model, setup.strip(), args.timeout)
+        result = run_child(args.model, setup.strip(), args.timeout, args.first_only)
         results.append(result)
         line = (
             f"{setup}: first token {result['first_token_s']} s after spawn (imports {result['imported_s']} s, "

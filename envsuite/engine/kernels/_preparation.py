@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from envsuite.engine.kernels._calibration import Shape, calibrated_timings
-from envsuite.engine.kernels._native import native_kernels
+from envsuite.engine.kernels._native import building_in_background, native_kernels
 from envsuite.engine.kernels._products import usable_paths
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,8 @@ class Preparation:
     ) -> None:
         """Build, then measure (on this thread); records an error instead of raising one."""
         try:
-            status = native_kernels() if options.native else None
+            with building_in_background():
+                status = native_kernels() if options.native else None
             paths = usable_paths(
                 sample,
                 onednn=options.onednn,
