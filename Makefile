@@ -80,13 +80,15 @@ native-compiler:
 # MCP servers in a folder of their own (envsuite.adapters.mcp.server_packages): mcp-server-time and
 # mcp-server-git need mcp>=2.3, and the dev install keeps mcp 1.30 (openenv's fastmcp needs mcp<2).
 # A sandboxed server sees this folder first on its path, so it runs on mcp 2.3 while envsuite's client
-# stays on 1.30 (the protocol is the same); every other requirement of these four wheels is in the venv
-# at a version they accept, hence --no-deps. The verifiers tests also run against it (tests/test_mcp2.py).
+# stays on 1.30 (the protocol is the same). The servers' own requirements the dev install lacks (tzlocal,
+# tzdata, GitPython) go in with them; the rest (pydantic, anyio, starlette, ...) are in the venv at versions
+# they accept, hence --no-deps and pinned versions. The verifiers tests also run against it (tests/test_mcp2.py).
 MCP_SERVERS := $(VENV)/mcp-servers
 MCP_SERVERS_STAMP := $(MCP_SERVERS)/.installed
 $(MCP_SERVERS_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps --upgrade --target $(MCP_SERVERS) mcp==2.3.0 mcp-types==2.3.0 \
-		mcp-server-time==2026.10.19 mcp-server-git==2026.10.19
+		mcp-server-time==2026.10.19 mcp-server-git==2026.10.19 \
+		tzlocal==5.4.5 tzdata==2026.6 GitPython==3.2.1 gitdb==4.0.12 smmap==5.0.3
 	touch $(MCP_SERVERS_STAMP)
 mcp-servers: $(MCP_SERVERS_STAMP)
 
