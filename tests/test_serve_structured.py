@@ -230,7 +230,7 @@ def test_the_agents_sdk_runs_a_strict_function_tool_to_completion(url: str) -> N
         model=agents.OpenAIChatCompletionsModel(model=TEST_MODEL, openai_client=client),
         # The first turn must call (a random model would not choose to); the SDK then resets the
         # choice to auto, and the model's free reply ends the run.
-        model_settings=agents.ModelSettings(tool_choice="required", max_tokens=48, temperature=1.0),
+        model_settings=agents.ModelSettings(tool_choice="required", max_tokens=160, temperature=1.0),
     )
     result = asyncio.run(agents.Runner.run(agent, "How many people live in Paris?", max_turns=4))
     assert called and set(called) <= {"Paris", "Rome"}
