@@ -207,6 +207,7 @@ def _stop_fields(stop: str | Sequence[str] | Sequence[int] | None) -> dict[str, 
         if any(not s for s in items):
             raise ValueError("stop strings must be non-empty")
         return {"stop": items, "include_stop_str_in_output": True, "ignore_eos": True}
-    if all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-        return {"stop_token_ids": [int(s) for s in items], "ignore_eos": True}
+    token_ids = [s for s in items if isinstance(s, int) and not isinstance(s, bool)]
+    if len(token_ids) == len(items):
+        return {"stop_token_ids": token_ids, "ignore_eos": True}
     raise TypeError(f"stop must be strings or token ids, not a mix: {items!r}")
