@@ -175,6 +175,20 @@ class TrainConfig:
                 "Tinker and `envsuite serve` already scale sampling behind their URL)",
             ),
             (
+                self.replicas.sampler == "backend"
+                or (
+                    self.policy.backend == "local"
+                    and self.policy.lora_rank >= 1
+                    and not self.policy.train_unembed
+                ),
+                "sampler 'vllm' loads each LoRA version into vLLM, which adapts no lm_head: use backend "
+                "'local', a LoRA rank >= 1 and --no-unembed-lora",
+            ),
+            (
+                not self.sampling.constrain_actions or self.replicas.sampler == "backend",
+                "constrain_actions applies grammars in the local engine, not on vLLM: drop one of them",
+            ),
+            (
                 not self.sampling.constrain_actions or self.policy.backend == "local",
                 "constrain_actions samples under grammars, which only the local engine applies (the "
                 "Tinker SDK would drop them): use backend 'local'",

@@ -311,12 +311,29 @@ class ReplicaSection:
     version after each step) and the env work of the groups it plays, of the executor's kind (in this
     process, spawn processes, or Ray actors). 0: the trainer's own sampling client (env work on the
     executor's workers)."""
+    sampler: str = "backend"
+    """Which engine samples the rollouts: ``backend`` (the backend's own sampler, or ``samplers``
+    replicas) or ``vllm`` (a vLLM server, fed each new LoRA version as a peft adapter: docs/vllm.md)."""
+    vllm_url: str | None = None
+    """``sampler`` vllm: a running vLLM server's URL (None: envsuite starts one from the vLLM venv)."""
 
     def checks(self) -> list[Check]:
         return [
             (
                 self.samplers >= 0,
                 f"samplers must be >= 0 (0: the trainer's own sampler), got {self.samplers}",
+            ),
+            (
+                self.sampler in ("backend", "vllm"),
+                f"sampler must be 'backend' or 'vllm', got {self.sampler!r}",
+            ),
+            (
+                self.vllm_url is None or self.sampler == "vllm",
+                "vllm_url names the vLLM server of sampler 'vllm': pass --sampler vllm too",
+            ),
+            (
+                self.sampler == "backend" or self.samplers == 0,
+                "sampler 'vllm' samples on one vLLM server (it batches every group itself): drop samplers",
             ),
         ]
 

@@ -162,12 +162,23 @@ class ReplicaSampling(SamplingService):
 async def open_sampling(
     config: TrainConfig, clients: PolicyClients, pool: WorkerPool | None
 ) -> AsyncIterator[SamplingService]:
-    """The run's sampling service: the trainer's own client (``samplers=0``) or N replicas."""
+    """The run's sampling service: the trainer's own client (``samplers=0``), N replicas, or a vLLM server
+    (``sampler="vllm"``)."""
     settings = SamplerSettings.of(config)
     overlap = config.steps.async_max_steps_off_policy is not None
     done: Callable[[], None] = _no_cleanup
     service: SamplingService
-    if config.replicas.samplers == 0:
+    if config.replicas.sampler == "vllm":
+        from envsuite.trainers.async_rl._vllm_sampling import open_vllm_sampling
+
+        vllm = open_vllm_sampling(config, clients, pool, settings)
+        service = vllm
+        try:
+            await vllm.start()
+        except BaseException:
+            await vllm.close()
+            raise
+    elif config.replicas.samplers == 0:
         service = DriverSampling(clients, pool, settings, overlap=overlap)
     else:
         replicas, done = await open_replicas(config.executor_config(), config.replicas.samplers, settings)

@@ -49,7 +49,7 @@ def write_peft_adapter(files: Mapping[str, bytes], dest: Path, base_model_path: 
         raise UsageError("a vLLM sampler takes LoRA policies only (lora_rank >= 1), not a full fine-tune")
     if lora.get("train_unembed"):
         raise UsageError(
-            "vLLM applies no LoRA to lm_head: train with train_unembed=False (--train-unembed false) "
+            "vLLM applies no LoRA to lm_head: train with train_unembed=False (--no-unembed-lora) "
             "to sample on vLLM"
         )
     state = load(files[ADAPTER_FILE])

@@ -101,10 +101,10 @@ class VllmEndpoint:
         return [str(m["id"]) for m in response.json()["data"]]
 
     async def load_adapter(self, name: str, path: str) -> LoadedAdapter:
-        """Load the peft-format adapter directory ``path`` as ``name`` (a name not in use)."""
-        await _post(
-            f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, self.timeout_s
-        )
+        """Load the peft-format adapter directory ``path`` as ``name``, replacing one of that name (a
+        resumed run publishes its versions again)."""
+        body = {"lora_name": name, "lora_path": path, "load_inplace": True}
+        await _post(f"{self.url}/v1/load_lora_adapter", body, self.timeout_s)
         return LoadedAdapter(name, path)
 
     async def unload_adapter(self, name: str) -> None:
