@@ -40,8 +40,8 @@ FLAT_CONFIG_JSON = """{"async_max_steps_off_policy": null, "backend": "local", "
 def test_no_section_is_large_and_every_setting_has_one_home() -> None:
     names = [f.name for kind in SECTIONS.values() for f in dataclasses.fields(kind)]
     assert all(len(dataclasses.fields(kind)) <= 15 for kind in SECTIONS.values())
-    # with env_id and log_dir: the 51 settings of before, and constrain_actions since
-    assert len(names) == len(set(names)) == 50
+    # with env_id and log_dir: the 51 settings of before, and constrain_actions, sampler, vllm_url since
+    assert len(names) == len(set(names)) == 52
     assert not set(names) & set(SECTIONS)
 
 
@@ -55,7 +55,8 @@ def test_a_config_saved_before_the_sections_loads_and_writes_back_the_same() -> 
         "clip_high_threshold": 1.2,
     }
     assert config.envs.env_kwargs == {"digits": 1} and config.tracking.wandb_project == "p"
-    assert config.to_dict() == {**flat, "constrain_actions": False}  # a later setting, at its default
+    later = {"constrain_actions": False, "sampler": "backend", "vllm_url": None}  # at their defaults
+    assert config.to_dict() == {**flat, **later}
     assert config.differs_from(TrainConfig.from_dict(flat)) == []
 
 
