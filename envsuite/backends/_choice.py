@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import tinker
 
     from envsuite.backends.local import LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+    from envsuite.backends.vllm import VllmSamplingClient
 
 # The two backends' clients are call-compatible, not related by class: code that takes either names the
 # union (strings, so neither torch nor the tinker SDK loads with this module).
@@ -67,12 +68,19 @@ def local_sampling_client(name: str) -> LocalSamplingClient:
 
 def sampling_client_for(
     name: str, backend: Backend | str = Backend.LOCAL, base_url: str | None = None
-) -> SamplingClient:
+) -> SamplingClient | VllmSamplingClient:
     """A sampling client for ``name``: in this process (``local``), or through the Tinker API (``tinker``).
 
     ``name`` is a model name, an HF model dir, a checkpoint dir (local), or a ``tinker://`` path.
     ``base_url`` (``tinker`` only) names the service, e.g. an ``envsuite serve``; None: the hosted one.
+    A ``vllm+http://...`` base URL samples on that vLLM server whatever the backend (docs/vllm.md).
     """
+    from envsuite.backends.vllm import is_vllm_url
+
+    if base_url is not None and is_vllm_url(base_url):
+        from envsuite.backends.vllm import vllm_sampling_client
+
+        return vllm_sampling_client(name, base_url)
     if _backend(backend) is Backend.LOCAL:
         if base_url is not None:
             raise UsageError("base_url is for backend 'tinker' (the Tinker API over HTTP), not 'local'")

@@ -11,7 +11,9 @@ import argparse
 import os
 from typing import Any
 
+from envsuite.backends.vllm import is_vllm_url
 from envsuite.cli._args import Subparsers, field_defaults
+from envsuite.cli._sampler_args import add_sampler_args, sampler_url
 from envsuite.errors import UsageError
 
 MODEL_HELP = (
@@ -89,6 +91,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
     p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
+    add_sampler_args(p)
     p.add_argument("--runner", choices=RUNNERS, default=defaults["runner"], help=RUNNER_HELP)
     p.add_argument(
         "--contamination",
@@ -105,6 +108,8 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def _base_url(backend: str, base_url: str | None) -> str | None:
+    if is_vllm_url(base_url):
+        return base_url  # --sampler vllm (envsuite.cli._sampler_args)
     if backend not in ("local", "tinker"):
         raise UsageError(f"unknown backend {backend!r}; choose 'local' or 'tinker'")
     if backend == "local" and base_url:
@@ -116,6 +121,13 @@ def _base_url(backend: str, base_url: str | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the bench, then print where its logs are and the leaderboard of its envs."""
+    with sampler_url(args, args.model) as vllm_url:
+        if vllm_url is not None:
+            args.base_url = vllm_url
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 

@@ -20,6 +20,7 @@ from envsuite import RendererConfig, make_env
 from envsuite.cli._args import Subparsers, parse_env_args
 from envsuite.cli._policies import InputClosed, LegalMoves, build_policy
 from envsuite.cli._rubric_args import add_rubric_args, score_reply
+from envsuite.cli._sampler_args import add_sampler_args, sampler_url
 from envsuite.core import (
     ActionExtra,
     Env,
@@ -53,6 +54,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--raw", action="store_true", help="show the decoded tokens (chat template and all)")
     p.add_argument("--backend", default="local", help="local (PyTorch here) or tinker (the Tinker API)")
     p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
+    add_sampler_args(p)
     p.add_argument(
         "--constrain-actions",
         action="store_true",
@@ -193,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
     """Play one episode, showing each turn; exit codes are :class:`PlayExit`'s (``envsuite main`` turns
     the ``KeyboardInterrupt`` of Ctrl-C into one line and 130)."""
     try:
-        asyncio.run(_play(args, Console()))
+        with sampler_url(args, args.policy) as base_url:
+            if base_url is not None:
+                args.base_url = base_url
+            asyncio.run(_play(args, Console()))
     except InputClosed as exc:
         print(f"envsuite play: {exc}: stopped unfinished", file=sys.stderr)
         return PlayExit.INPUT_CLOSED

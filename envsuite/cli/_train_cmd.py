@@ -82,6 +82,18 @@ _OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
     ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
     ("--samplers", "samplers", int, "sampler replicas of the executor's kind, env work with them (0: here)"),
+    (
+        "--sampler",
+        "sampler",
+        str,
+        "who samples rollouts: backend (its own) | vllm (a vLLM server: docs/vllm.md)",
+    ),
+    (
+        "--vllm-url",
+        "vllm_url",
+        str,
+        "--sampler vllm: a running vLLM server (default: start one from .venv-vllm)",
+    ),
 ]
 
 # (flag, TrainConfig field, the value the flag sets, help): flags that take no argument.

@@ -23,6 +23,7 @@ from envsuite.backends.vllm._server import (
     VllmUnavailable,
     find_vllm_python,
 )
+from envsuite.backends.vllm._session import SCHEME, is_vllm_url, running_vllm, vllm_sampling_client
 
 __all__ = [
     # the server
@@ -41,4 +42,9 @@ __all__ = [
     "VllmSamplingClient",
     "VllmVersionMismatch",
     "write_peft_adapter",
+    # for the commands that sample a named model
+    "SCHEME",
+    "is_vllm_url",
+    "running_vllm",
+    "vllm_sampling_client",
 ]
