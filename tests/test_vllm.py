@@ -17,6 +17,7 @@ logprobs by more than 10 x TOL (checked below).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -190,11 +191,17 @@ def test_each_step_samples_with_the_lora_version_published_after_the_last(
 
 
 def _vllm_api_servers() -> list[psutil.Process]:
-    return [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())
-    ]
+    """This process's live descendants running vLLM's API server. A zombie (any exited child not yet
+    reaped, often not vLLM's at all) has no command line to read and runs nothing: it is skipped, as
+    is a process that exits while the list is made."""
+    servers = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+            if process.status() != psutil.STATUS_ZOMBIE and any(
+                "vllm.entrypoints.openai.api_server" in part for part in process.cmdline()
+            ):
+                servers.append(process)
+    return servers
 
 
 def test_a_vllm_server_killed_mid_run_costs_retried_groups_not_the_run(
