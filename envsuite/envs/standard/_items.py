@@ -63,6 +63,8 @@ def load_records(standard: StandardSet, data_file: str | None = None) -> tuple[d
     revision = standard.pinned_revision()
     if revision is None:
         raise StandardSetError(f"{standard.title}: {standard.unavailable()}")
+    if standard.hf_data_files:
+        return _read_hub_files(standard.hf_repo, standard.hf_data_files, revision)
     return _read_hub(standard.hf_repo, standard.hf_configs, standard.hf_split, revision)
 
 
@@ -101,6 +103,23 @@ def _read_hub(
         except Exception as exc:
             raise StandardSetError(f"could not load {repo} ({config}, {split}) at {revision}: {exc}") from exc
         records += [dict(row) for row in rows]
+    return tuple(records)
+
+
+@functools.cache
+def _read_hub_files(repo: str, files: tuple[str, ...], revision: str) -> tuple[dict[str, Any], ...]:
+    """The records of a hub repository's JSONL ``files`` at ``revision``, in order (its loading script not run)."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:
+        raise StandardSetError(f"{repo} from the hub needs the `huggingface_hub` package ({exc})") from exc
+    records: list[dict[str, Any]] = []
+    for name in files:
+        try:
+            path = hf_hub_download(repo, name, repo_type="dataset", revision=revision)
+        except Exception as exc:
+            raise StandardSetError(f"could not fetch {name} of {repo} at {revision}: {exc}") from exc
+        records += _read_jsonl(path)
     return tuple(records)
 
 
