@@ -14,9 +14,16 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.pop("TINKER_API_KEY", None)
 # Kernel calibrations (measured speeds of this machine's matrix-product paths) go to a directory of the
 # test session's own, so a test never reads the user's cached choices or leaves its own behind.
-_KERNEL_CACHE = tempfile.mkdtemp(prefix="envsuite-test-kernels-")
+# Under pytest-xdist the workers share the run's directory (made by the controlling process, whose
+# environment they inherit; calibrations lock per machine key): each shape is measured once per run.
+_SHARED_KERNEL_CACHE = "ENVSUITE_TEST_KERNEL_CACHE"
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_SHARED_KERNEL_CACHE):
+    _KERNEL_CACHE = os.environ[_SHARED_KERNEL_CACHE]
+else:
+    _KERNEL_CACHE = tempfile.mkdtemp(prefix="envsuite-test-kernels-")
+    os.environ[_SHARED_KERNEL_CACHE] = _KERNEL_CACHE
+    atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
 os.environ["ENVSUITE_KERNEL_CACHE"] = _KERNEL_CACHE
-atexit.register(shutil.rmtree, _KERNEL_CACHE, ignore_errors=True)
 # Engines build and measure their kernels before their first step (not in the background, the
 # default), so each test knows which plan its engine runs.
 os.environ["ENVSUITE_KERNEL_SETUP"] = "wait"
@@ -29,6 +36,25 @@ TEST_MODEL = "tiny-random"
 # --------------------------------------------------------------------------------------------------
 
 import pytest  # noqa: E402
+
+# --------------------------------------------------------------------------------------------------
+# The env registry as each test found it: ids a test registers (or replaces, or removes) are put back
+# after it, so no test sees another's scratch ids whatever the order (pytest-xdist reorders files).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _registry_as_the_test_found_it():  # type: ignore[no-untyped-def]
+    from envsuite.catalog.registration import registry
+
+    before = {spec.id: spec for spec in registry.all_specs()}  # loads the plugins first
+    yield
+    after = {spec.id: spec for spec in registry.all_specs()}
+    for env_id in after.keys() - before.keys():
+        registry.unregister(env_id)
+    for env_id, spec in before.items():
+        if after.get(env_id) is not spec:
+            registry.register(spec, override=True)
 
 
 @pytest.fixture(scope="session")

@@ -86,43 +86,64 @@ def test_generated_code_is_lint_clean(tmp_path: Path) -> None:
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def _run(*args: str, cwd: Path, timeout: int = 300) -> str:
+def _run(*args: str, cwd: Path, site: Path | None = None, timeout: int = 300) -> str:
     wide = {**os.environ, "COLUMNS": "200"}  # rich tables would wrap long ids at 80 columns
+    if site is not None:
+        wide["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(list(args), cwd=cwd, env=wide, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 
 def test_generated_package_installs_and_works_with_every_tool(tmp_path: Path) -> None:
+    """The package installed as a user installs it (a built wheel, its entry point), then listed,
+    checked, made, benched, trained and its own tests run. It goes to a folder of this test's own on
+    the commands' PYTHONPATH, not into the shared venv: other tests running meanwhile (pytest-xdist)
+    load every installed plugin, and must never see this one come and go."""
     name = "scaffold_e2e_probe"
     result = create_env_package(name, tmp_path / "projects", kind=EnvKind.SINGLE_TURN)
+    site = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "-q"]
     envsuite_cli = str(BIN / "envsuite")
-    _run(*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(result.root), cwd=tmp_path)
-    try:
-        assert f"{name}-v0" in _run(envsuite_cli, "list", cwd=tmp_path)
-        assert "=> PASS" in _run(envsuite_cli, "check", name, cwd=tmp_path)
-        made = f"import envsuite; print(type(envsuite.make_env('{name}', model='{TEST_MODEL}')).__name__)"
-        assert _run(sys.executable, "-c", made, cwd=tmp_path).strip() == "ScaffoldE2eProbeEnv"
-        bench = _run(
-            envsuite_cli, "bench", "--model", TEST_MODEL, "--envs", name, "--episodes", "2",
-            "--max-tokens", "8", "--db", str(tmp_path / "lb.sqlite"), "--log-dir", str(tmp_path / "logs"),
-            cwd=tmp_path,
-        )  # fmt: skip
-        assert f"{name}-v0" in bench
-        _run(
-            envsuite_cli, "train", name, "--model", TEST_MODEL, "--steps", "1", "--batch-size", "1",
-            "--group-size", "2", "--max-tokens", "8", "--eval-every", "0", "--transcripts", "0",
-            "--log-dir", str(tmp_path / "train"), "--no-progress",
-            cwd=tmp_path,
-        )  # fmt: skip
-        assert (tmp_path / "train" / "metrics.jsonl").is_file()
-        tests = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=result.root)
-        assert " passed" in tests and "failed" not in tests
-        # From the folder above, whose entry on sys.path (python -m) holds a folder named as the package.
-        above = _run(
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name, cwd=result.root.parent
-        )
-        assert " passed" in above and "failed" not in above
-    finally:
-        subprocess.run([*pip, "uninstall", "-y", result.distribution], capture_output=True, timeout=120)
+    _run(
+        *pip,
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(site),
+        str(result.root),
+        cwd=tmp_path,
+    )
+    assert f"{name}-v0" in _run(envsuite_cli, "list", cwd=tmp_path, site=site)
+    assert "=> PASS" in _run(envsuite_cli, "check", name, cwd=tmp_path, site=site)
+    made = f"import envsuite; print(type(envsuite.make_env('{name}', model='{TEST_MODEL}')).__name__)"
+    assert _run(sys.executable, "-c", made, cwd=tmp_path, site=site).strip() == "ScaffoldE2eProbeEnv"
+    bench = _run(
+        envsuite_cli, "bench", "--model", TEST_MODEL, "--envs", name, "--episodes", "2",
+        "--max-tokens", "8", "--db", str(tmp_path / "lb.sqlite"), "--log-dir", str(tmp_path / "logs"),
+        cwd=tmp_path, site=site,
+    )  # fmt: skip
+    assert f"{name}-v0" in bench
+    _run(
+        envsuite_cli, "train", name, "--model", TEST_MODEL, "--steps", "1", "--batch-size", "1",
+        "--group-size", "2", "--max-tokens", "8", "--eval-every", "0", "--transcripts", "0",
+        "--log-dir", str(tmp_path / "train"), "--no-progress",
+        cwd=tmp_path, site=site,
+    )  # fmt: skip
+    assert (tmp_path / "train" / "metrics.jsonl").is_file()
+    tests = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=result.root, site=site)
+    assert " passed" in tests and "failed" not in tests
+    # From the folder above, whose entry on sys.path (python -m) holds a folder named as the package.
+    above = _run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        name,
+        cwd=result.root.parent,
+        site=site,
+    )
+    assert " passed" in above and "failed" not in above
