@@ -258,3 +258,45 @@ def test_play_scores_the_final_reply_with_a_rubric_file(
     out = capsys.readouterr().out
     assert f"rubric {rubric.identity()}: reward" in out
     assert "says_something:" in out and "no_digits:" in out
+
+
+def test_train_rewards_every_group_with_the_rubric_its_config_records(tmp_path: Path) -> None:
+    """``envsuite train --rubric FILE --judge MODEL --judge-cache FILE``: the rubric's content goes into
+    the run's config (so the run records which rubric scored it, and a resume scores with the same one),
+    every training group's rows carry the rubric's metrics, and the judge's verdicts land in the cache."""
+    from envsuite.trainers import load_config_file, read_metrics
+
+    rubric = Rubric(
+        "terse-and-judged",
+        (
+            RegexCriterion("no_digits", r"\d", negate=True),
+            JudgeCriterion("on_topic", "Does the response answer the question?"),
+        ),
+    )
+    path = tmp_path / "r.json"
+    path.write_text(rubric.canonical_json())
+    log_dir, cache = tmp_path / "run", tmp_path / "judge.sqlite"
+    argv = ["train", "arithmetic", "--model", TEST_MODEL, "--steps", "2", "--batch-size", "2"]
+    argv += ["--group-size", "2", "--max-tokens", "6", "--eval-every", "0", "--transcripts", "0"]
+    argv += ["--rubric", str(path), "--judge", TEST_MODEL, "--judge-cache", str(cache)]
+    argv += ["--log-dir", str(log_dir), "--no-progress"]
+    assert main(argv) == 0
+    recorded = load_config_file(str(log_dir / "config.json"))
+    assert Rubric.from_dict(recorded.values["rubric"]) == rubric
+    assert recorded.values["rubric_judge"] == TEST_MODEL
+    rows = read_metrics(log_dir / "metrics.jsonl")
+    assert len(rows) == 2
+    for row in rows:
+        assert 0.0 <= row["env/rubric/no_digits"] <= 1.0, row
+        assert "env/rubric/on_topic" in row and "env/rubric/reward" in row
+    assert len(JudgmentCache(cache)) == 8  # 2 steps x 2 groups x 2 members, one verdict each
+
+
+def test_a_train_config_refuses_a_rubric_that_is_not_one() -> None:
+    from envsuite.trainers import ConfigError, TrainConfig
+
+    config = TrainConfig.from_dict(
+        {"env_id": "arithmetic", "log_dir": "x", "rubric": {"name": "no criteria"}}
+    )
+    with pytest.raises(ConfigError, match="rubric: not a rubric"):
+        config.validate()

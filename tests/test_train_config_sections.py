@@ -40,8 +40,9 @@ FLAT_CONFIG_JSON = """{"async_max_steps_off_policy": null, "backend": "local", "
 def test_no_section_is_large_and_every_setting_has_one_home() -> None:
     names = [f.name for kind in SECTIONS.values() for f in dataclasses.fields(kind)]
     assert all(len(dataclasses.fields(kind)) <= 15 for kind in SECTIONS.values())
-    # with env_id and log_dir: the 51 settings of before, and constrain_actions, sampler, vllm_url since
-    assert len(names) == len(set(names)) == 52
+    # with env_id and log_dir: the 51 settings of before, and constrain_actions, sampler, vllm_url,
+    # rubric, rubric_judge, rubric_judge_cache since
+    assert len(names) == len(set(names)) == 55
     assert not set(names) & set(SECTIONS)
 
 
@@ -55,7 +56,14 @@ def test_a_config_saved_before_the_sections_loads_and_writes_back_the_same() -> 
         "clip_high_threshold": 1.2,
     }
     assert config.envs.env_kwargs == {"digits": 1} and config.tracking.wandb_project == "p"
-    later = {"constrain_actions": False, "sampler": "backend", "vllm_url": None}  # at their defaults
+    later = {  # settings added since, at their defaults
+        "constrain_actions": False,
+        "sampler": "backend",
+        "vllm_url": None,
+        "rubric": None,
+        "rubric_judge": "smollm2-135m-instruct",
+        "rubric_judge_cache": None,
+    }
     assert config.to_dict() == {**flat, **later}
     assert config.differs_from(TrainConfig.from_dict(flat)) == []
 

@@ -46,9 +46,13 @@ def episode_summary(groups: Sequence[TrajectoryGroup], prefix: str = "") -> Row:
     env_sums: dict[str, float] = {}
     for group in groups:
         rewards.extend(group.get_total_rewards())
-        for trajectory in group.trajectories_G:
+        group_metrics_G = group.metrics_G
+        if len(group_metrics_G) != len(group.trajectories_G):
+            group_metrics_G = [{} for _ in group.trajectories_G]
+        for trajectory, group_metrics in zip(group.trajectories_G, group_metrics_G, strict=True):
             metrics = episode_metrics(trajectory)
-            for name, value in _env_metrics(metrics).items():
+            # The group's own numbers (a rubric's criteria, a game's outcome) count as the episode's.
+            for name, value in [*_env_metrics(metrics).items(), *_env_metrics(group_metrics).items()]:
                 env_sums[name] = env_sums.get(name, 0.0) + value
             key = next((k for k in SUCCESS_KEYS if k in metrics), None)
             if key is not None:

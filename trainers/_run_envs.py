@@ -151,9 +151,28 @@ async def build_datasets(config: TrainConfig, envs: Sequence[RunEnv]) -> tuple[R
             **common,
         )
         train, test = await mix()
+    if config.envs.rubric is not None:
+        train, test = _with_rubric(config, train, test)
     if test is None or not config.evaluation.n_test_groups:
         return train, None
     return train, await _eval_set(config, envs, test, common)
+
+
+def _with_rubric(
+    config: TrainConfig, train: RLDataset, test: RLDataset | None
+) -> tuple[RLDataset, RLDataset | None]:
+    """Both datasets scored by the run's rubric (one judge, loaded once, for train and held-out groups);
+    each group's reward is the env's plus the rubric's, its ``rubric/*`` metrics say which criteria."""
+    from envsuite.catalog._make import RendererConfig
+    from envsuite.rubrics import Rubric, RubricDataset, local_judge
+
+    rubric = Rubric.from_dict(dict(config.envs.rubric or {}))
+    judge = (
+        local_judge(config.envs.rubric_judge, config.envs.rubric_judge_cache) if rubric.has_judge else None
+    )
+    renderer = RendererConfig(config.policy.model, config.policy.renderer_name).build()
+    scored_test = RubricDataset(test, rubric, judge, renderer) if test is not None else None
+    return RubricDataset(train, rubric, judge, renderer), scored_test
 
 
 async def _eval_set(

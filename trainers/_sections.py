@@ -39,6 +39,18 @@ def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
+def _rubric_error(data: dict[str, Any]) -> str:
+    """Why ``data`` is not a rubric ("" when it is one)."""
+    from envsuite.errors import UsageError
+    from envsuite.rubrics import Rubric
+
+    try:
+        Rubric.from_dict(data)
+    except UsageError as exc:
+        return f"rubric: {exc}"
+    return ""
+
+
 @dataclass(frozen=True)
 class EnvSection:
     """What the run trains on beside its ``env_id``: env arguments, a mix's weights, the curriculum,
@@ -59,6 +71,14 @@ class EnvSection:
     ``<state-dir>/captures/<name>``) instead of rollouts of ``env_id``: step ``i`` trains on batch ``i`` of
     their groups, with the tokens and logprobs sampled then. ``env_id`` may then be empty, or name an env
     to evaluate on."""
+    rubric: dict[str, Any] | None = None
+    """A rubric scoring every episode's final reply on top of the env's own reward, train and held-out
+    (``envsuite.rubrics.Rubric.to_dict()``; ``--rubric FILE`` reads a file into it), so the run's
+    config records exactly which rubric scored it. None: the env's reward alone."""
+    rubric_judge: str = "smollm2-135m-instruct"
+    """The local model judging the rubric's judge criteria (loaded only when it has some)."""
+    rubric_judge_cache: str | None = None
+    """SQLite file caching the judge's verdicts by (judge, rubric, input): a rerun asks nothing twice."""
 
     def checks(self) -> list[Check]:
         try:
@@ -67,11 +87,18 @@ class EnvSection:
             not_json = ""
         except TypeError as exc:
             not_json = str(exc)
+        rubric_error = _rubric_error(self.rubric) if self.rubric is not None else ""
         return [
             (not not_json, f"env_kwargs and env_weights must be JSON values: {not_json}"),
             (
                 all(isinstance(r, int) and r >= 0 for r in self.eval_rungs),
                 f"eval_rungs must be rung indexes >= 0, got {self.eval_rungs}",
+            ),
+            (not rubric_error, rubric_error),
+            (
+                self.rubric is None or self.curriculum is None,
+                "a curriculum moves the env's own groups between rungs and cannot yet move rubric-scored "
+                "ones: drop the curriculum (or the rubric)",
             ),
             (
                 self.captured_dir is None or self.curriculum is None,

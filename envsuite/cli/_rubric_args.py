@@ -27,16 +27,9 @@ def build_judge(args: argparse.Namespace, rubric: Rubric) -> JudgeModel | None:
     """The judge the flags name, or None when the rubric has no judge criteria (no model is loaded)."""
     if not rubric.has_judge:
         return None
-    from envsuite import RendererConfig
-    from envsuite.backends.local import LocalSamplingClient, load_sampling_model
-    from envsuite.completers import SamplingMessageCompleter
-    from envsuite.rubrics import JudgeModel, JudgmentCache
+    from envsuite.rubrics import local_judge
 
-    loaded = load_sampling_model(base_model=args.judge)
-    client = LocalSamplingClient(loaded.model, loaded.tokenizer, args.judge)
-    renderer = RendererConfig(model_name=args.judge).build()
-    completer = SamplingMessageCompleter(client, renderer, max_tokens=48, temperature=0.0)
-    return JudgeModel(completer, JudgmentCache(args.judge_cache) if args.judge_cache else None)
+    return local_judge(args.judge, args.judge_cache)
 
 
 async def score_reply(args: argparse.Namespace, prompt: str, reply: str) -> tuple[Rubric, RubricScore]:

@@ -164,6 +164,41 @@ def _add_mix_and_curriculum(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_rubric(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rubric",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="also reward each episode's final reply by this rubric (TOML/JSON; the config keeps its content)",
+    )
+    p.add_argument(
+        "--judge",
+        dest="rubric_judge",
+        default=argparse.SUPPRESS,
+        help="the rubric's judge model, a local model (default smollm2-135m-instruct)",
+    )
+    p.add_argument(
+        "--judge-cache",
+        dest="rubric_judge_cache",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="SQLite cache of the judge's verdicts (a rerun asks nothing twice)",
+    )
+
+
+def _rubric(args: argparse.Namespace) -> dict[str, object]:
+    """The config fields the rubric flags set (only those given): the rubric file's content itself."""
+    from envsuite.rubrics import load_rubric
+
+    given: dict[str, object] = {}
+    if hasattr(args, "rubric"):
+        given["rubric"] = load_rubric(args.rubric).to_dict()
+    for name in ("rubric_judge", "rubric_judge_cache"):
+        if hasattr(args, name):
+            given[name] = getattr(args, name)
+    return given
+
+
 def add_parser(sub: Subparsers) -> None:
     """Register ``envsuite train`` on the top-level parser's subcommands."""
     from envsuite.trainers import PolicyLoss, TrainConfig
@@ -195,6 +230,7 @@ def add_parser(sub: Subparsers) -> None:
         help="env keyword argument (several envs: ID:KEY=VALUE); rung=N picks a difficulty rung",
     )
     _add_mix_and_curriculum(p)
+    _add_rubric(p)
     # No argparse defaults: a flag counts only when given, so it can override a preset's value.
     for flag, name, kind, text in _OPTIONS:
         default = getattr(defaults, name)
@@ -221,7 +257,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     named = [name for _, name, _, _ in _OPTIONS] + [name for _, name, _, _ in _SWITCHES]
     given = {name: getattr(args, name) for name in named if hasattr(args, name)}
     env_kwargs = _env_kwargs(args.env_arg)
-    given |= _mix_and_curriculum(args)
+    given |= _mix_and_curriculum(args) | _rubric(args)
     env_id = ",".join(args.env_ids) or None
     preset = None
     if args.preset is not None:

@@ -35,10 +35,17 @@ from envsuite.rubrics._contract import (
     VerdictFormat,
     load_rubric,
 )
-from envsuite.rubrics._judge import JudgeModel, JudgeStats, JudgmentCache, pairwise_prompt, pointwise_prompt
+from envsuite.rubrics._judge import (
+    JudgeModel,
+    JudgeStats,
+    JudgmentCache,
+    local_judge,
+    pairwise_prompt,
+    pointwise_prompt,
+)
 from envsuite.rubrics._score import CriterionScore, RubricScore, Scored, score_group
 from envsuite.rubrics._verdict import PairOutcome, Verdict, VerdictOutcome, parse_pair, parse_verdict
-from envsuite.rubrics._wrap import RubricGroupBuilder
+from envsuite.rubrics._wrap import RubricDataset, RubricGroupBuilder
 
 __all__ = [
     # rubrics as data
@@ -55,6 +62,7 @@ __all__ = [
     "JudgeModel",
     "JudgeStats",
     "JudgmentCache",
+    "local_judge",
     "pointwise_prompt",
     "pairwise_prompt",
     "Verdict",
@@ -68,6 +76,7 @@ __all__ = [
     "RubricScore",
     "score_group",
     "RubricGroupBuilder",
+    "RubricDataset",
     # trust
     "Agreement",
     "PositionBias",

@@ -119,3 +119,17 @@ class JudgeModel:
                 if self.cache is not None:
                     self.cache.put(keys[i], message["content"])
         return [r if r is not None else "" for r in replies]
+
+
+def local_judge(model: str, cache_path: str | None = None, max_tokens: int = 48) -> JudgeModel:
+    """A local model judging greedily through the local backend, its verdicts cached in SQLite at
+    ``cache_path`` when given (what ``--judge MODEL --judge-cache FILE`` build, for play and train)."""
+    from envsuite.backends.local import LocalSamplingClient, load_sampling_model
+    from envsuite.catalog._make import RendererConfig
+    from envsuite.completers import SamplingMessageCompleter
+
+    loaded = load_sampling_model(base_model=model)
+    client = LocalSamplingClient(loaded.model, loaded.tokenizer, model)
+    renderer = RendererConfig(model_name=model).build()
+    completer = SamplingMessageCompleter(client, renderer, max_tokens=max_tokens, temperature=0.0)
+    return JudgeModel(completer, JudgmentCache(cache_path) if cache_path else None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envsuite.core import Env, EnvGroupBuilder, Metrics, Trajectory
+from envsuite.core import Env, EnvGroupBuilder, Metrics, RLDataset, Trajectory
 from envsuite.renderers import Renderer
 from envsuite.rubrics._contract import Rubric
 from envsuite.rubrics._judge import JudgeModel
@@ -60,3 +60,25 @@ class RubricGroupBuilder(EnvGroupBuilder):
 
     def logging_tags(self) -> list[str]:
         return [*self.inner.logging_tags(), self.rubric.identity()]
+
+
+class RubricDataset(RLDataset):
+    """``inner``'s batches with every group builder wrapped in a :class:`RubricGroupBuilder` (a
+    training run's ``rubric``: the same rubric and judge score every group, train and held-out)."""
+
+    def __init__(
+        self, inner: RLDataset, rubric: Rubric, judge: JudgeModel | None, renderer: Renderer
+    ) -> None:
+        self.inner = inner
+        self.rubric = rubric
+        self.judge = judge
+        self.renderer = renderer
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        return [
+            RubricGroupBuilder(builder, self.rubric, self.judge, self.renderer)
+            for builder in self.inner.get_batch(index)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.inner)
