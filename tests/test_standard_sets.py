@@ -257,6 +257,7 @@ def test_ifeval_is_conformant_with_its_file() -> None:
     files = {BY_NAME["ifeval"].file_var: str(FIXTURES / "ifeval.jsonl")}
     result = _run_cli(["check", env_id("ifeval")], **files)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "0 attacks succeeded" in result.stdout  # [], \boxed{} and an empty reply follow nothing here
 
 
 # -- LiveCodeBench: its tests in the sandbox ---------------------------------------------------------
@@ -334,3 +335,25 @@ def test_livecodebench_is_conformant_with_the_code_envs_attacks() -> None:
     result = _run_cli(["check", env_id("livecodebench")], **files)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 attacks succeeded" in result.stdout
+
+
+def test_livecodebench_from_the_hub_reads_release_v6s_files_at_the_pinned_revision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import huggingface_hub
+
+    from envsuite.envs.standard import load_records
+
+    fetched: list[tuple[str, str, str | None]] = []
+
+    def fake_download(repo: str, name: str, *, repo_type: str, revision: str) -> str:
+        fetched.append((repo, name, revision))
+        return str(FIXTURES / "livecodebench.jsonl")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.delenv(BY_NAME["livecodebench"].file_var, raising=False)
+    standard = BY_NAME["livecodebench"]
+    records = load_records(standard)
+    assert [name for _, name, _ in fetched] == [f"test{n}.jsonl" for n in ("", "2", "3", "4", "5", "6")]
+    assert {(repo, revision) for repo, _, revision in fetched} == {(standard.hf_repo, standard.revision)}
+    assert len(records) == 6 * 3
