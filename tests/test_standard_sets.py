@@ -253,6 +253,16 @@ def test_ifeval_checkers_are_lm_evals_and_run_offline() -> None:
 
 
 @needs_ifeval
+def test_ifeval_scores_a_reply_cut_at_the_token_limit_as_lm_eval_does() -> None:
+    env = _ifeval(1)
+    asyncio.run(env.initial_observation())
+    cut = RENDERER.tokenizer.encode('"the sea is dark tonight"', add_special_tokens=False)  # no stop token
+    result = asyncio.run(env.step(cut))
+    assert result.stop_reason is not None and result.stop_reason.value == "max_tokens"
+    assert result.reward == 1.0 and result.metrics["instructions_strict"] == 2
+
+
+@needs_ifeval
 def test_ifeval_is_conformant_with_its_file() -> None:
     files = {BY_NAME["ifeval"].file_var: str(FIXTURES / "ifeval.jsonl")}
     result = _run_cli(["check", env_id("ifeval")], **files)

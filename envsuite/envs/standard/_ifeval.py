@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envsuite.core import Action, ActionExtra, EnvContext, StepResult
+from envsuite.core import Action, ActionExtra, EnvContext, StepResult, StopReason
 from envsuite.envs._problem import Problem, ProblemEnv, Verdict
 from envsuite.envs.standard._items import StandardSetError, load_records
 from envsuite.envs.standard._sets import BY_NAME, Scoring
@@ -163,7 +163,8 @@ class InstructionsEnv(ProblemEnv):
     :class:`~envsuite.envs.standard.StandardSetEnv`'s.
 
     Reward: 1 when the reply follows every instruction (lm-eval's prompt-level strict accuracy), else 0;
-    no format share (IFEval asks for none). Metrics beside ``correct``: ``prompt_loose`` and, per
+    no format share (IFEval asks for none). A reply cut at the token limit is scored on the text it has,
+    as lm-eval scores a generation that reached ``max_gen_toks`` (its stop reason stays ``max_tokens``). Metrics beside ``correct``: ``prompt_loose`` and, per
     episode, ``instructions``, ``instructions_strict`` and ``instructions_loose`` (followed counts), so
     a bench's ``mean(instructions_strict) / mean(instructions)`` is lm-eval's instruction-level accuracy.
     """
@@ -215,6 +216,14 @@ class InstructionsEnv(ProblemEnv):
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         result = await super().step(action, extra=extra)
+        if result.stop_reason is StopReason.MAX_TOKENS and self._reply and self._reply.strip():
+            # lm-eval scores the text a reply had when it hit max_gen_toks; so does IFEval here
+            verdict = await self.check(self._reply)
+            result.reward = float(verdict.grade.correct)
+            result.metrics["correct"] = result.reward
+            result.logs["grade"] = (
+                f"{verdict.grade.outcome.value} (cut at the token limit): {verdict.grade.detail}"
+            )
         score = self.score
         result.metrics.update(
             {
