@@ -297,6 +297,15 @@ def test_livecodebench_reads_the_release_files_test_cases_and_prompts_as_lcb_doe
         decode_tests("not a test field")
 
 
+def test_livecodebench_refuses_a_functional_test_that_is_not_json_lines(tmp_path: Path) -> None:
+    record = json.loads((FIXTURES / "livecodebench.jsonl").read_text(encoding="utf-8").splitlines()[1])
+    record["public_test_cases"] = json.dumps([{"input": "[1, 2\n3", "output": "1", "testtype": "functional"}])
+    bad = tmp_path / "lcb.jsonl"
+    bad.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(StandardSetError, match="not JSON lines"):
+        LiveCodeBenchEnv(EnvContext(seed=0, renderer=RENDERER), item=0, data_file=str(bad))
+
+
 @pytest.mark.parametrize(
     ("got", "expected", "same"),
     [

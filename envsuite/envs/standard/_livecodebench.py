@@ -171,6 +171,8 @@ class LcbProblem:
     """The public tests, then the private ones."""
     func_name: str | None
     """The method a functional problem's tests call; None for stdin problems."""
+    cases: tuple[tuple[list[Any], Any], ...] = ()
+    """A functional problem's tests as (arguments, expected value), each line of an input one argument."""
 
 
 def lcb_problem(record: Mapping[str, Any], index: int) -> LcbProblem:
@@ -181,11 +183,22 @@ def lcb_problem(record: Mapping[str, Any], index: int) -> LcbProblem:
     if not tests:
         raise StandardSetError(f"LiveCodeBench record {index} has no tests")
     starter = str(record.get("starter_code") or "")
+    func_name = str(meta["func_name"]) if meta.get("func_name") else None
+    try:
+        cases = tuple(
+            ([json.loads(line) for line in t["input"].split("\n")], json.loads(t["output"]))
+            for t in (tests if func_name else ())
+        )
+    except ValueError as exc:
+        raise StandardSetError(
+            f"LiveCodeBench record {index}: a functional test is not JSON lines ({exc})"
+        ) from exc
     return LcbProblem(
         str(record.get("question_id") or index),
         lcb_prompt(str(record["question_content"]), starter),
         tuple(tests),
-        str(meta["func_name"]) if meta.get("func_name") else None,
+        func_name,
+        cases,
     )
 
 
@@ -246,10 +259,7 @@ class LiveCodeBenchEnv(ProblemEnv):
         limits = DEFAULT_LIMITS.with_time(self.timeout_s + 1).with_output(_OUTPUT_BYTES)
         if self.lcb.func_name is None:
             return run_stdin_tests(program, self.lcb.tests, limits=limits, config=SandboxConfig())
-        cases = [
-            ([json.loads(line) for line in t["input"].split("\n")], json.loads(t["output"]))
-            for t in self.lcb.tests
-        ]
+        cases = self.lcb.cases
         overall = DEFAULT_LIMITS.with_time((self.timeout_s + 1) * len(cases) + 5).with_output(_OUTPUT_BYTES)
         return run_cases(program, ENTRY, cases, limits=overall, config=SandboxConfig())
 
