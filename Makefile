@@ -36,12 +36,15 @@ $(STAMP): pyproject.toml constraints.txt
 	# verifiers 0.4.0 (envsuite.adapters.verifiers) pins openai<3 and mcp==2.0.0; this project runs openai 3
 	# and mcp 2.3, and vf-eval runs a catalog env with them: its other requirements are in dev.
 	$(PY) -m pip install -q --no-deps verifiers==0.4.0
+	# lm-evaluation-harness (standard/ifeval uses its IFEval checkers) requires its whole task registry's
+	# packages (scikit-learn, sacrebleu, evaluate, ...); the checkers need only the `ifeval` extra's (in dev).
+	$(PY) -m pip install -q --no-deps lm-eval==0.4.13
 	touch $(STAMP)
 
 # constraints.txt: the versions the dev install resolves to, so pip's resolver need not search (it ran past
 # its depth limit without them). Run after changing dependencies, in a venv `make install` built.
 constraints:
-	$(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(bfcl|verifiers=|tinker.cookbook|chz=|llm.smollm2|envsuite)' \
+	$(PY) -m pip freeze --exclude-editable | grep -v -i -E '^(bfcl|verifiers=|tinker.cookbook|chz=|llm.smollm2|lm.eval=|envsuite)' \
 		> constraints.txt
 
 # The PostgreSQL store tests start a throwaway server from the Debian package's binaries (never

@@ -163,7 +163,7 @@ def _with_rubric(
 ) -> tuple[RLDataset, RLDataset | None]:
     """Both datasets scored by the run's rubric (one judge, loaded once, for train and held-out groups);
     each group's reward is the env's plus the rubric's, its ``rubric/*`` metrics say which criteria."""
-    from envsuite.catalog._make import RendererConfig
+    from envsuite import RendererConfig
     from envsuite.rubrics import Rubric, RubricDataset, local_judge
 
     rubric = Rubric.from_dict(dict(config.envs.rubric or {}))
