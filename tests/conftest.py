@@ -38,7 +38,7 @@ TEST_MODEL = "tiny-random"
 import pytest  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------
-# The env registry as each test found it: ids a test registers (or replaces, or removes) are put back
+# The env registry as each test found it: ids a test registers are removed and ones it replaces put back
 # after it, so no test sees another's scratch ids whatever the order (pytest-xdist reorders files).
 # --------------------------------------------------------------------------------------------------
 
@@ -53,7 +53,9 @@ def _registry_as_the_test_found_it():  # type: ignore[no-untyped-def]
     for env_id in after.keys() - before.keys():
         registry.unregister(env_id)
     for env_id, spec in before.items():
-        if after.get(env_id) is not spec:
+        # A replaced spec is put back; a removed one stays removed (a fixture of a wider scope may have
+        # registered it for its module, whose own per-test teardown removes it).
+        if env_id in after and after[env_id] is not spec:
             registry.register(spec, override=True)
 
 
