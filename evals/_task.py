@@ -32,6 +32,7 @@ from envsuite.core import (
     stop_reason_from_metrics,
 )
 from envsuite.evals._messages import from_inspect_call, inspect_tools, to_inspect, tools_of
+from envsuite.evals._rubric import RubricSettings, rubric_score
 from envsuite.evals._workers import active_pool
 from envsuite.executors import WorkerLostError, WorkerPool
 from envsuite.renderers import encodable_text, reply_message_tokens, reply_to_tokens
@@ -239,6 +240,16 @@ async def run_in_pool(pool: WorkerPool, task: EpisodeTask, model_turn: ModelTurn
         pool.release(handle)
 
 
+async def score_episode(settings: RubricSettings, result: EpisodeResult, conversation: list[Message]) -> None:
+    """Add a bench rubric's score of the played episode's final reply to its result: the rubric's reward
+    to the episode's, its criteria as ``rubric/<criterion>`` and ``rubric/reward`` metrics. Both bench
+    runners call it once an episode is played (``evals._rubric``)."""
+    score = await rubric_score(settings, conversation)
+    result["reward"] += score.reward
+    result["metrics"].update({f"rubric/{c.name}": c.score for c in score.criteria})
+    result["metrics"]["rubric/reward"] = score.reward
+
+
 def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
     try:
         make_env(env_id, seed=seed, split="test", **env_kwargs)
@@ -247,14 +258,24 @@ def _check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], seed: int) -> Non
 
 
 @solver
-def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any] | None = None) -> Solver:
+def play_env(
+    env_id: str,
+    partner: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    rubric: dict[str, Any] | None = None,
+    judge: str | None = None,
+    judge_cache: str | None = None,
+) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included).
 
     A tool env's tools are given to the model as Inspect tools (generated with ``tool_calls="none"``:
     the env, not Inspect, runs them), and the model's calls are written into its reply in the env's
     chat format. With a bench executor (``envsuite bench --executor process|ray``) the env plays in a worker and
-    each model turn comes back here, to Inspect's ``generate``.
+    each model turn comes back here, to Inspect's ``generate``. With a ``rubric`` (its content, as
+    :meth:`~envsuite.rubrics.Rubric.to_dict` writes it) the played episode's final reply is scored by
+    it here, judged by the local model ``judge`` (``evals._rubric``).
     """
+    scoring = None if rubric is None else RubricSettings(rubric, judge or DEFAULT_MODEL, judge_cache)
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         task = EpisodeTask(
@@ -287,6 +308,8 @@ def play_env(env_id: str, partner: str | None = None, env_kwargs: dict[str, Any]
             outcome = await run_episode(task, model_turn, result)
         else:
             outcome = await run_in_pool(pool, task, model_turn)
+        if scoring is not None:
+            await score_episode(scoring, outcome.result, outcome.conversation)
         if outcome.conversation:
             state.messages = to_inspect(outcome.conversation)
         state.store.set(RESULT_KEY, outcome.result)
@@ -349,13 +372,18 @@ def envsuite_env(
     temperature: float = 0.7,
     env_kwargs: dict[str, Any] | None = None,
     episode_timeout_s: float | None = None,
+    rubric: dict[str, Any] | None = None,
+    judge: str | None = None,
+    judge_cache: str | None = None,
 ) -> Task:
     """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``.
 
     ``env_kwargs`` are checked here, by building one episode, so a bad setting (an unknown keyword, an
     unreadable dataset) fails the task at once instead of scoring every sample as ``env_error``.
     ``episode_timeout_s`` bounds each episode's wall-clock time (Inspect's per-sample ``time_limit``, in
-    whole seconds); an episode past it is scored as far as it got, as ``rollout_timeout``.
+    whole seconds); an episode past it is scored as far as it got, as ``rollout_timeout``. ``rubric``,
+    ``judge`` and ``judge_cache`` score each finished episode's final reply by a rubric as well (see
+    :func:`play_env`); plain data, so the task's arguments stay serializable.
     """
     env_spec = spec(env_id)
     if env_kwargs:
@@ -370,7 +398,14 @@ def envsuite_env(
     ]
     return Task(
         dataset=MemoryDataset(samples, name=env_spec.id),
-        solver=play_env(env_spec.id, partner=partner, env_kwargs=env_kwargs),
+        solver=play_env(
+            env_spec.id,
+            partner=partner,
+            env_kwargs=env_kwargs,
+            rubric=rubric,
+            judge=judge,
+            judge_cache=judge_cache,
+        ),
         scorer=env_reward(),
         config=GenerateConfig(max_tokens=max_tokens, temperature=temperature, seed=seed),
         time_limit=None if episode_timeout_s is None else max(1, math.ceil(episode_timeout_s)),

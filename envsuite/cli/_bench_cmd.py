@@ -13,6 +13,7 @@ from typing import Any
 
 from envsuite.backends.vllm import is_vllm_url
 from envsuite.cli._args import Subparsers, field_defaults
+from envsuite.cli._rubric_args import add_rubric_args
 from envsuite.cli._sampler_args import add_sampler_args, sampler_url
 from envsuite.errors import UsageError
 
@@ -93,6 +94,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--base-url", default=None, help="tinker backend: service URL, e.g. an `envsuite serve`")
     add_sampler_args(p)
     p.add_argument("--runner", choices=RUNNERS, default=defaults["runner"], help=RUNNER_HELP)
+    add_rubric_args(p)
     p.add_argument(
         "--contamination",
         metavar="FILE",
@@ -117,6 +119,20 @@ def _base_url(backend: str, base_url: str | None) -> str | None:
     if backend == "tinker" and not base_url:
         raise UsageError("--backend tinker needs --base-url (an envsuite serve, or the Tinker API's URL)")
     return base_url or None
+
+
+def _rubric(args: argparse.Namespace) -> dict[str, Any]:
+    """The config's rubric settings from ``--rubric FILE --judge MODEL --judge-cache FILE``: the file's
+    content itself, so the bench records exactly which rubric scored it (none without ``--rubric``)."""
+    if not args.rubric:
+        return {}
+    from envsuite.rubrics import load_rubric
+
+    return {
+        "rubric": load_rubric(args.rubric).to_dict(),
+        "judge": args.judge,
+        "judge_cache": args.judge_cache,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,6 +162,7 @@ def _run(args: argparse.Namespace) -> int:
         executor=ExecutorConfig.create(args.executor, args.workers, args.ray_address),
         runner=args.runner,
         **settings,
+        **_rubric(args),
     )
     if args.contamination:
         from envsuite.cli._bench_checks import print_contamination

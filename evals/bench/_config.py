@@ -10,10 +10,12 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from envsuite import select_envs
+from envsuite import DEFAULT_MODEL, select_envs
 from envsuite.display import printable
 from envsuite.errors import UsageError
+from envsuite.evals._rubric import RubricSettings
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 
@@ -60,6 +62,13 @@ class BenchConfig:
     """``inspect`` (an Inspect eval set: one Inspect sample per episode), ``direct`` (envsuite plays the
     episodes and writes each env as an Inspect log: an envsuite model only; see ``evals.direct._runner``), or
     ``auto``: direct for envsuite models, Inspect for every other model."""
+    rubric: dict[str, Any] | None = None
+    """A rubric (as :meth:`~envsuite.rubrics.Rubric.to_dict` writes it) that also scores every episode's
+    final reply, its reward added to the env's (``evals._rubric``); None: the env's reward alone."""
+    judge: str = DEFAULT_MODEL
+    """The local model judging the rubric's judge criteria."""
+    judge_cache: str | None = None
+    """SQLite file caching the judge's verdicts, so a rerun of the same replies asks the judge nothing."""
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -74,6 +83,24 @@ class BenchConfig:
             raise UsageError(
                 f"the direct runner plays envsuite models only; {self.model!r} runs with Inspect"
             )
+        rubric = self.rubric_settings()
+        if rubric is not None:
+            rubric.parsed()  # a UsageError saying what is wrong with it, before anything runs
+
+    def rubric_settings(self) -> RubricSettings | None:
+        """What scores the episodes besides the env (None without a rubric)."""
+        if self.rubric is None:
+            return None
+        return RubricSettings(self.rubric, self.judge, self.judge_cache)
+
+    def rubric_key(self) -> dict[str, str]:
+        """What the result key records of the rubric: its identity and its judge (``none`` for a rubric
+        without judge criteria); nothing without a rubric, so such keys stay as they were."""
+        rubric = self.rubric_settings()
+        if rubric is None:
+            return {}
+        parsed = rubric.parsed()
+        return {"rubric": parsed.identity(), "judge": rubric.judge if parsed.has_judge else "none"}
 
     def resolved_runner(self) -> str:
         """``inspect`` or ``direct``: what ``auto`` means for this model."""
@@ -111,8 +138,11 @@ class BenchConfig:
         return {"path": local} if local is not None and Path(local).is_absolute() else {}
 
     def log_dir(self) -> Path:
-        ignored = ("display", "db", "log_root", "label", "executor", "runner")  # none changes a result
+        # None of these changes a result.
+        ignored = ("display", "db", "log_root", "label", "executor", "runner", "judge_cache")
         settings = {k: v for k, v in asdict(self).items() if k not in ignored}
+        del settings["rubric"], settings["judge"]  # a bench without a rubric keeps its old name
+        settings |= self.rubric_key()
         if self.samples == 1:  # one sample per episode, as before the setting existed: the same names
             del settings["samples"]
         settings["env_ids"] = self.resolved_env_ids()

@@ -23,6 +23,7 @@ from inspect_ai import eval_set
 from inspect_ai.hooks import Hooks, SampleEnd, TaskEnd, TaskStart, hooks
 from inspect_ai.log import EvalSample
 
+from envsuite.evals._rubric import task_args
 from envsuite.evals._task import envsuite_env
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def run_inspect(
                     max_tokens=config.max_tokens,
                     temperature=config.temperature,
                     episode_timeout_s=config.episode_timeout_s,
+                    **task_args(config.rubric_settings()),
                 )
             )
         except Exception as exc:

@@ -5,23 +5,28 @@ Inspect log (the leaderboard keeps ``log#sample`` references), its assistant tur
 a fresh episode of the env with the same seed, and the return today's env pays is compared with the
 stored reward. What changed is listed (old -> new); the store is not rewritten, so a changed grader
 shows up as a new env version benched afresh, never as silently edited history. Replay is faithful for
-envs whose only randomness is the seed (a partner model's turns are not replayed).
+envs whose only randomness is the seed (a partner model's turns are not replayed). Rows a rubric scored
+(their key names it: ``envsuite bench --rubric``) are left out, as their reward is not the env's alone;
+re-judging them is refused (:data:`RUBRIC_REFUSAL`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from envsuite import RendererConfig, make_env
 from envsuite.core import StepResult
+from envsuite.errors import UsageError
 from envsuite.evals.bench._config import BenchConfig
 from envsuite.leaderboard import ResultStore, StoredEpisode
 from envsuite.renderers import reply_to_tokens
 
 _RENDERING_MODEL = "tiny-random"
 _TOLERANCE = 1e-9
+RUBRIC_REFUSAL = "--rescore does not re-judge rubric-scored rows yet; rescore without --rubric"
 
 
 @dataclass(frozen=True)
@@ -97,10 +102,16 @@ async def _rescore(config: BenchConfig, episodes: list[StoredEpisode]) -> list[S
 
 def rescore(config: BenchConfig) -> list[ScoreChange]:
     """The stored episodes of ``config``'s model on its envs whose score today's grader changes."""
+    if config.rubric is not None:
+        raise UsageError(RUBRIC_REFUSAL)
     name = config.label or config.model
     store = ResultStore(config.db)
     try:
-        episodes = [e for e in store.episodes(config.resolved_env_ids()) if e.key.model == name]
+        episodes = [
+            e
+            for e in store.episodes(config.resolved_env_ids())
+            if e.key.model == name and "rubric" not in json.loads(e.key.sampling)
+        ]
     finally:
         store.close()
     return asyncio.run(_rescore(config, episodes))

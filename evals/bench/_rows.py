@@ -186,7 +186,8 @@ class BenchRecorder:
                 "inspect_model": config.inspect_model(),
                 "episode_timeout_s": config.episode_timeout_s,
             }
-            | ({"samples": config.samples} if config.samples > 1 else {}),
+            | ({"samples": config.samples} if config.samples > 1 else {})
+            | ({"rubric": config.rubric, "judge": config.judge} if config.rubric is not None else {}),
             reward_range=env_spec.reward_range,
             dataset_revision=dataset_revision(env_spec),
         )
@@ -252,9 +253,11 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
 
 
 def sampling_settings(config: BenchConfig) -> dict[str, JsonScalar]:
-    """What the result key records of how the bench sampled. Plays per episode (``samples``) are part of
-    it, so benches of different K are different keys, never pooled; one play adds nothing (the keys of
-    earlier benches stay as they were)."""
+    """What the result key records of how the bench sampled and scored. Plays per episode (``samples``)
+    are part of it, so benches of different K are different keys, never pooled; one play adds nothing
+    (the keys of earlier benches stay as they were). So are a rubric's identity and its judge
+    (:meth:`BenchConfig.rubric_key`): rubric-scored results never pool with plain ones, nor with another
+    rubric's or judge's; a bench without a rubric adds nothing."""
     settings: dict[str, JsonScalar] = {
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
@@ -262,6 +265,7 @@ def sampling_settings(config: BenchConfig) -> dict[str, JsonScalar]:
     }
     if config.samples > 1:
         settings[SAMPLES_SETTING] = config.samples
+    settings.update(config.rubric_key())
     return settings
 
 

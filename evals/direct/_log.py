@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from inspect_ai.log import (
     EvalConfig,
@@ -40,6 +40,7 @@ from inspect_ai.model import (
 from envsuite.catalog.registration import spec
 from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
+from envsuite.evals._rubric import task_args
 from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_metadata
 
 if TYPE_CHECKING:
@@ -128,13 +129,15 @@ def _generate_config(config: BenchConfig) -> GenerateConfig:
     return GenerateConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed)
 
 
-def _solver_params(config: BenchConfig, env_id: str) -> dict[str, str | None]:
-    return {"env_id": env_id, "partner": config.partner, "env_kwargs": None}
+def _solver_params(config: BenchConfig, env_id: str) -> dict[str, Any]:
+    return {"env_id": env_id, "partner": config.partner, "env_kwargs": None} | task_args(
+        config.rubric_settings()
+    )
 
 
 def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], created: str) -> EvalSpec:
     metadata = task_metadata(env_id, config.partner, config.episodes, config.seed)
-    task_args = {
+    args = {
         "env_id": env_id,
         "episodes": config.episodes,
         "seed": config.seed,
@@ -143,7 +146,7 @@ def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], 
         "temperature": config.temperature,
         "env_kwargs": None,
         "episode_timeout_s": config.episode_timeout_s,
-    }
+    } | task_args(config.rubric_settings())
     timeout = config.episode_timeout_s
     return EvalSpec(
         eval_id=eval_id,
@@ -151,8 +154,8 @@ def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], 
         created=created,
         task=f"envsuite/{env_id}",
         task_registry_name="envsuite/env",
-        task_args=task_args,
-        task_args_passed=task_args,
+        task_args=args,
+        task_args_passed=args,
         dataset=EvalDataset(name=env_id, samples=len(ids), sample_ids=ids, shuffled=False),
         model=config.inspect_model(),
         model_args=config.model_args(),

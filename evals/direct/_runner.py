@@ -49,6 +49,7 @@ from envsuite.evals._task import (
     run_episode,
     run_in_pool,
     sample_seed,
+    score_episode,
 )
 from envsuite.evals._workers import active_pool
 from envsuite.evals.direct._log import EpisodeRecord, Play, write_env_log
@@ -226,6 +227,7 @@ class DirectBench:
         self.on_episode = on_episode
         self.model = local_model(model, config.base_url)
         self.renderer = RendererConfig(model_name=model)
+        self.rubric = config.rubric_settings()
         self.params = sampling_params(
             self.model.renderer,
             max_tokens=config.max_tokens,
@@ -305,8 +307,9 @@ class DirectBench:
         )
 
     async def _attempt(self, task: EpisodeTask, epoch: int) -> EpisodeRecord:
-        """One try at a play of an episode: played to its end, or cut at the episode time bound (scored
-        as it stood), or failed by the model (recorded with the traceback)."""
+        """One try at a play of an episode: played to its end (and scored by the bench's rubric, if it
+        has one), or cut at the episode time bound (scored as it stood), or failed by the model
+        (recorded with the traceback)."""
         started_at, started = _iso(_now()), time.perf_counter()
         turns = _Turns(self, self._params(task.seed, epoch))
         result = new_result()
@@ -314,6 +317,8 @@ class DirectBench:
         try:
             outcome = await asyncio.wait_for(self._run(task, turns, result), self.config.episode_timeout_s)
             result, conversation = outcome.result, outcome.conversation
+            if self.rubric is not None:  # as the Inspect runner's solver scores a played episode
+                await score_episode(self.rubric, result, conversation)
         except TimeoutError:
             conversation = turns.latest  # what the model saw last; ``result`` is what it earned so far
         except Exception:
