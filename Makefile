@@ -124,8 +124,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) scripts/typecheck.py
 
+# Two workers, each taking whole files (module fixtures load once; pytest-xdist): many tests wait on
+# children (servers, sandboxes, subprocess CLIs), so the second core fills those waits. Tests leave no
+# state behind for another file (tests/conftest.py puts the env registry back after each test).
 pytest: $(STAMP) $(MCP_SERVERS_STAMP) $(VLLM_STAMP) postgres-server jemalloc bubblewrap native-compiler
-	$(VENV)/bin/pytest -q --durations=30
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
 
 test: lint typecheck pytest
 
