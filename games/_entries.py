@@ -26,7 +26,7 @@ class _SharedFields(TypedDict):
 
 
 def register_games() -> None:
-    """Register ``twenty_questions-v0``, ``chess-v0``, ``tictactoe-v0``, their easier rungs and
+    """Register ``twenty_questions-v0``, ``chess-v0``, ``tictactoe-v0``, their easier rungs, the role games and
     ``textarena/<Game>-v0``.
 
     The ``envsuite.envs`` entry point ``games`` calls this once per process. Idempotent: a second call
@@ -105,6 +105,7 @@ def register_games() -> None:
         tags=("game", "two-player"),
     )
     _register_tictactoe_rungs()
+    _register_role_games()
     for game in all_games():
         register(
             game.env_id,
@@ -129,6 +130,47 @@ def _textarena_description(name: str, num_players: int | None) -> str:
     return (
         f"TextArena {name} (player count unknown until it runs); any other seats are played by an opponent."
     )
+
+
+def _register_role_games() -> None:
+    """The role-asymmetric games (issue 59), one id per role: the trained policy plays that role's seat and
+    ``opponent`` (default ``minimax``: the game's scripted player) the other; rewards are per seat."""
+    games = (
+        (
+            "twenty_questions_duel",
+            "TwentyQuestionsDuelEnv",
+            "Twenty questions, both seats learnable",
+            "asker",
+            "answerer",
+        ),
+        (
+            "bargain",
+            "BargainEnv",
+            "Bargaining with private values, each side earns its surplus",
+            "buyer",
+            "seller",
+        ),
+        (
+            "referential",
+            "ReferentialEnv",
+            "Cooperative: describe a target among objects, pick it",
+            "describer",
+            "picker",
+        ),
+    )
+    for name, cls, about, first, second in games:
+        for seat, (role, env_id) in enumerate(((first, f"{name}-v0"), (second, f"{name}_{second}-v0"))):
+            register(
+                env_id,
+                entry_point=f"envsuite.games.roles:{cls}",
+                kwargs={"seat": seat},
+                kind=EnvKind.GAME,
+                description=f"{about}; the policy is the {role} (seat {seat}).",
+                reward_range=(-1.0, 1.0),
+                max_turns=20,
+                partner_kwarg="opponent",
+                tags=("game", "two-player", "roles"),
+            )
 
 
 def _register_tictactoe_rungs() -> None:
