@@ -125,6 +125,16 @@ class SolvedGame(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsSeatMetrics(Protocol):
+    """A game with per-seat numbers worth logging at its end (a role game's truthful share, deal price):
+    each seat env adds them to its final step's metrics, next to its own reward."""
+
+    def seat_metrics(self, seat: int) -> Mapping[str, float]:
+        """Numbers for ``seat`` once the game is over (called once, after :meth:`TurnGame.outcome`)."""
+        ...
+
+
 class GameFactory(Protocol):
     """A small picklable config that builds a fresh game; equal seeds give equal games."""
 

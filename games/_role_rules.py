@@ -76,6 +76,7 @@ class TwentyQuestionsDuel(TurnGameBase):
         self.max_questions = max_questions
         self.asked: list[tuple[str, bool]] = []
         self.truthful = 0
+        self.guessed: str | None = None
         self._to_move = 0
 
     def current_player(self) -> int:
@@ -127,6 +128,13 @@ class TwentyQuestionsDuel(TurnGameBase):
         best = min(imbalance(a) for a in open_attrs)
         return [f"[ask {a}]" for a in open_attrs if imbalance(a) == best]
 
+    def seat_metrics(self, seat: int) -> dict[str, float]:
+        """Asker: questions asked, secret found; answerer: questions answered, share answered truthfully."""
+        answered = len(self.asked) - (self._to_move == 1)
+        if seat == 0:
+            return {"questions": float(len(self.asked)), "found_secret": float(self.guessed == self.secret)}
+        return {"answers": float(answered), "truthful_share": self.truthful / answered if answered else 1.0}
+
     def extract_move(self, reply: str) -> str:
         return _norm(bracket_action(reply))
 
@@ -153,6 +161,7 @@ class TwentyQuestionsDuel(TurnGameBase):
             self.tell(1, f"The asker asks: is it {word}?")
             self._to_move = 1
             return MoveResult(MoveStatus.ACCEPTED, move)
+        self.guessed = word
         questions = len(self.asked)
         honesty = self.truthful / questions if questions else 1.0
         if word == self.secret:
@@ -206,6 +215,7 @@ class Bargain(TurnGameBase):
         super().__init__(intros, retry_allowance)
         self.rounds = rounds
         self.offer: int | None = None
+        self.price: int | None = None
         self.replies = 0
         self._to_move = 1
 
@@ -239,6 +249,14 @@ class Bargain(TurnGameBase):
         target = self.value * 3 // 4 if seat == 0 else (self.cost + MAX_PRICE) // 2
         return [f"[offer {target}]"]
 
+    def seat_metrics(self, seat: int) -> dict[str, float]:
+        """Both seats: whether a deal was struck, at what price, and the replies it took."""
+        return {
+            "deal": float(self.price is not None),
+            "price": float(self.price or 0),
+            "replies": float(self.replies),
+        }
+
     def extract_move(self, reply: str) -> str:
         return _norm(bracket_action(reply))
 
@@ -253,7 +271,7 @@ class Bargain(TurnGameBase):
         self.accept()
         self.replies += 1
         if move == "[accept]":
-            price = self.offer or 0
+            price = self.price = self.offer or 0
             rewards = ((self.value - price) / 100, (price - self.cost) / 100)
             self.finish(rewards, f"Deal at {price} (buyer value {self.value}, seller cost {self.cost}).")
             return MoveResult(MoveStatus.ACCEPTED, move)
@@ -329,6 +347,7 @@ class Referential(TurnGameBase):
         ]
         super().__init__(intros, retry_allowance)
         self.description: str | None = None
+        self.picked: str | None = None
         self._to_move = 0
 
     def current_player(self) -> int:
@@ -362,6 +381,11 @@ class Referential(TurnGameBase):
         best = max(self.views[1], key=lambda o: len(said & set(o.split())))
         return [f"[pick {best}]"]
 
+    def seat_metrics(self, seat: int) -> dict[str, float]:
+        """Both seats: whether the target was picked, and how many words the description used."""
+        words = len(self.description.split()) if self.description else 0
+        return {"target_picked": float(self.picked == self.target), "description_words": float(words)}
+
     def extract_move(self, reply: str) -> str:
         return _norm(bracket_action(reply))
 
@@ -382,7 +406,7 @@ class Referential(TurnGameBase):
             reason = "not [pick <one of the objects>]"
             return self.refuse(seat, move, reason, f"Illegal move: {reason}. Try again.")
         self.accept()
-        picked = move[len("[pick ") : -1]
+        picked = self.picked = move[len("[pick ") : -1]
         shared = 1.0 if picked == self.target else 0.0
         self.finish((shared, shared), f"The picker picked {picked}; the target was {self.target}.")
         return MoveResult(MoveStatus.ACCEPTED, move)

@@ -167,3 +167,5 @@ async def test_both_seats_of_a_duel_are_policies_and_each_gets_its_own_reward() 
         assert answerer_reward in (0.0, 1.0)  # one answer: truthful (the secret is alive) or a lie
         if asker_reward == 0.9:  # found the cat, which is alive: "yes" was the truth
             assert answerer_reward == 1.0
+        assert asker[-1].metrics["found_secret"] == float(asker_reward == 0.9)
+        assert answerer[-1].metrics["truthful_share"] == answerer_reward

@@ -36,7 +36,7 @@ from envsuite.games.multiagent._coordinator import (
     GameCoordinator,
 )
 from envsuite.games.multiagent._opponents import Opponent, OpponentConfig, opponent_config
-from envsuite.turn_games import MoveStatus, TurnGame
+from envsuite.turn_games import MoveStatus, ReportsSeatMetrics, TurnGame
 
 DEFAULT_MAX_TURNS = 100
 _EMPTY_OBSERVATION = "(It is your turn.)"
@@ -176,6 +176,8 @@ class SeatEnv(Env):
                 "draw": float(ending.reward == 0 and ending.stop_reason is StopReason.COMPLETED),
             }
         )
+        if isinstance(self.coordinator.game, ReportsSeatMetrics) and self.coordinator.game.is_over():
+            metrics.update(self.coordinator.game.seat_metrics(self.seat))
         logs["ending"] = ending.detail[:_MAX_LOG_CHARS]
         return StepResult.final(
             ending.reward + shaping, ending.stop_reason, observation, self._stop, metrics, logs
