@@ -160,3 +160,20 @@ def test_conformance_with_reward_probes(env_name: str) -> None:
 
     report = check_env(env_name, model=TEST_MODEL)
     assert report.passed, report
+
+
+def test_bench_rows_record_the_bfcl_release_and_the_categorys_content_hash() -> None:
+    """What ``envsuite bench`` stores as a row's dataset revision (the env class's
+    ``dataset_revision_of``): the installed bfcl-eval release and a hash of the category's entries,
+    stable from call to call and different between categories (single- and multi-turn alike)."""
+    import importlib.metadata
+
+    revisions = {}
+    for name in ("bfcl/simple", "bfcl/multiple", "bfcl/multi_turn_base"):
+        env_spec = envsuite.spec(name)
+        revisions[name] = env_spec.load().dataset_revision_of(dict(env_spec.kwargs))  # type: ignore[attr-defined]
+    release = f"bfcl-eval=={importlib.metadata.version('bfcl-eval')} sha256:"
+    assert all(r.startswith(release) and len(r) == len(release) + 16 for r in revisions.values()), revisions
+    assert len(set(revisions.values())) == 3
+    again = envsuite.spec("bfcl/simple")
+    assert again.load().dataset_revision_of(dict(again.kwargs)) == revisions["bfcl/simple"]  # type: ignore[attr-defined]

@@ -66,6 +66,12 @@ class BfclEnv(Env):
         self._prompt_tokens: list[int] = []
         self._reply: Message | None = None
 
+    @classmethod
+    def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
+        """The data a bench row of this env ran on (``envsuite bench`` records it): the bfcl-eval release
+        and the category's content hash."""
+        return _upstream.revision(BY_NAME[str(kwargs.get("category", "simple"))].bfcl_name)
+
     # ---- what the model sees ---------------------------------------------------------------------
 
     def tool_specs(self) -> list[ToolSpec]:

@@ -80,6 +80,11 @@ class BfclMultiTurnEnv(Env):
         self._unreadable = 0
         self._log: list[str] = []
 
+    @classmethod
+    def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
+        """The data a bench row of this env ran on: the bfcl-eval release and the category's content hash."""
+        return _upstream.revision(str(kwargs.get("category", "multi_turn_base")))
+
     # ---- what the model sees ---------------------------------------------------------------------
 
     def tool_specs(self) -> list[ToolSpec]:

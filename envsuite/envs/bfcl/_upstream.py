@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 import types
@@ -101,6 +104,15 @@ def load_entries(category: str) -> tuple[JsonDict, ...]:
         category, include_prereq=False, include_language_specific_hint=True
     )
     return tuple(entries)
+
+
+@functools.cache
+def revision(category: str) -> str:
+    """What a result row records of the data a category's episodes came from: the installed bfcl-eval
+    release and a hash of the category's entries as the envs read them (the ground truth ships with them)."""
+    entries = json.dumps(load_entries(category), sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(entries).hexdigest()[:16]
+    return f"bfcl-eval=={importlib.metadata.version('bfcl-eval')} sha256:{digest}"
 
 
 @functools.cache
