@@ -21,7 +21,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from envsuite import DEFAULT_MODEL, RendererConfig, episode_seed, make_env
-from envsuite.catalog.registration import spec
+from envsuite.catalog.registration import EnvSpec, spec
 from envsuite.core import (
     Env,
     Message,
@@ -50,8 +50,31 @@ def sample_id(env_id: str, seed: int) -> str:
 
 
 def episode_seeds(env_id: str, episodes: int, seed: int) -> list[int]:
-    """The seed set of a benchmark run: stable for (env, episodes, seed)."""
-    return [episode_seed(seed, "bench", spec(env_id).id, i) % (2**31) for i in range(episodes)]
+    """The seed set of a benchmark run: stable for (env, episodes, seed).
+
+    An eval set of fixed items (its env class says how many with ``item_count_of(kwargs)``, and
+    ``seed % n`` picks an item: BFCL, HumanEval, the standard sets) is played in order, item ``k`` of
+    episode ``k`` from ``seed * episodes`` on: ``--seed 0`` plays the set's first ``episodes`` items, as
+    reports count them, and no item twice until the set is used up. Other envs draw their items from
+    the seed, so their episodes take hashed seeds.
+    """
+    env_spec = spec(env_id)
+    count = _item_count(env_spec)
+    if count:
+        return [(seed * episodes + i) % count for i in range(episodes)]
+    return [episode_seed(seed, "bench", env_spec.id, i) % (2**31) for i in range(episodes)]
+
+
+def _item_count(env_spec: EnvSpec) -> int | None:
+    """How many fixed items ``env_spec``'s episodes pick from (None: it draws them from the seed)."""
+    hook = getattr(env_spec.load(), "item_count_of", None)
+    if not callable(hook):
+        return None
+    try:
+        count = hook(dict(env_spec.kwargs))
+    except Exception:  # data that cannot load here: the bench reports that when it makes the env
+        return None
+    return count if isinstance(count, int) and count > 0 else None
 
 
 def sample_seed(episode: int, epoch: int) -> int | None:

@@ -469,3 +469,19 @@ def test_import_log_reads_metrics_a_sample_summary_dropped(tmp_path: Path) -> No
     with ResultStore(str(tmp_path / "b.sqlite")) as store:
         metrics = {e.episode.seed: e.episode.metrics for e in store.episodes()}
     assert metrics == {0: {"turns": 1.0}, 1: many}
+
+
+def test_an_eval_set_of_fixed_items_is_benched_in_order_from_its_first_item() -> None:
+    """Envs whose episodes pick one of a fixed set of items (``seed % n``: BFCL, HumanEval, the standard
+    sets; ``item_count_of`` on the env class) play items 0.. in order at ``--seed 0``, a later window for
+    another seed, and no item twice until the set is used up (hashed seeds played 91 distinct of BFCL
+    simple's first 100 draws); an env that draws its items from the seed keeps hashed seeds."""
+    from envsuite.evals import episode_seeds
+
+    assert episode_seeds("bfcl/simple", 100, 0) == list(range(100))
+    assert episode_seeds("humaneval", 3, 1) == [3, 4, 5]
+    assert episode_seeds("humaneval", 170, 0)[160:] == [160, 161, 162, 163, 0, 1, 2, 3, 4, 5]
+    multi = episode_seeds("bfcl/multi_turn_base", 4, 0)
+    assert multi == [0, 1, 2, 3]
+    drawn = episode_seeds("arithmetic", 50, 0)
+    assert len(set(drawn)) == 50 and drawn != list(range(50)) and drawn == episode_seeds("arithmetic", 50, 0)

@@ -376,3 +376,15 @@ def test_livecodebench_from_the_hub_reads_release_v6s_files_at_the_pinned_revisi
     assert [name for _, name, _ in fetched] == [f"test{n}.jsonl" for n in ("", "2", "3", "4", "5", "6")]
     assert {(repo, revision) for repo, _, revision in fetched} == {(standard.hf_repo, standard.revision)}
     assert len(records) == 6 * 3
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "ifeval", "livecodebench", "mbpp"])
+def test_a_bench_plays_a_sets_records_in_order(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``envsuite bench --episodes N`` on a standard set plays its first N records (``--seed 0``), each
+    once until the set is used up, whichever env class scores it (``item_count_of``)."""
+    from envsuite.evals import episode_seeds
+
+    monkeypatch.setenv(BY_NAME[name].file_var, str(FIXTURES / f"{name}.jsonl"))
+    records = sum(1 for line in (FIXTURES / f"{name}.jsonl").read_text(encoding="utf-8").splitlines() if line)
+    assert episode_seeds(env_id(name), records, 0) == list(range(records))
+    assert episode_seeds(env_id(name), records + 1, 0)[-1] == 0

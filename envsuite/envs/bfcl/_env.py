@@ -67,6 +67,13 @@ class BfclEnv(Env):
         self._reply: Message | None = None
 
     @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Entries a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        return len(_upstream.load_entries(BY_NAME[str(kwargs.get("category", "simple"))].bfcl_name))
+
+    @classmethod
     def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
         """The data a bench row of this env ran on (``envsuite bench`` records it): the bfcl-eval release
         and the category's content hash."""

@@ -81,6 +81,13 @@ class BfclMultiTurnEnv(Env):
         self._log: list[str] = []
 
     @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Entries a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        return len(_upstream.load_entries(str(kwargs.get("category", "multi_turn_base"))))
+
+    @classmethod
     def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
         """The data a bench row of this env ran on: the bfcl-eval release and the category's content hash."""
         return _upstream.revision(str(kwargs.get("category", "multi_turn_base")))

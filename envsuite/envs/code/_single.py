@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from envsuite.core import Action, ActionExtra, EnvContext, RewardProbe, StepResult
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
@@ -144,6 +145,11 @@ class HumanEvalEnv(_CodeEnv):
     An eval set: both splits hold all 164 problems (never train on it). ``problem`` picks one by index
     or task id; otherwise the seed does (``seed % 164``, so seeds 0..163 are the whole set).
     """
+
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Problems a bench plays in order (``seed % 164`` picks one); None when ``problem`` pins one."""
+        return None if kwargs.get("problem") is not None else len(load_humaneval())
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from envsuite.core import EnvContext, RewardProbe
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
@@ -31,6 +32,14 @@ _CALLED = re.compile(r"assert\s+\(?\s*([A-Za-z_]\w*)\s*\(")
 class StandardCodeEnv(ProblemEnv):
     """One MBPP problem (``standard/mbpp``); ``item`` by index, else ``seed % n``; ``data_file`` as
     :class:`StandardSetEnv`'s."""
+
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        name = str(kwargs.get("name", "mbpp"))
+        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ letter came from the reference's own pattern (not only from a lone letter at the
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from envsuite.core import EnvContext
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
@@ -52,6 +53,14 @@ class StandardSetEnv(ProblemEnv):
     ``item`` picks one by index; otherwise the seed does (``seed % n``). ``data_file`` reads the set
     from a JSONL file in the upstream schema instead of ``ENVSUITE_<NAME>_FILE`` or the hub.
     """
+
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        name = str(kwargs.get("name", "gsm8k"))
+        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,

@@ -169,6 +169,14 @@ class InstructionsEnv(ProblemEnv):
     a bench's ``mean(instructions_strict) / mean(instructions)`` is lm-eval's instruction-level accuracy.
     """
 
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        name = str(kwargs.get("name", "ifeval"))
+        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
+
     def __init__(
         self,
         ctx: EnvContext,

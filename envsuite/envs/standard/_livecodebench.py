@@ -207,6 +207,14 @@ class LiveCodeBenchEnv(ProblemEnv):
     ``data_file`` a JSONL of ``code_generation_lite`` records. Reward ``passed + format_coef * (fenced -
     1)``, as the code envs and MBPP."""
 
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
+        if kwargs.get("item") is not None:
+            return None
+        name = str(kwargs.get("name", "livecodebench"))
+        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
+
     def __init__(
         self,
         ctx: EnvContext,
