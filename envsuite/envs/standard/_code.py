@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from envsuite.core import EnvContext, RewardProbe
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
 from envsuite.envs.code import CODE_INSTRUCTION, DEFAULT_LIMITS, CheckSuite, extract_code, run_check
 from envsuite.envs.code._probes import ProbeTarget, code_probes
-from envsuite.envs.standard._items import StandardSetError, load_records
+from envsuite.envs.standard._items import BenchedInOrder, StandardSetError, load_records
 from envsuite.envs.standard._sets import BY_NAME
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 from envsuite.sandbox import Limit, SandboxConfig, SandboxUnavailableError
@@ -29,17 +28,9 @@ MBPP_TEMPLATE = "You are an expert Python programmer, and here is your task: {te
 _CALLED = re.compile(r"assert\s+\(?\s*([A-Za-z_]\w*)\s*\(")
 
 
-class StandardCodeEnv(ProblemEnv):
+class StandardCodeEnv(BenchedInOrder, ProblemEnv):
     """One MBPP problem (``standard/mbpp``); ``item`` by index, else ``seed % n``; ``data_file`` as
     :class:`StandardSetEnv`'s."""
-
-    @classmethod
-    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
-        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
-        if kwargs.get("item") is not None:
-            return None
-        name = str(kwargs.get("name", "mbpp"))
-        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,

@@ -8,11 +8,10 @@ letter came from the reference's own pattern (not only from a lone letter at the
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from envsuite.core import EnvContext
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
-from envsuite.envs.standard._items import Item, load_records, make_item
+from envsuite.envs.standard._items import BenchedInOrder, Item, load_records, make_item
 from envsuite.envs.standard._sets import BY_NAME, Scoring, StandardSet
 from envsuite.grading import (
     DEFAULT_TIMEOUT_S,
@@ -47,20 +46,12 @@ def extract_letter(standard: StandardSet, reply: str) -> tuple[str | None, bool]
     return (last.group(0), False) if last else (None, False)
 
 
-class StandardSetEnv(ProblemEnv):
+class StandardSetEnv(BenchedInOrder, ProblemEnv):
     """One item of a standard set (``standard/<name>``); an eval set (both splits hold every item).
 
     ``item`` picks one by index; otherwise the seed does (``seed % n``). ``data_file`` reads the set
     from a JSONL file in the upstream schema instead of ``ENVSUITE_<NAME>_FILE`` or the hub.
     """
-
-    @classmethod
-    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
-        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
-        if kwargs.get("item") is not None:
-            return None
-        name = str(kwargs.get("name", "gsm8k"))
-        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,

@@ -40,7 +40,7 @@ from typing import Any
 
 from envsuite.core import Action, ActionExtra, EnvContext, StepResult, StopReason
 from envsuite.envs._problem import Problem, ProblemEnv, Verdict
-from envsuite.envs.standard._items import StandardSetError, load_records
+from envsuite.envs.standard._items import BenchedInOrder, StandardSetError, load_records
 from envsuite.envs.standard._sets import BY_NAME, Scoring
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 
@@ -158,7 +158,7 @@ def score_reply(record: Mapping[str, Any], reply: str) -> IFEvalScore:
     )
 
 
-class InstructionsEnv(ProblemEnv):
+class InstructionsEnv(BenchedInOrder, ProblemEnv):
     """One IFEval prompt (``standard/ifeval``); ``item`` by index, else ``seed % n``; ``data_file`` as
     :class:`~envsuite.envs.standard.StandardSetEnv`'s.
 
@@ -168,14 +168,6 @@ class InstructionsEnv(ProblemEnv):
     episode, ``instructions``, ``instructions_strict`` and ``instructions_loose`` (followed counts), so
     a bench's ``mean(instructions_strict) / mean(instructions)`` is lm-eval's instruction-level accuracy.
     """
-
-    @classmethod
-    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
-        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
-        if kwargs.get("item") is not None:
-            return None
-        name = str(kwargs.get("name", "ifeval"))
-        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import random
 import string
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envsuite.envs.standard._sets import Scoring, StandardSet
+from envsuite.envs.standard._sets import BY_NAME, Scoring, StandardSet
 from envsuite.errors import UsageError
 
 MATH_INSTRUCTION = "Write your answer in \\boxed{} format."
@@ -53,6 +54,19 @@ class Item:
     """The answer (math sets) or the correct letter (choice sets)."""
     letters: str = ""
     """The choice letters offered (choice sets), e.g. ``ABCD``."""
+
+
+class BenchedInOrder:
+    """For a standard set's env class: how many records a bench plays in order (``item_count_of``; the
+    env picks record ``seed % n``), None when ``item`` pins one. The set is the ``name`` keyword argument,
+    its default read from the class's own signature."""
+
+    @classmethod
+    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
+        if kwargs.get("item") is not None:
+            return None
+        name = str(kwargs.get("name", inspect.signature(cls).parameters["name"].default))
+        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
 
 def load_records(standard: StandardSet, data_file: str | None = None) -> tuple[dict[str, Any], ...]:

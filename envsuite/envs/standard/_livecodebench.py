@@ -38,7 +38,7 @@ from envsuite.core import EnvContext, RewardProbe
 from envsuite.envs._problem import DEFAULT_FORMAT_COEF, Problem, ProblemEnv, Verdict
 from envsuite.envs.code import DEFAULT_LIMITS, TestReport, extract_code, run_cases
 from envsuite.envs.code._probes import ProbeTarget, code_probes
-from envsuite.envs.standard._items import StandardSetError, load_records
+from envsuite.envs.standard._items import BenchedInOrder, StandardSetError, load_records
 from envsuite.envs.standard._sets import BY_NAME
 from envsuite.grading import GradeOutcome, GradeResult, GraderUnavailableError
 from envsuite.sandbox import Limit, Limits, Sandbox, SandboxConfig, SandboxUnavailableError
@@ -202,18 +202,10 @@ def lcb_problem(record: Mapping[str, Any], index: int) -> LcbProblem:
     )
 
 
-class LiveCodeBenchEnv(ProblemEnv):
+class LiveCodeBenchEnv(BenchedInOrder, ProblemEnv):
     """One LiveCodeBench problem (``standard/livecodebench``); ``item`` by index, else ``seed % n``;
     ``data_file`` a JSONL of ``code_generation_lite`` records. Reward ``passed + format_coef * (fenced -
     1)``, as the code envs and MBPP."""
-
-    @classmethod
-    def item_count_of(cls, kwargs: dict[str, Any]) -> int | None:
-        """Records a bench plays in order (``seed % n`` picks one); None when ``item`` pins one."""
-        if kwargs.get("item") is not None:
-            return None
-        name = str(kwargs.get("name", "livecodebench"))
-        return len(load_records(BY_NAME[name], kwargs.get("data_file")))
 
     def __init__(
         self,
