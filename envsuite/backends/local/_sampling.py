@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from tinker.lib.telemetry import Telemetry
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+VariantSource = Callable[[Callable[[list[int]], str]], "tuple[SamplingEngine, int] | None"]
+"""Given the client's token decoder: a shared engine and the client's variant of it, or None."""
 _UNSUPPORTED = "the local sampling backend does not support {} (only the hosted Tinker service does)"
 MAX_TOPK_SAMPLE_LOGPROBS = 20
 """The most ``topk_sample_logprobs`` a request may ask for (as OpenAI's ``top_logprobs``)."""
@@ -74,6 +76,10 @@ class LocalSamplingClient:
     replaces its linear layers by faster ones, ``EngineConfig.reorder_weights``): pass a copy if the
     same weights are being trained, or name the tensors still shared with a live model in
     ``shared_weights`` (ids), which are then left as they are.
+
+    ``variant_of`` (a session's LoRA snapshots, ``_shared_bases``) puts ``model`` on an engine shared with
+    other adapters of the same base model, whose rows then decode in the same steps; it returns None
+    where that does not apply, and the client gets an engine of its own.
 
     Every sampled sequence gets a ``sequence_id`` unique to this client; with ``records`` (a session's
     :class:`SequenceScope`, what ``record_stability_info=True`` gives) each is also recorded there before
@@ -93,6 +99,7 @@ class LocalSamplingClient:
         base_weights: bool = False,
         shared_weights: Collection[int] = (),
         records: SequenceScope | None = None,
+        variant_of: VariantSource | None = None,
     ) -> None:
         limit_heap_fragmentation()  # prefill and KV-cache tensors fragment glibc's heap otherwise
         self._tokenizer = tokenizer
@@ -102,7 +109,14 @@ class LocalSamplingClient:
         # The engine gets a decoder closed over the tokenizer, not a method of this client: a bound
         # method would make client and engine a reference cycle, and a dropped client (with its model
         # and KV caches) would then wait for Python's cyclic garbage collector to be freed.
-        self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights, tokenizer)
+        shared = None if variant_of is None else variant_of(_token_decoder(tokenizer))
+        if shared is None:
+            self._engine = SamplingEngine(model, _token_decoder(tokenizer), config, shared_weights, tokenizer)
+            self._variant = 0
+        else:
+            # A variant of a shared multi-adapter engine (``_shared_bases``): removed with this client.
+            self._engine, self._variant = shared
+            weakref.finalize(self, self._engine.remove_variant, self._variant)
         self._client_id = next(self._ids)
         # Random, so ids stay distinct across clients and processes (records outlive a process).
         self._sequence_prefix = f"seq-{uuid.uuid4().hex[:12]}"
@@ -212,12 +226,16 @@ class LocalSamplingClient:
         return (LocalSamplingClient.from_sampler_handle, (self._handle,))
 
     def close(self) -> None:
-        """Stop the engine; requests still in flight fail with ``EngineClosedError``."""
-        self._engine.close()
+        """Stop the engine (or this client's variant of a shared one); requests still in flight fail
+        with ``EngineClosedError``."""
+        if self._variant:
+            self._engine.remove_variant(self._variant)
+        else:
+            self._engine.close()
 
     def prefix_cache_stats(self) -> PrefixCacheStats:
         """What the engine's prefix cache (KV reused across the turns of an episode) served and holds."""
-        return self._engine.prefix_cache_stats()
+        return self._engine.prefix_cache_stats(self._variant)
 
     def clear_prefix_cache(self) -> None:
         """Forget the cached conversations (their KV is freed at once): for a caller that knows none of
@@ -232,7 +250,8 @@ class LocalSamplingClient:
         """Which of the model's linear layers the engine put on re-laid-out weights (oneDNN's reordered
         blocks, envsuite's panels: the layouts the kernel calibration chose) and which it left plain;
         None where it did not try (``onednn_products`` off)."""
-        return self._engine.reorder_report
+        variant = self._engine.variants.by_id.get(self._variant)
+        return None if variant is None else variant.reorder_report
 
     def compile_constraint(self, constraint: Constraint) -> None:
         """Compile ``constraint`` for this model's tokenizer now (cached; ``sample`` would on submit):
@@ -294,7 +313,7 @@ class LocalSamplingClient:
                 self.records.record_response(prompt_length, response)
             return response
 
-        return LocalFuture(self._engine.submit(request, convert, on_token))
+        return LocalFuture(self._engine.submit(request, convert, on_token, self._variant))
 
     async def sample_async(
         self,
@@ -344,7 +363,7 @@ class LocalSamplingClient:
             assert result.prompt_logprobs is not None
             return _keep_last_n(result.prompt_logprobs, prompt_logprobs_last_n)
 
-        return LocalFuture(self._engine.submit(request, convert))
+        return LocalFuture(self._engine.submit(request, convert, variant=self._variant))
 
     # ------------------------------------------------------------------ helpers
 

@@ -10,6 +10,7 @@ hundred ms for SmolLM2), so those futures are already done; a failure comes back
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -28,6 +29,7 @@ from envsuite.backends.local._rest import LocalRestClient
 from envsuite.backends.local._runs import RunRecord, resolve_checkpoint_path
 from envsuite.backends.local._sampling import LocalSamplingClient, LocalSamplingClientFuture
 from envsuite.backends.local._sequences import SequenceStore
+from envsuite.backends.local._shared_bases import SharedBases
 from envsuite.backends.local._training import LocalTrainingClient, LocalTrainingClientFuture, TrainingRun
 from envsuite.backends.local._unsupported import not_local
 from envsuite.engine import weights as ckpt
@@ -77,7 +79,9 @@ class LocalServiceClient:
 
     The service is one session (``session_id``): sampling clients made with
     ``record_stability_info=True`` record their sequences in it, and its training clients'
-    ``stable_reinforce`` reads them (in memory; they last as long as this object).
+    ``stable_reinforce`` reads them (in memory; they last as long as this object). Its LoRA sampling
+    clients of one base model share one engine (``_shared_bases``): requests of different adapters in
+    flight together decode in the same steps (multi-adapter sampling, docs/backend_sampling.md).
     """
 
     def __init__(
@@ -104,6 +108,8 @@ class LocalServiceClient:
         self.sequences = SequenceStore().scope(self.session_id)
         """This session's sampling records (``record_stability_info``, ``stable_reinforce``)."""
         self._user_metadata = dict(user_metadata or {})
+        self._shared_bases = SharedBases(device)
+        """LoRA sampling clients' engines, one per base model (multi-adapter sampling)."""
         self._clients: weakref.WeakSet[LocalTrainingClient | LocalSamplingClient] = weakref.WeakSet()
         self._closed = False
 
@@ -354,6 +360,7 @@ class LocalServiceClient:
                 model_path=loaded.model_path,
                 shared_weights=loaded.shared_weights,
                 records=self.sequences if record_stability_info else None,
+                variant_of=functools.partial(self._shared_bases.variant_of, loaded),
             )
         )
 

@@ -35,7 +35,7 @@ from envsuite.engine.training import (
     target_logprobs,
     training_passes,
 )
-from envsuite.engine.weights import LoraSpec, adapter_state, merge_lora, snapshot_full
+from envsuite.engine.weights import LoraSpec, adapter_state, lora_factors, merge_lora, snapshot_full
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -289,7 +289,8 @@ class TrainerCore:
             return ckpt.SamplingModel(snapshot_full(self.lm), self.tokenizer, self.run.base_model, path)
         # The merged model holds the training model's frozen base tensors wherever no adapter changed them.
         shared = frozenset(id(p) for p in self.peft.parameters())
-        return ckpt.SamplingModel(merge_lora(self.peft), self.tokenizer, self.run.base_model, path, shared)
+        merged, lora = merge_lora(self.peft), lora_factors(self.peft)
+        return ckpt.SamplingModel(merged, self.tokenizer, self.run.base_model, path, shared, lora)
 
     def load(self, path: Path, with_optimizer: bool) -> None:
         meta = ckpt.read_meta(path, expect=ckpt.CheckpointKind.STATE)

@@ -53,7 +53,7 @@ from envsuite.engine.kernels import (
     onednn_fits,
 )
 from envsuite.engine.sampling._grammar import CompiledGrammar, GrammarCompiler, token_masks
-from envsuite.engine.sampling._jobs import ClearPrefixCache, Job, Row
+from envsuite.engine.sampling._jobs import ClearPrefixCache, DropVariant, Job, Row
 from envsuite.engine.sampling._kv_batch import (
     KVBatch,
     PrefillOutput,
@@ -81,6 +81,8 @@ from envsuite.engine.sampling._token_choice import (
     make_generator,
     row_seed,
 )
+from envsuite.engine.sampling._variants import Variant, Variants
+from envsuite.engine.weights import LoraFactors
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +150,7 @@ class SamplingEngine:
         self._decode = decode
         self.grammars = None if tokenizer is None else GrammarCompiler(tokenizer, self.vocab_size)
         """Compiles requests' constraints (None: this engine takes no constrained request)."""
-        self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job[Any] | ClearPrefixCache | DropVariant | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -161,6 +163,10 @@ class SamplingEngine:
         self._kv_per_position = kv_bytes_per_position(model)
         # Peaks and counts behind kv_stats(); written by the engine thread only.
         self._peak_admitted_bytes = self._peak_allocated_bytes = self._budget_waits = 0
+        self.variants = Variants(
+            Variant(self.model, self._decoder, self._prefix, self.kernel_plan, self.reorder_report)
+        )
+        """The weights served: the model (variant 0) and LoRA adapters of it (``add_variant``)."""
         _LIVE_ENGINES.add(self)
 
     # ------------------------------------------------------------------ public, any thread
@@ -170,15 +176,19 @@ class SamplingEngine:
         request: EngineRequest,
         convert: Callable[[EngineResult], R],
         on_token: Callable[[SampledToken], None] | None = None,
+        variant: int = 0,
     ) -> concurrent.futures.Future[R]:
         """Queue ``request``; the future resolves to ``convert(result)`` or raises the request's error.
 
         ``on_token`` (streaming) is called on the engine thread with each token as it is sampled, before
         the future resolves; it must return quickly (hand the token to another thread or loop). If it
-        raises, the request fails with that error and the others go on.
+        raises, the request fails with that error and the others go on. ``variant`` names the weights
+        that serve it (:meth:`add_variant`; 0, the default: the engine's own model).
         """
         future: concurrent.futures.Future[R] = concurrent.futures.Future()
         error = self._check(request)
+        if error is None and variant not in self.variants.by_id:
+            error = EngineClosedError(f"the engine serves no variant {variant} (it was removed)")
         grammar: CompiledGrammar | None = None
         if error is None and request.constraint is not None:
             # Compiled here, on the caller's thread (cached), so a new schema never stalls the batch.
@@ -193,13 +203,44 @@ class SamplingEngine:
             if self._closed:
                 future.set_exception(EngineClosedError("the sampling engine is closed"))
                 return future
-            self._queue.put(Job(request, future, convert, on_token=on_token, grammar=grammar))
+            self._queue.put(
+                Job(request, future, convert, on_token=on_token, grammar=grammar, variant=variant)
+            )
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="envsuite-sampling-engine", daemon=True
                 )
                 self._thread.start()
         return future
+
+    def add_variant(
+        self, model: PreTrainedModel, lora: LoraFactors, shared_weights: Collection[int] = ()
+    ) -> int:
+        """Serve ``model`` too, a LoRA adapter of this engine's model merged into it (``lora``: its factors,
+        on this engine's model's base weights); returns the variant id requests name in :meth:`submit`.
+
+        ``model`` is laid out as an engine of its own would lay it out (on this thread). Rows of
+        different variants decode in one step (``_variants``); a step whose rows share one variant runs
+        on its merged weights. Raises ``ValueError`` for a model the multi-adapter step does not cover.
+        """
+        solo = SamplingEngine(model, self._decode, self.config, shared_weights)
+        _LIVE_ENGINES.discard(solo)
+        variant = Variant(
+            solo.model, solo._decoder, solo._prefix, solo.kernel_plan, solo.reorder_report, lora
+        )
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError("the sampling engine is closed")
+            return self.variants.add(variant)
+
+    def remove_variant(self, variant: int) -> None:
+        """Stop serving ``variant``: its queued and running requests fail with :class:`EngineClosedError`."""
+        error = EngineClosedError(f"variant {variant} of the sampling engine was removed")
+        with self._lock:
+            if self._thread is None:
+                self.variants.remove(variant)  # no engine thread, and none starts while the lock is held
+                return
+            self._queue.put(DropVariant(variant, error))
 
     def close(self) -> None:
         """Fail queued and running requests with :class:`EngineClosedError` and stop the thread."""
@@ -209,7 +250,7 @@ class SamplingEngine:
             self._queue.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self._prefix.clear()
+        self.variants.clear_prefixes()
 
     def clear_prefix_cache(self, timeout_s: float = 30.0) -> None:
         """Drop every cached prefix (their KV is freed); rows running now keep theirs and are cached when
@@ -218,15 +259,16 @@ class SamplingEngine:
         this returns once it has (or after ``timeout_s``)."""
         with self._lock:
             if self._thread is None:
-                self._prefix.clear()  # no engine thread, and none starts while the lock is held
+                self.variants.clear_prefixes()  # no engine thread, and none starts while the lock is held
                 return
             done = threading.Event()
             self._queue.put(ClearPrefixCache(done))
         done.wait(timeout_s)
 
-    def prefix_cache_stats(self) -> PrefixCacheStats:
-        """What the prefix cache served and holds (read from any thread; the counters may lag a step)."""
-        return self._prefix.stats()
+    def prefix_cache_stats(self, variant: int = 0) -> PrefixCacheStats:
+        """What ``variant``'s prefix cache served and holds (read from any thread; the counters may lag
+        a step)."""
+        return self.variants.prefix_stats(variant)
 
     def kv_stats(self) -> KVStats:
         """What the running batch's KV took (read from any thread; the counters may lag a step)."""
@@ -290,8 +332,11 @@ class SamplingEngine:
             if job is None:
                 self._shutdown()
                 return False
+            if isinstance(job, DropVariant):
+                self._drop_variant(job)
+                continue
             if isinstance(job, ClearPrefixCache):
-                self._prefix.clear()
+                self.variants.clear_prefixes()
                 release_free_memory()
                 job.done.set()
                 continue
@@ -309,6 +354,23 @@ class SamplingEngine:
                 job.fail(error)
             elif isinstance(job, ClearPrefixCache):
                 job.done.set()
+            elif isinstance(job, DropVariant):
+                self.variants.remove(job.variant)
+
+    def _drop_variant(self, drop: DropVariant) -> None:
+        for job in self._waiting:
+            if job.variant == drop.variant:
+                job.fail(drop.error)
+        self._waiting = deque(job for job in self._waiting if job.variant != drop.variant)
+        keep = [i for i, row in enumerate(self._rows) if row.job.variant != drop.variant]
+        for row in self._rows:
+            if row.job.variant == drop.variant:
+                row.job.fail(drop.error)
+        if self._batch is not None and len(keep) < len(self._rows):
+            self._rows = [self._rows[i] for i in self._batch.select(keep)]
+            if not self._rows:
+                self._batch = None
+        self.variants.remove(drop.variant)
 
     def _fail_running(self, error: BaseException) -> None:
         for row in self._rows:
@@ -355,9 +417,10 @@ class SamplingEngine:
         return budget is not None and per_position is not None and rows * length * per_position > budget
 
     def _admit(self) -> None:
-        group = self._next_group()
-        if not group:
-            return
+        for jobs in Variants.by_variant(self._next_group()):
+            self._admit_variant(jobs)
+
+    def _admit_variant(self, group: list[Job[Any]]) -> None:
         matches = self._prefix_matches(group)
         fed: list[Job[Any]] = []
         prefilled: list[Job[Any]] = []
@@ -376,14 +439,15 @@ class SamplingEngine:
     def _prefix_matches(self, group: list[Job[Any]]) -> dict[tuple[int, ...], PrefixMatch]:
         """Each distinct prompt's longest cached prefix (none when the cache is off or a prompt wants
         prompt logprobs, which need the whole prompt prefilled)."""
-        if self._prefix.max_bytes <= 0 or group[0].request.prompt_logprobs:
+        prefix = self.variants.prefix(group[0].variant)
+        if prefix.max_bytes <= 0 or group[0].request.prompt_logprobs:
             return {}
         matches: dict[tuple[int, ...], PrefixMatch] = {}
         for job in group:
             prompt = job.request.prompt_T
             if prompt not in matches:
                 # At least one prompt token is fed, so its next-token logits come out of the model.
-                matches[prompt] = self._prefix.match(prompt, len(prompt) - 1)
+                matches[prompt] = prefix.match(prompt, len(prompt) - 1)
         return matches
 
     def _feeds(self, job: Job[Any], matches: dict[tuple[int, ...], PrefixMatch]) -> bool:
@@ -435,7 +499,8 @@ class SamplingEngine:
         # Identical prompts (the members of a GRPO group) are prefilled once and share that KV row.
         unique: dict[tuple[int, ...], int] = {}
         slot_of_job = [unique.setdefault(job.request.prompt_T, len(unique)) for job in group]
-        out = self._prefill(list(unique), group[0].request.prompt_logprobs, matches)
+        model = self.variants.by_id[group[0].variant].model
+        out = self._prefill(model, list(unique), group[0].request.prompt_logprobs, matches)
         counts = [job.request.num_samples if job.request.max_tokens > 0 else 0 for job in group]
         new_rows: list[Row] = []
         row_slots: list[int] = []
@@ -472,23 +537,24 @@ class SamplingEngine:
 
     def _prefill(
         self,
+        model: PreTrainedModel,
         prompts: list[tuple[int, ...]],
         want_prompt_logprobs: bool,
         known: dict[tuple[int, ...], PrefixMatch],
     ) -> PrefillOutput:
-        """Prefill ``prompts`` (one row each, in order), reusing their cached prefixes (``known``)."""
+        """Prefill ``prompts`` (one row each, in order) on ``model``, reusing their cached prefixes (``known``)."""
         if want_prompt_logprobs or not known:
-            return prefill(self.model, prompts, want_prompt_logprobs)
+            return prefill(model, prompts, want_prompt_logprobs)
         matches = [known[prompt] for prompt in prompts]
         hits = [i for i, match in enumerate(matches) if match.length >= self.config.min_prefix_reuse]
         if not hits:
-            return prefill(self.model, prompts, False)
+            return prefill(model, prompts, False)
         hit_set = set(hits)
         misses = [i for i in range(len(prompts)) if i not in hit_set]
-        out = prefill_after_prefix(self.model, [prompts[i] for i in hits], [matches[i] for i in hits])
+        out = prefill_after_prefix(model, [prompts[i] for i in hits], [matches[i] for i in hits])
         if not misses:
             return out
-        rest = prefill(self.model, [prompts[i] for i in misses], False)
+        rest = prefill(model, [prompts[i] for i in misses], False)
         # Back to the prompts' order: the hits' rows come first in the joined batch, then the misses'.
         order = hits + misses
         where = [order.index(i) for i in range(len(prompts))]
@@ -501,13 +567,14 @@ class SamplingEngine:
 
     def _remember(self, batch: KVBatch, index: int, row: Row) -> None:
         """Keep a finished row's KV (prompt + every token fed) for prompts that extend it."""
-        if self._prefix.max_bytes <= 0:
+        prefix = self.variants.prefix(row.job.variant)
+        if prefix.max_bytes <= 0:
             return
         tokens = row.job.request.prompt_T + tuple(row.tokens[:-1])
         # The row's last sampled token was never fed: its cache holds exactly the tokens before it.
         if batch.row_length(index) != len(tokens):
             return
-        self._prefix.insert(tokens, lambda start, end: batch.row_kv(index, start, end))
+        prefix.insert(tokens, lambda start, end: batch.row_kv(index, start, end))
 
     def _make_row(self, job: Job[Any], index: int) -> Row:
         request = job.request
@@ -529,7 +596,8 @@ class SamplingEngine:
         if not self._rows:
             self._batch = None
             return
-        logits = self._batch.step(self.model, self._decoder)
+        model, decoder = self.variants.step_weights(self._rows, self._batch)
+        logits = self._batch.step(model, decoder)
         keep = self._advance(self._rows, logits, self._batch)
         self._rows = [self._rows[i] for i in self._batch.select(keep)]
         if not self._rows:

@@ -1,6 +1,6 @@
 """A sampling request in flight in the engine (:class:`Job`) and each of its samples' rows (:class:`Row`):
 what the engine thread keeps per request between decode steps; and the one piece of work its queue
-carries that is not a request (:class:`ClearPrefixCache`)."""
+carries that is not a request (:class:`ClearPrefixCache`, :class:`DropVariant`)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ class Job(Generic[R]):
     """Called on the engine thread with every token as it is sampled (streaming); must be quick."""
     grammar: CompiledGrammar | None = None
     """The request's constraint, compiled when it was submitted."""
+    variant: int = 0
+    """Which of the engine's weights serve it (``SamplingEngine.add_variant``; 0: the engine's model)."""
 
     def finish(self) -> None:
         result = EngineResult(
@@ -101,3 +103,11 @@ class ClearPrefixCache:
     """Drop the engine's prefix cache between two steps, then set ``done`` (the caller waits on it)."""
 
     done: threading.Event
+
+
+@dataclass(frozen=True)
+class DropVariant:
+    """Remove one of the engine's variants between two steps: its requests fail with ``error``."""
+
+    variant: int
+    error: BaseException

@@ -27,7 +27,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from envsuite.engine._token_tree import TreeLayout, tree_layout
 from envsuite.engine.sampling._kv_cache_layer import GrowableLayer, new_cache
-from envsuite.engine.sampling._llama_decode import LlamaDecoder, TailTokens
+from envsuite.engine.sampling._llama_decode import AppendingLayer, TailTokens
 from envsuite.engine.sampling._prefix_cache import PrefixMatch
 
 SPARSE_FACTOR = 2
@@ -49,6 +49,19 @@ def kv_bytes_per_position(model: PreTrainedModel) -> int | None:
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     return int(layers * 2 * kv_heads * head_dim * model.dtype.itemsize)
+
+
+class StepDecoder(Protocol):
+    """What :meth:`KVBatch.step` feeds a step through: ``LlamaDecoder`` or a multi-adapter ``MixedDecoder``."""
+
+    def step(
+        self,
+        input_ids_B: torch.Tensor,
+        position_ids_B: torch.Tensor,
+        mask_B_L: torch.Tensor,
+        cache_layers: Sequence[AppendingLayer],
+        tails: Sequence[TailTokens] = (),
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -94,7 +107,7 @@ class KVBatch:
         """KV bytes the batch's buffers take (live positions plus room for joins and appends)."""
         return sum(layer.allocated_bytes for layer in _kv_layers(self.cache))
 
-    def step(self, model: PreTrainedModel, decoder: LlamaDecoder | None = None) -> torch.Tensor:
+    def step(self, model: PreTrainedModel, decoder: StepDecoder | None = None) -> torch.Tensor:
         """Feed every row's pending token; return the next-token logits ``(B, V)``.
 
         With a ``decoder`` (built for ``model``) the step bypasses ``model(...)``; the result is the same.

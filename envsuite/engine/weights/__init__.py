@@ -16,26 +16,34 @@ from envsuite.engine.weights._checkpoint import (
     write_checkpoint,
 )
 from envsuite.engine.weights._lora import (
+    LoraFactors,
+    LoraModule,
     LoraSpec,
     adapter_state,
     add_lora,
     fresh_seed,
     load_adapter_state,
     load_base_model,
+    lora_factors,
     merge_lora,
     snapshot_full,
+    unmerged_model,
 )
 
 __all__ = [
     # models and LoRA
+    "LoraFactors",
+    "LoraModule",
     "LoraSpec",
     "adapter_state",
     "add_lora",
     "fresh_seed",
     "load_adapter_state",
     "load_base_model",
+    "lora_factors",
     "merge_lora",
     "snapshot_full",
+    "unmerged_model",
     # checkpoints
     "CheckpointError",
     "CheckpointKind",

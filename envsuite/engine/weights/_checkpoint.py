@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from envsuite.engine.weights._lora import (
+    LoraFactors,
     LoraSpec,
     LoraSpecJson,
     add_lora,
     load_adapter_state,
     load_base_model,
+    lora_factors,
     merge_lora,
 )
 from envsuite.errors import UsageError
@@ -153,6 +155,10 @@ class SamplingModel:
     shared_weights: frozenset[int] = frozenset()
     """Ids of tensors ``model`` shares with another live model (a LoRA snapshot's frozen base, still
     trained around): a sampling engine must leave them as they are (``reorder_frozen_linears``)."""
+    lora: LoraFactors | None = None
+    """For LoRA weights, the adapter merged into ``model`` (its factors on the base weights): sampling
+    clients of adapters of one base model then share one engine and decode in the same steps
+    (multi-adapter sampling, ``envsuite.engine.sampling._variants``). None: plain weights."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -297,9 +303,13 @@ def load_sampling_model(
     from peft import PeftModel
 
     loaded = load_trainable_weights(Path(model_path), meta, device)
-    model = merge_lora(loaded) if isinstance(loaded, PeftModel) else loaded
+    # Nothing else holds the loaded tensors: the engine may lay out every one (no shared weights).
+    model, lora = (
+        (merge_lora(loaded), lora_factors(loaded)) if isinstance(loaded, PeftModel) else (loaded, None)
+    )
     model.requires_grad_(False)
-    return SamplingModel(model, get_tokenizer(meta.base_model), meta.base_model, str(model_path))
+    tokenizer = get_tokenizer(meta.base_model)
+    return SamplingModel(model, tokenizer, meta.base_model, str(model_path), frozenset(), lora)
 
 
 def _check_finite(directory: Path, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

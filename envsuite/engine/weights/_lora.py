@@ -252,3 +252,60 @@ def snapshot_full(model: PreTrainedModel) -> PreTrainedModel:
     frozen.eval()
     frozen.requires_grad_(False)
     return frozen
+
+
+@dataclass(frozen=True)
+class LoraModule:
+    """One adapted linear layer's LoRA factors: its output is ``x @ base.T + scale * (x @ a.T) @ b.T``."""
+
+    a: torch.Tensor
+    """The down projection ``[r, in]``."""
+    b: torch.Tensor
+    """The up projection ``[out, r]``."""
+    scale: float
+    base_weight: torch.Tensor
+    """The frozen base weight ``[out, in]`` the adapter sits on (shared with the training model)."""
+
+
+@dataclass(frozen=True)
+class LoraFactors:
+    """A LoRA adapter's factors by base-module name (``model.layers.0.self_attn.q_proj``, ``lm_head``):
+    what a sampling engine needs to run the adapter's rows on the unmerged base model, next to rows of
+    other adapters of the same base (multi-adapter sampling, ``envsuite.engine.sampling._adapters``)."""
+
+    modules: Mapping[str, LoraModule]
+
+
+def lora_factors(peft_model: PeftModel) -> LoraFactors:
+    """The adapter's factors as they are now (``a`` and ``b`` copied: training goes on changing them).
+
+    Conv1D-style layers (``fan_in_fan_out``) are not covered: a ``ValueError``.
+    """
+    modules: dict[str, LoraModule] = {}
+    for name, layer in _lora_layers(peft_model).items():
+        if getattr(layer, "fan_in_fan_out", False):
+            raise ValueError(f"{name}: LoRA factors of fan-in-fan-out layers are not supported")
+        base_layer = cast("torch.nn.Linear", layer.get_base_layer())
+        modules[name] = LoraModule(
+            a=layer.lora_A[_ADAPTER].weight.detach().clone(),
+            b=layer.lora_B[_ADAPTER].weight.detach().clone(),
+            scale=float(layer.scaling[_ADAPTER]),
+            base_weight=base_layer.weight.detach(),
+        )
+    return LoraFactors(modules)
+
+
+def unmerged_model(merged: PreTrainedModel, factors: LoraFactors) -> PreTrainedModel:
+    """The base model under a merged LoRA snapshot: ``merged``'s module tree with each adapted layer
+    back on a copy of its base weight (a copy, so a sampling engine may lay it out; every other tensor
+    is shared with ``merged``)."""
+    memo: dict[int, object] = {id(p): p for p in merged.parameters()}
+    memo.update({id(b): b for b in merged.buffers()})
+    with torch.no_grad():
+        for name, module in factors.modules.items():
+            layer = cast("torch.nn.Linear", merged.get_submodule(name))
+            memo[id(layer)] = _plain_linear(layer, module.base_weight.clone())
+    base = copy.deepcopy(merged, memo)
+    base.eval()
+    base.requires_grad_(False)
+    return base
