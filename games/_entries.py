@@ -134,7 +134,9 @@ def _textarena_description(name: str, num_players: int | None) -> str:
 
 def _register_role_games() -> None:
     """The role-asymmetric games (issue 59), one id per role: the trained policy plays that role's seat and
-    ``opponent`` (default ``minimax``: the game's scripted player) the other; rewards are per seat."""
+    ``opponent`` (default ``minimax``: the game's scripted player) the other; rewards are per seat. A third
+    id, ``<name>_selfplay-v0`` (the duel and the referential game), puts both seats of each game in a train
+    group (a policy per role)."""
     games = (
         (
             "twenty_questions_duel",
@@ -171,6 +173,23 @@ def _register_role_games() -> None:
                 partner_kwarg="opponent",
                 tags=("game", "two-player", "roles"),
             )
+        if name == "bargain":
+            continue  # the seller (seat 1) opens: `envsuite check` reads seat 0's first prompt alone and would wait
+        register(
+            f"{name}_selfplay-v0",
+            entry_point=f"envsuite.games.roles:{cls}",
+            kwargs={"seat": 0},
+            group_builder_entry_point="envsuite.games.multiagent:CatalogSelfPlayBuilder",
+            kind=EnvKind.GAME,
+            description=(
+                f"{about}; both seats are policies (a train group holds both seats of each game: a policy "
+                f"per role trains on it); held-out: the {first} against the scripted {second}."
+            ),
+            reward_range=(-1.0, 1.0),
+            max_turns=20,
+            partner_kwarg="opponent",
+            tags=("game", "two-player", "roles", "selfplay"),
+        )
 
 
 def _register_tictactoe_rungs() -> None:

@@ -41,8 +41,8 @@ def test_no_section_is_large_and_every_setting_has_one_home() -> None:
     names = [f.name for kind in SECTIONS.values() for f in dataclasses.fields(kind)]
     assert all(len(dataclasses.fields(kind)) <= 15 for kind in SECTIONS.values())
     # with env_id and log_dir: the 51 settings of before, and constrain_actions, sampler, vllm_url,
-    # rubric, rubric_judge, rubric_judge_cache since
-    assert len(names) == len(set(names)) == 55
+    # rubric, rubric_judge, rubric_judge_cache, policies since
+    assert len(names) == len(set(names)) == 56
     assert not set(names) & set(SECTIONS)
 
 
@@ -63,6 +63,7 @@ def test_a_config_saved_before_the_sections_loads_and_writes_back_the_same() -> 
         "rubric": None,
         "rubric_judge": "smollm2-135m-instruct",
         "rubric_judge_cache": None,
+        "policies": {},
     }
     assert config.to_dict() == {**flat, **later}
     assert config.differs_from(TrainConfig.from_dict(flat)) == []

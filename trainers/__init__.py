@@ -25,6 +25,7 @@ from envsuite.trainers._kl import KLPenalty, discounted_future_sum
 from envsuite.trainers._loop import StopCause, Trainer, TrainResult, run_training
 from envsuite.trainers._metrics import read_rows as read_metrics
 from envsuite.trainers._plots import plot_reward_curve, reward_curve_figure
+from envsuite.trainers._policies import RolePolicy, RolesSection
 from envsuite.trainers._prepare import preflight
 from envsuite.trainers._presets import (
     Preset,
@@ -33,6 +34,12 @@ from envsuite.trainers._presets import (
     load_config_file,
     load_preset,
     parse_preset,
+)
+from envsuite.trainers._role_loop import (
+    POLICY_CHECKPOINTS,
+    RoleCheckpoint,
+    RoleCheckpointLog,
+    RolePoliciesTrainer,
 )
 from envsuite.trainers._run_envs import EvalSet, RunEnv, resolve_run_envs
 from envsuite.trainers._sections import (
@@ -82,6 +89,13 @@ __all__ = [
     "StepSection",
     "TrackingSection",
     "preflight",
+    # a policy per role (TrainConfig.roles: [policies.<name>])
+    "POLICY_CHECKPOINTS",
+    "RoleCheckpoint",
+    "RoleCheckpointLog",
+    "RolePoliciesTrainer",
+    "RolePolicy",
+    "RolesSection",
     # several envs and adaptive difficulty
     "Curriculum",
     "CurriculumState",

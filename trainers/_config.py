@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from envsuite.errors import UsageError
 from envsuite.losses import LossFn
 from envsuite.trainers._curriculum import Curriculum
+from envsuite.trainers._policies import RolesSection, policies_from_value
 from envsuite.trainers._sections import (
     SECTIONS,
     Check,
@@ -78,6 +79,8 @@ class TrainConfig:
     replicas: ReplicaSection
     evaluation: EvalSection
     tracking: TrackingSection
+    roles: RolesSection
+    """The run's policies, one per role (``[policies.<name>]``; none: one policy plays every seat)."""
 
     def __init__(self, env_id: str, log_dir: str, **settings: Any) -> None:
         """Sections by their names (``loss=LossSection(...)``) and settings by their flat names
@@ -92,7 +95,7 @@ class TrainConfig:
             section = _SECTION_OF.get(name)
             if section is None:
                 raise TypeError(f"TrainConfig got an unexpected keyword argument {name!r}")
-            flat[section][name] = value
+            flat[section][name] = policies_from_value(value) if name == "policies" else value
         for name, kind in SECTIONS.items():
             given = settings.get(name)
             if given is not None and not isinstance(given, kind):
@@ -122,7 +125,7 @@ class TrainConfig:
         for name in SECTIONS:
             section: Section = getattr(self, name)
             checks += section.checks()
-        for ok, message in [*checks, *self._across_sections()]:
+        for ok, message in [*checks, *self._across_sections(), *self._role_checks()]:
             if not ok:
                 raise ConfigError(message)
         try:
@@ -140,6 +143,34 @@ class TrainConfig:
     def loss_config(self) -> dict[str, float] | None:
         """The ``loss_fn_config`` these settings give the loss (None: it takes none)."""
         return self.loss.loss_config()
+
+    def _role_checks(self) -> list[Check]:
+        """What a run with a policy per role does not do yet (docs/training.md, "A policy per role")."""
+        if not self.roles.policies:
+            return []
+        steps, replicas = self.steps, self.replicas
+        plain = "a run with a policy per role (policies) trains"
+        return [
+            (
+                steps.async_max_steps_off_policy is None and steps.stream_minibatches is None,
+                f"{plain} synchronously: drop async_max_steps_off_policy and stream_minibatches",
+            ),
+            (
+                replicas.samplers == 0 and replicas.sampler == "backend" and replicas.executor == "inprocess",
+                f"{plain} with each policy's own sampling client, env work in process: drop samplers, "
+                "sampler 'vllm' and executor",
+            ),
+            (
+                self.envs.captured_dir is None and self.envs.curriculum is None and self.envs.rubric is None,
+                f"{plain} on a game env's own groups: drop captured_dir, curriculum and rubric",
+            ),
+            (self.loss.kl_penalty_coef == 0, f"{plain} without a KL penalty: drop kl_penalty_coef"),
+            (
+                self.policy.backend == "local" and self.policy.lora_rank >= 1,
+                f"{plain} a LoRA adapter per policy on the local backend: use backend 'local' and "
+                "lora_rank >= 1",
+            ),
+        ]
 
     def _across_sections(self) -> list[Check]:
         """Settings of different sections, each fine alone, that contradict one another (one of them
@@ -206,6 +237,7 @@ class TrainConfig:
         for name in SECTIONS:
             section = getattr(self, name)
             out |= {f.name: _plain(getattr(section, f.name)) for f in dataclasses.fields(section)}
+        out["policies"] = self.roles.to_plain()
         return out
 
     def to_json(self) -> str:
@@ -228,6 +260,7 @@ class TrainConfig:
             raise ConfigError(f"unknown config keys {unknown}; known: {sorted(names)}")
         try:
             values["curriculum"] = Curriculum.from_value(values.get("curriculum"))
+            values["policies"] = policies_from_value(values.get("policies"))
         except (UsageError, TypeError) as exc:
             raise ConfigError(str(exc)) from None
         for key, kind in (("lr_schedule", LRSchedule), ("loss_fn", LossFn)):

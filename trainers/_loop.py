@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import signal
 import time
 from collections.abc import Iterator
@@ -39,9 +38,11 @@ from envsuite.trainers._datums import TrainingDatum, loss_data
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
+from envsuite.trainers._outcome import StopCause, TrainResult
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
 from envsuite.trainers._report import LOGGER, announce, progress, run_log
+from envsuite.trainers._role_loop import RolePoliciesTrainer
 from envsuite.trainers._run_envs import EvalSet, build_datasets, per_env_summary
 from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
@@ -60,33 +61,6 @@ from envsuite.trainers.async_rl import (
 
 if TYPE_CHECKING:
     from envsuite.core import EnvGroupBuilder
-
-
-class StopCause(enum.StrEnum):
-    """Why a run ended."""
-
-    COMPLETED = "completed"
-    """All ``n_steps`` steps ran."""
-    INTERRUPTED = "interrupted"
-    """Ctrl-C (SIGINT) or :meth:`Trainer.request_stop`: stopped after a step and saved."""
-    NON_FINITE = "non_finite"
-    """A loss or gradient came out NaN/inf; the last good checkpoint is kept, nothing newer saved."""
-    SAMPLERS_LOST = "samplers_lost"
-    """Every sampler replica died (processes killed, Ray nodes gone): stopped after the last trained
-    step and saved; rerun (with live samplers) to resume."""
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """How a run ended and where its outputs are."""
-
-    cause: StopCause
-    steps_completed: int
-    """Steps whose metrics are logged (the next run starts here or at the last checkpoint)."""
-    log_dir: Path
-    last_checkpoint: CheckpointRecord | None
-    message: str = ""
-    plot_path: Path | None = None
 
 
 @dataclass
@@ -126,15 +100,22 @@ class Trainer:
         self._kl: KLPenalty | None = None
         self._learner_meter = BusyMeter()
         self._util_since = time.perf_counter()
+        self._roles: RolePoliciesTrainer | None = None
+        """A run with a policy per role (``config.roles.policies``) is this trainer's to run."""
 
     def request_stop(self) -> None:
         """Finish the current step, save, and return (what Ctrl-C does)."""
         self._stop_requested = True
+        if self._roles is not None:
+            self._roles.request_stop()
 
     # ------------------------------------------------------------------ run
 
     async def run(self) -> TrainResult:
         config = self.config
+        if config.roles.policies:
+            self._roles = RolePoliciesTrainer(config, show_progress=self.show_progress)
+            return await self._roles.run()
         envs = preflight(config)
         if config.envs.captured_dir is not None:
             self._captured = CapturedBatches.load(config)

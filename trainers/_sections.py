@@ -19,6 +19,7 @@ from typing import Any
 from envsuite.executors import ExecutorConfig
 from envsuite.losses import LossFn
 from envsuite.trainers._curriculum import Curriculum
+from envsuite.trainers._policies import RolesSection
 
 Check = tuple[bool, str]
 """A condition a valid config meets, and the message naming what to change when it does not."""
@@ -422,6 +423,7 @@ Section = (
     | ReplicaSection
     | EvalSection
     | TrackingSection
+    | RolesSection
 )
 
 SECTIONS: dict[str, type[Section]] = {
@@ -434,5 +436,6 @@ SECTIONS: dict[str, type[Section]] = {
     "replicas": ReplicaSection,
     "evaluation": EvalSection,
     "tracking": TrackingSection,
+    "roles": RolesSection,
 }
 """Each section's attribute name on ``TrainConfig``, in the order the config lists them."""
