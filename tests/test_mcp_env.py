@@ -5,6 +5,7 @@ the grade agrees with zoneinfo; the family passes the conformance checker and it
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 
@@ -120,3 +121,18 @@ def test_a_workspace_episode_does_its_git_task_through_mcp_server_gits_tools() -
     assert not made.episode_done and "Error" not in str(made.logs["calls"]), made.logs
     assert final.reward == 1.0, final.logs
     assert len(pids) == 1 and not os.path.exists(f"/proc/{pids[0]}")  # the server is gone
+
+
+def test_an_episode_dropped_before_its_end_stops_its_mcp_server() -> None:
+    """A rollout cut short (never scored, never closed) once left its mcp-server-git running for the
+    rest of the process: the toolbox's thread keeps it alive. Dropping the env stops it."""
+    missing = envsuite.registry.spec("workspace/git_mcp-v0").unavailable
+    if missing:
+        pytest.skip(missing)
+    env = envsuite.make_env("workspace/git_mcp", seed=5, model=TEST_MODEL)
+    asyncio.run(env.initial_observation())
+    (pid,) = (box.process.pid for box in env._toolboxes)  # type: ignore[attr-defined]
+    assert os.path.exists(f"/proc/{pid}")
+    del env
+    gc.collect()
+    assert not os.path.exists(f"/proc/{pid}")

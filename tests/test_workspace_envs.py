@@ -16,7 +16,6 @@ from envsuite.core import Env, StepResult, StopReason, ToolCall
 from envsuite.envs.workspace import HarborEnv, HarborTaskError, load_harbor_task, shipped_tasks
 from envsuite.registration import UnavailableEnvError
 from envsuite.renderers import reply_to_tokens
-from envsuite.testing import check_env
 from tests.conftest import TEST_MODEL
 from tests.support.sandbox import needs_sandbox
 
@@ -110,12 +109,9 @@ def test_git_bisect_answer_is_checked_against_the_real_history() -> None:
     assert play(wrong, [calls(wrong, guess), "Found it."])[-1].reward == 0.0
 
 
-@pytest.mark.parametrize("env_id", ["workspace/shell_easy", "workspace/repo", "workspace/git_hard"])
-def test_families_pass_the_conformance_checker(env_id: str) -> None:
-    make(env_id)  # skips where this machine lacks a program the env runs
-    report = check_env(env_id, model=TEST_MODEL)
-    assert report.passed, report.render()
-    assert report.probe_tally is not None and report.probe_tally.attacks_succeeded == 0
+# The families' conformance (the reward-hacking probes included: a succeeded attack fails the report) is
+# tests/test_conformance.py's, which checks every available catalog id with the same model: checking
+# three of them again here cost ~90 s of the suite for no assertion of its own.
 
 
 # ---- Harbor's task format ---------------------------------------------------------------------------

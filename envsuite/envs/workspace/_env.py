@@ -21,6 +21,7 @@ the visible tests) earn less.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -209,6 +210,10 @@ class WorkspaceEnv(ToolUseEnv):
         except BaseException:
             session.close()
             raise
+        # An episode dropped before its end (never scored nor closed: a truncated rollout, a checker's
+        # first-observation probe) must not keep its MCP servers: each toolbox's thread holds the
+        # toolbox, so only the env's own end can stop them. Idempotent with score() and close().
+        weakref.finalize(self, _release, list(self._toolboxes), session)
         return session
 
     async def score(self, answer: str | None) -> Score:
@@ -251,6 +256,13 @@ class WorkspaceEnv(ToolUseEnv):
         for attack in self.attacks():
             probes.append(RewardProbe(attack.name, self.reply_with_calls(list(attack.calls)), attack.expect))
         return probes
+
+
+def _release(toolboxes: Sequence[McpToolbox], session: WorkspaceSession) -> None:
+    """Stop an episode's MCP servers and remove its workspace (its env was garbage-collected)."""
+    for box in toolboxes:
+        box.close()
+    session.close()
 
 
 def call(name: str, call_id: str = "ref", **arguments: object) -> ToolCall:
