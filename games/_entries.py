@@ -85,6 +85,20 @@ def register_games() -> None:
         **easy_twenty_questions,
     )
     register(
+        "twenty_questions_judged-v0",
+        entry_point="envsuite.games.twenty_questions.judged:twenty_questions_judged",
+        kind=EnvKind.MULTI_TURN,
+        description=(
+            "Twenty questions whose final 'Guess:' and 'Because:' are scored by one rubric: the right "
+            "secret (code), a reason, and a judge (SmolLM2 by default) on its consistency with the answers."
+        ),
+        reward_range=(0.0, 1.0),
+        max_turns=20,
+        partner_kwarg="answerer",
+        family="judged",
+        tags=("game", "dialogue", "judged"),
+    )
+    register(
         "chess-v0",
         entry_point="envsuite.games.chess:ChessEnv",
         kind=EnvKind.GAME,

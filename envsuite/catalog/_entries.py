@@ -232,3 +232,8 @@ register_bfcl()
 from envsuite.envs.standard._catalog import register_standard_sets  # noqa: E402
 
 register_standard_sets(no_sandbox=_NO_SANDBOX)
+
+# Judged families (issue 58): open-ended instructions scored by a rubric per item, a judge model as partner.
+from envsuite.envs.judged._catalog import register_judged_envs  # noqa: E402
+
+register_judged_envs()

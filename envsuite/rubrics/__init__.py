@@ -43,7 +43,16 @@ from envsuite.rubrics._judge import (
     pairwise_prompt,
     pointwise_prompt,
 )
+from envsuite.rubrics._partner import (
+    NO_JUDGE,
+    JudgeRef,
+    as_judge,
+    forget_shared_judges,
+    judge_identity,
+    shared_judge,
+)
 from envsuite.rubrics._score import CriterionScore, RubricScore, Scored, score_group
+from envsuite.rubrics._step import RubricStepEnv, last_prompt, reply_text
 from envsuite.rubrics._verdict import PairOutcome, Verdict, VerdictOutcome, parse_pair, parse_verdict
 from envsuite.rubrics._wrap import RubricDataset, RubricGroupBuilder
 
@@ -65,6 +74,13 @@ __all__ = [
     "local_judge",
     "pointwise_prompt",
     "pairwise_prompt",
+    # judges as env partners
+    "NO_JUDGE",
+    "JudgeRef",
+    "as_judge",
+    "shared_judge",
+    "forget_shared_judges",
+    "judge_identity",
     "Verdict",
     "VerdictOutcome",
     "PairOutcome",
@@ -77,6 +93,9 @@ __all__ = [
     "score_group",
     "RubricGroupBuilder",
     "RubricDataset",
+    "RubricStepEnv",
+    "last_prompt",
+    "reply_text",
     # trust
     "Agreement",
     "PositionBias",

@@ -77,12 +77,31 @@ def _combine(rubric: Rubric, scores: Sequence[CriterionScore]) -> float:
     return sum(weights[s.name] * s.score for s in scores) / total
 
 
-async def score_group(rubric: Rubric, items: Sequence[Scored], judge: JudgeModel | None) -> list[RubricScore]:
-    """Every item's rubric score; all judge questions of the group in one batch."""
+def _gates_hold(rubric: Rubric, criterion: Criterion, item: Scored) -> bool:
+    return all(_code_score(_named(rubric, g), item) >= 1.0 for g in rubric.gates_of(criterion.name))
+
+
+def _named(rubric: Rubric, name: str) -> Criterion:
+    return next(c for c in rubric.criteria if c.name == name)
+
+
+async def score_group(
+    rubric: Rubric, items: Sequence[Scored], judge: JudgeModel | None, *, skip_gated: bool = False
+) -> list[RubricScore]:
+    """Every item's rubric score; all judge questions of the group in one batch.
+
+    ``skip_gated``: a judge question whose code gates failed is not sent (it would count 0 anyway); its
+    criterion is scored 0, gated, with no verdict. Off by default: every question is asked, as the
+    judge-check and the counted-calls tests expect."""
     judged = [c for c in rubric.criteria if isinstance(c, JudgeCriterion)]
     if judged and judge is None:
         raise UsageError(f"rubric {rubric.name!r} has judge criteria but no judge was given")
-    asks = [(i, c) for i in range(len(items)) for c in judged]
+    asks = [
+        (i, c)
+        for i in range(len(items))
+        for c in judged
+        if not skip_gated or _gates_hold(rubric, c, items[i])
+    ]
     replies = (
         await judge.ask(
             [pointwise_prompt(c, items[i].prompt, items[i].reply) for i, c in asks], rubric.content_hash()
@@ -96,13 +115,18 @@ async def score_group(rubric: Rubric, items: Sequence[Scored], judge: JudgeModel
     results = []
     for i, item in enumerate(items):
         raw = {
-            c.name: (verdicts[i, c.name].score if isinstance(c, JudgeCriterion) else _code_score(c, item))
+            c.name: (
+                (verdicts[i, c.name].score if (i, c.name) in verdicts else 0.0)
+                if isinstance(c, JudgeCriterion)
+                else _code_score(c, item)
+            )
             for c in rubric.criteria
         }
         scores = []
         for c in rubric.criteria:
             gated = any(raw[g] < 1.0 for g in rubric.gates_of(c.name))
-            outcome = verdicts[i, c.name].outcome if isinstance(c, JudgeCriterion) else None
+            verdict = verdicts.get((i, c.name))
+            outcome = verdict.outcome if verdict is not None else None
             scores.append(CriterionScore(c.name, 0.0 if gated else raw[c.name], outcome, gated))
         results.append(RubricScore(_combine(rubric, scores), tuple(scores)))
     return results
