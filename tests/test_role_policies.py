@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,9 +140,24 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_two_policies_train_apart_and_the_frozen_one_never_changes(tmp_path: Path) -> None:
+def test_two_policies_train_apart_and_the_frozen_one_never_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envsuite.backends.local._shared_bases import SharedBases
+
+    engines: list[int] = []
+    variant_of = SharedBases.variant_of
+
+    def recorded(self: SharedBases, *args: Any, **kwargs: Any) -> Any:
+        shared = variant_of(self, *args, **kwargs)
+        engines.append(id(shared[0]) if shared is not None else 0)
+        return shared
+
+    monkeypatch.setattr(SharedBases, "variant_of", recorded)
     config = _config(tmp_path)
     result = run_training(config, show_progress=False)
+    # Both policies' samplers are adapters of one engine (multi-adapter sampling, backends/local/_shared_bases).
+    assert len(engines) >= 3 and 0 not in engines and len(set(engines[:2])) == 1
     assert result.cause is StopCause.COMPLETED and result.steps_completed == 2, result.message
     log_dir = Path(config.log_dir)
     rows = _rows(config)
