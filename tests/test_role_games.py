@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 from pettingzoo.test import api_test, parallel_api_test
 
+import envsuite
 from envsuite import RendererConfig
 from envsuite.adapters.pettingzoo import TurnGameAECEnv, TurnGameParallelEnv
 from envsuite.core import Env, InitialObservationOverflow, StepResult
@@ -24,7 +25,6 @@ from envsuite.games.roles import (
     TwentyQuestionsDuel,
     TwentyQuestionsDuelFactory,
 )
-from envsuite.testing import check_env
 from envsuite.turn_games import GameFactory, MoveStatus
 
 ROLE_IDS = (
@@ -135,10 +135,12 @@ def test_role_games_pass_pettingzoos_api_tests(factory: GameFactory) -> None:
         )
 
 
-@pytest.mark.parametrize("env_id", ROLE_IDS)
-def test_role_ids_pass_the_conformance_checker(env_id: str) -> None:
-    report = check_env(env_id, quick=True)
-    assert report.passed, report
+def test_role_ids_are_available_so_the_catalog_conformance_checks_them() -> None:
+    """Every role id passes the conformance checker with its reward probes in tests/test_conformance.py
+    (in full there; a quick repeat here added time and no assertion): it must stay available."""
+    for env_id in ROLE_IDS:
+        spec = envsuite.registry.spec(env_id)
+        assert not spec.unavailable and not spec.deprecated, env_id
 
 
 async def _scripted_rollout(env: Env, replies: Sequence[str]) -> list[StepResult]:
