@@ -25,16 +25,18 @@ engine does between two admissions. SmolLM2-135M-Instruct, fp32, all of torch's 
    made on this machine as it is now, not read from an older cache); its time is reported (what the
    first engine on a machine pays once). ``--report`` prints what it picked per shape and why.
 3. **Curve**: for each batch size, ``--repeats`` rounds of ``--steps`` steps through the engine's lean
-   decode step, six ways alternating, each on its own model copy laid out as the engine does it (but
-   the op-by-op one, which shares the default's) and its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Six ways:
+   decode step, seven ways alternating, each on its own model copy laid out as the engine does it (but
+   the op-by-op one, which shares the fixed default's) and its own prefilled batch (rows of ``--prompt-tokens`` +- 8 different tokens); median ms per step. Seven ways:
    ``F.linear`` on the model as loaded (``EngineConfig(onednn_products=False)``); oneDNN on reordered
    weights everywhere (``product_path="onednn-reordered"``: main's default before the calibration);
    the calibrated plan among torch's kernels only (``native_kernels=False``); the calibrated plan among
    torch's product kernels with the step's norms and attention through envsuite's native ones
    (``product_paths=("f-linear", "onednn", "onednn-reordered")``); the calibrated plan with envsuite's
    native kernels for everything (products, norms, attention), its layers run operation by operation
-   from Python (``captured_step=False``), and the same as one native call per step (the default now:
-   ``_captured_step``).
+   from Python (``captured_step=False``), the same as one native call per step (``_captured_step``:
+   the fixed default before 2026-11-29, ``fixed``), and the engine's default now (``calibrated``):
+   every way the step can run timed whole per row bucket and the fastest run (``_step_choice``; the
+   timing is part of its set-up time, what the first engines on a machine pay once).
 4. **Where the time goes**: the default's timed steps run with the team's phase clock on
    (``envsuite.engine.kernels.read_team_clock``; steps 0.997-0.999 of unclocked ones), so each
    point's split (the JSON's ``team_phases_ms``) is of the very steps it timed: this VM's speed
@@ -90,6 +92,9 @@ from envsuite.engine.kernels import (
 from envsuite.engine.sampling import RowSampling, choose_tokens, make_generator
 from envsuite.engine.sampling._kv_batch import KVBatch, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, llama_decoder
+from envsuite.engine.sampling._requests import EngineConfig
+from envsuite.engine.sampling._step_choice import STEP_CHOICE_ENV
+from envsuite.engine.sampling._step_timing import apply_modes, engine_plan
 
 MODEL = "smollm2-135m-instruct"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -97,7 +102,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from _machine import Machine, PeakProbe, cpu_name, load_average, measure_machine, read_rate  # noqa: E402
 
-WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise", "calibrated")
+WAYS = ("linear", "reordered", "torch_calibrated", "torch_products", "stepwise", "fixed", "calibrated")
 """The lean step's ways (module docstring, 3.), in the order they alternate."""
 WAY_LABELS = {
     "linear": "F.linear, model as loaded",
@@ -105,7 +110,8 @@ WAY_LABELS = {
     "torch_calibrated": "calibrated, torch's kernels only",
     "torch_products": "calibrated among torch's products, native step kernels",
     "stepwise": "calibrated with native kernels, layers op by op",
-    "calibrated": "calibrated with native kernels, captured step (default)",
+    "fixed": "calibrated with native kernels, captured step (the fixed default before 2026-11-29)",
+    "calibrated": "the engine's default: the step's ways timed per bucket, the fastest run",
 }
 TORCH_PRODUCTS = ("f-linear", "onednn", "onednn-reordered")
 
@@ -169,16 +175,26 @@ class Way:
 
 def build_way(way: str, cache: Path, default: Way | None = None) -> Way:
     """The model laid out as an engine with that way's configuration does it (``SamplingEngine``).
-    ``stepwise`` shares the ``default`` way's model (the same layout) with a decoder of its own."""
+    ``stepwise`` shares the ``default`` way's model (the same layout) with a decoder of its own; the
+    engine's default (``calibrated``) times the step's ways first (``_step_timing``), in its set-up."""
     if way == "stepwise" and default is not None:
         decoder = llama_decoder(default.model, native=True, captured=False)
         assert decoder is not None and default.decoder.captured is not None
         return Way(default.model, decoder, default.plan, 0.0)
     model = load_sampling_model(base_model=MODEL).model
     started = time.perf_counter()
+    if way == "calibrated":
+        os.environ[STEP_CHOICE_ENV] = "measure"
+        plan, choice = engine_plan(model, EngineConfig(kernel_cache=str(cache)), ())
+        lay_out_frozen_linears(model, plan)
+        decoder = llama_decoder(model, native=plan.native_loaded)
+        assert decoder is not None and choice is not None
+        apply_modes(decoder, choice.modes)
+        print("\n".join(choice.report()), flush=True)
+        return Way(model, decoder, plan, time.perf_counter() - started)
     plan, native = None, False
     if way != "linear":
-        native = way in ("calibrated", "torch_products")
+        native = way in ("fixed", "torch_products")
         plan = kernel_plan(
             model,
             native=native,
@@ -531,8 +547,8 @@ def main() -> None:
     cache = args.kernel_cache or Path("artifacts") / f"kernel-cache-{os.getpid()}"
     print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     ways: dict[str, Way] = {}
-    for way in sorted(WAYS, key=lambda name: name == "stepwise"):  # stepwise reuses the default's model
-        ways[way] = build_way(way, cache, ways.get("calibrated"))
+    for way in sorted(WAYS, key=lambda name: name == "stepwise"):  # stepwise reuses the fixed way's model
+        ways[way] = build_way(way, cache, ways.get("fixed"))
         print(f"{WAY_LABELS[way]}: set up in {ways[way].setup_s:.1f} s", flush=True)
         plan = ways[way].plan
         if args.report and plan is not None and plan.forced_path is None and way != "stepwise":

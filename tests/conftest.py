@@ -27,6 +27,9 @@ os.environ["ENVSUITE_KERNEL_CACHE"] = _KERNEL_CACHE
 # Engines build and measure their kernels before their first step (not in the background, the
 # default), so each test knows which plan its engine runs.
 os.environ["ENVSUITE_KERNEL_SETUP"] = "wait"
+# Engines run the fixed decode step (the team where it fits, else the captured step) rather than the
+# way timed fastest here, which can differ from run to run: tests/test_step_choice.py turns the timing on.
+os.environ["ENVSUITE_STEP_CHOICE"] = "fixed"
 
 TEST_MODEL = "tiny-random"
 

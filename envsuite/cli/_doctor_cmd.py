@@ -5,7 +5,8 @@ flags below) and prints the engine's kernel plan: the CPU and library versions, 
 native kernels built, and per product shape the path chosen at each row count with the measured time
 of every path behind the choice (``envsuite.engine.kernels``); then how a decode step runs (the lean
 step, its layers as one native call or one by one, and how the next tokens are chosen:
-``DecodeStepPlan``). The first run on a machine measures before it reports (``$ENVSUITE_KERNEL_SETUP=wait``)
+``DecodeStepPlan``), and each way of running the step timed whole per row bucket, with the way chosen
+(``_step_choice``). The first run on a machine measures before it reports (``$ENVSUITE_KERNEL_SETUP=wait``)
 (tens of seconds on SmolLM2; the native kernels' first build adds 20-60 s); later runs read the cache.
 Timings measured on a busy machine can choose badly: ``--recalibrate`` forgets them and measures again.
 """
@@ -83,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"model: {args.model or DEFAULT_MODEL}")
             print(engine.kernel_plan.report())
         print(engine.decode_step_plan.describe())
+        if engine.step_choice is not None:
+            print("\n".join(engine.step_choice.report()))
     finally:
         engine.close()
     return 0

@@ -31,8 +31,10 @@ namespace envsuite {
 namespace {
 
 // How decode_layers runs each product (envsuite.engine.kernels.ProductPath, by number: see
-// envsuite/engine/sampling/_captured_step.py, which passes them).
-enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3 };
+// envsuite/engine/sampling/_captured_step.py, which passes them). PANELS_BY_OP: envsuite's panels, each
+// product as its own op (the step then runs by op, not as a team: a choice the step's calibration
+// measures, envsuite/engine/sampling/_step_choice.py).
+enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3, PANELS_BY_OP = 4 };
 
 // The final norm and the LM head, when the caller hands them over: the call then returns the logits.
 struct Head {
@@ -99,6 +101,7 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& w, int64_t code, int64
     case ROWS:
       return rows_linear(x, w, std::nullopt);
     case PANELS:
+    case PANELS_BY_OP:
       return panel_linear(x, w, N, std::nullopt);
     default:
       TORCH_CHECK(false, "decode_layers: unknown product code ", code);

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
 import torch
@@ -37,6 +37,8 @@ class ProductCode(enum.IntEnum):
     ONEDNN = 1
     ROWS = 2
     PANELS = 3
+    PANELS_BY_OP = 4
+    """Panels, each product its own op: the stack then runs by op, not as one team (``_step_choice``)."""
 
 
 _CODE_OF_PATH = {
@@ -92,6 +94,24 @@ class CapturedLayers:
     def team_rows(self) -> tuple[int, ...]:
         """The row buckets (``ROW_BUCKETS``: up to that many rows) whose steps run as one team."""
         return tuple(rows for rows, team in zip(ROW_BUCKETS, self.team_by_bucket, strict=True) if team)
+
+    def by_op_at(self, buckets: Sequence[bool]) -> CapturedLayers:
+        """The same stack with the steps of the row buckets where ``buckets`` is true run by op rather
+        than as a team (their panels products passed as :attr:`ProductCode.PANELS_BY_OP`)."""
+        by_op = int(ProductCode.PANELS_BY_OP)
+
+        def codes(bucket_codes: list[int]) -> list[int]:
+            return [by_op if code == ProductCode.PANELS else code for code in bucket_codes]
+
+        return replace(
+            self,
+            codes_by_bucket=tuple(
+                codes(c) if off else c for c, off in zip(self.codes_by_bucket, buckets, strict=True)
+            ),
+            team_by_bucket=tuple(
+                team and not off for team, off in zip(self.team_by_bucket, buckets, strict=True)
+            ),
+        )
 
     @classmethod
     def of(

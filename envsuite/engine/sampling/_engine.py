@@ -47,7 +47,6 @@ from envsuite.engine._memory import release_free_memory
 from envsuite.engine.kernels import (
     KernelPlan,
     ReorderReport,
-    kernel_plan,
     lay_out_frozen_linears,
     native_kernels,
     onednn_fits,
@@ -75,6 +74,8 @@ from envsuite.engine.sampling._requests import (
     PromptTooLongError,
     SampledToken,
 )
+from envsuite.engine.sampling._step_choice import StepChoice
+from envsuite.engine.sampling._step_timing import apply_modes, engine_plan
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
     choose_tokens,
@@ -108,21 +109,16 @@ class SamplingEngine:
         """What the engine did to the model's linear layers (None: nothing, ``onednn_products`` off)."""
         self.kernel_plan: KernelPlan | None = None
         """The kernels chosen for the model's products, and why (None: ``F.linear`` on the model as loaded)."""
+        self.step_choice: StepChoice | None = None
+        """How the decode step runs per row bucket, chosen by timing it (None: the fixed default)."""
         weight = model.get_input_embeddings().weight
         assert isinstance(weight, torch.Tensor)
         # Read before the layout: a tied embedding may then read its rows from the LM head's panels.
         self.vocab_size = int(weight.shape[0])
         if self.config.onednn_products and onednn_fits(weight):
             # The engine owns its model (see the client): its layers take the chosen layouts in place.
-            self.kernel_plan = kernel_plan(
-                model,
-                shared_weights,
-                relayout=self.config.reorder_weights,
-                native=self.config.native_kernels,
-                path=self.config.product_path,
-                among=self.config.product_paths,
-                cache=self.config.kernel_cache,
-            )
+            # and, for the default step, its ways timed per row bucket (``_step_timing``)
+            self.kernel_plan, self.step_choice = engine_plan(model, self.config, shared_weights)
             self.reorder_report = lay_out_frozen_linears(model, self.kernel_plan, shared_weights)
         # Decode steps skip transformers' per-call machinery where a lean step exists (same logits).
         # A first-use plan (the kernels still being built in the background) steps through torch's.
@@ -134,6 +130,8 @@ class SamplingEngine:
             if self.config.lean_decode
             else None
         )
+        if self._decoder is not None and self.step_choice is not None:
+            apply_modes(self._decoder, self.step_choice.modes)
         self.decode_step_plan = DecodeStepPlan(
             lean=self._decoder is not None,
             native_kernels=self._decoder is not None and self._decoder.native,

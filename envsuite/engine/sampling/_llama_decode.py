@@ -28,11 +28,13 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from envsuite.engine.kernels import (
+    ROW_BUCKETS,
     FrozenLinear,
     FusedPart,
     OneDnnLinear,
     Product,
     ProductPath,
+    bucket_index,
     native_kernels,
     onednn_available,
     onednn_fits,
@@ -107,14 +109,18 @@ def llama_decoder(
     where they are loaded and fit the model (fp32 on the CPU, heads of 16 to 128 floats in steps of 16),
     else torch's; with ``captured`` too, a step's layers run as one native call where it covers the
     model (``_captured_step``)."""
-    config = model.config
-    if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
-        return None
-    if getattr(config, "pretraining_tp", 1) != 1 or getattr(config, "sliding_window", None):
-        return None
-    if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+    if not lean_step_covers(model.config):
         return None
     return LlamaDecoder(model, plain_path, native=native and _native_step_fits(model), captured=captured)
+
+
+def lean_step_covers(config: Any) -> bool:
+    """Whether the lean step runs a model of ``config`` (else :func:`llama_decoder` gives None)."""
+    if getattr(config, "model_type", None) not in _SUPPORTED_MODEL_TYPES:
+        return False
+    if getattr(config, "pretraining_tp", 1) != 1 or getattr(config, "sliding_window", None):
+        return False
+    return getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
 
 def _native_step_fits(model: PreTrainedModel) -> bool:
@@ -188,6 +194,9 @@ class LlamaDecoder:
         self.lm_head = products.of(model.get_output_embeddings())
         self.captured: CapturedLayers | None = None
         """The layer stack as one native call (None: the step runs its layers operation by operation)."""
+        self.captured_at: tuple[bool, ...] = (True,) * len(ROW_BUCKETS)
+        """Per row bucket (``ROW_BUCKETS``): whether a step of that many rows runs :attr:`captured`
+        (where there is one); else its layers one operation at a time (``_step_choice`` measures which)."""
         if captured and self.native_silu:
             self.captured = CapturedLayers.of(
                 self.layers,
@@ -231,7 +240,7 @@ class LlamaDecoder:
         # One mask for every layer; with no padding at all none is needed (a one-token query attends
         # to every cached position).
         mask = self.attention_mask(mask_B_L)
-        if self.captured is not None and not tails:
+        if self.captured is not None and not tails and self.captured_at[bucket_index(batch)]:
             logits = self.captured.run(hidden, cos, sin, mask, cache_layers)
             if logits is not None:
                 return logits
