@@ -149,8 +149,7 @@ def _textarena_description(name: str, num_players: int | None) -> str:
 def _register_role_games() -> None:
     """The role-asymmetric games (issue 59), one id per role: the trained policy plays that role's seat and
     ``opponent`` (default ``minimax``: the game's scripted player) the other; rewards are per seat. A third
-    id, ``<name>_selfplay-v0`` (the duel and the referential game), puts both seats of each game in a train
-    group (a policy per role)."""
+    id per game, ``<name>_selfplay-v0``, puts both seats of each game in a train group (a policy per role)."""
     games = (
         (
             "twenty_questions_duel",
@@ -187,8 +186,6 @@ def _register_role_games() -> None:
                 partner_kwarg="opponent",
                 tags=("game", "two-player", "roles"),
             )
-        if name == "bargain":
-            continue  # the seller (seat 1) opens: `envsuite check` reads seat 0's first prompt alone and would wait
         register(
             f"{name}_selfplay-v0",
             entry_point=f"envsuite.games.roles:{cls}",

@@ -314,3 +314,5 @@ def test_the_two_policy_preset_trains_both_roles_of_the_duel(tmp_path: Path) -> 
     assert "policy/asker/env/found_secret" in row and "policy/asker/env/truthful_share" not in row
     assert "policy/answerer/env/truthful_share" in row and "policy/answerer/env/found_secret" not in row
     assert row["test/episodes"] == 2 and row["test/failed_groups"] == 0  # held-out: the asker vs the script
+    # The preset constrains each seat's replies to its legal moves, through either policy's sampler.
+    assert row["policy/asker/env/invalid_moves"] == row["policy/answerer/env/invalid_moves"] == 0
