@@ -36,7 +36,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument(
         "--recalibrate",
         action="store_true",
-        help="forget this machine's cached timings and measure again (on an idle machine)",
+        help="forget this machine's cached timings (products and decode steps) and measure again (on an idle machine)",
     )
     p.add_argument(
         "--product-path",
@@ -69,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault(SETUP_ENV, "wait")
     if args.recalibrate:
         from envsuite.engine.kernels import cache_directory, calibration_file
+        from envsuite.engine.sampling import step_cache_file
 
         calibration_file(cache_directory(args.kernel_cache)).unlink(missing_ok=True)
+        step_cache_file(cache_directory(args.kernel_cache)).unlink(missing_ok=True)
     loaded = load_sampling_model(base_model=args.model or DEFAULT_MODEL)
     config = EngineConfig(**_config_fields(args))  # type: ignore[arg-type]
     try:

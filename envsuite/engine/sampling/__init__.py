@@ -4,7 +4,8 @@ See ``_engine`` for the loop (collect, admit with a joint prefill, decode), ``_r
 limits, requests and results, ``_kv_batch`` for the running batch over one KV cache
 (``_kv_cache_layer`` for its in-place layers), ``_llama_decode`` for the lean decode step of
 Llama-family models (``_captured_step``: its layers as one native call), ``_prefix_cache`` for the KV kept across the turns of an episode, and
-``_token_choice`` for per-row sampling and stop detection, ``_grammar`` for constrained rows' grammars.
+``_token_choice`` for per-row sampling and stop detection, ``_grammar`` for constrained rows' grammars,
+``_step_choice`` and ``_step_timing`` for the decode step's ways timed whole per row bucket.
 """
 
 from envsuite.engine.sampling._captured_step import CapturedLayers, ProductCode
@@ -31,6 +32,16 @@ from envsuite.engine.sampling._requests import (
     PromptTooLongError,
     SampledToken,
 )
+from envsuite.engine.sampling._step_choice import (
+    STEP_CHOICE_ENV,
+    STEP_WAYS,
+    Products,
+    StepChoice,
+    StepMode,
+    StepWay,
+    step_cache_file,
+)
+from envsuite.engine.sampling._step_timing import apply_modes, engine_plan
 from envsuite.engine.sampling._token_choice import (
     RowSampling,
     StopMatcher,
@@ -52,6 +63,16 @@ __all__ = [
     "GeneratedSequence",
     "SampledToken",
     "StopMatcher",
+    # the decode step's ways timed whole per row bucket, the fastest run
+    "STEP_CHOICE_ENV",
+    "STEP_WAYS",
+    "Products",
+    "StepChoice",
+    "StepMode",
+    "StepWay",
+    "apply_modes",
+    "engine_plan",
+    "step_cache_file",
     # token choice (one token per row, each row its own settings and generator)
     "RowSampling",
     "TokenChoice",
