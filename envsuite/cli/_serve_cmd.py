@@ -71,6 +71,33 @@ def add_parser(sub: Subparsers) -> None:
         "repeat for more. Any other URL is refused without being contacted",
     )
     p.add_argument(
+        "--sampling-engine",
+        choices=["local", "vllm"],
+        default=defaults.sampling_engine,
+        help="who samples on the Tinker routes: local (this backend) | vllm (a vLLM server; training "
+        "stays local, each sampler's LoRA is published to it: docs/vllm.md)",
+    )
+    p.add_argument(
+        "--vllm-url",
+        default=None,
+        help="--sampling-engine vllm: a running vLLM server (default: start one from .venv-vllm)",
+    )
+    p.add_argument(
+        "--vllm-model", default=defaults.vllm_model, help="--sampling-engine vllm: the base model vLLM serves"
+    )
+    p.add_argument(
+        "--vllm-max-lora-rank",
+        type=int,
+        default=defaults.vllm_max_lora_rank,
+        help="--sampling-engine vllm: the largest LoRA rank clients may train (1, 8, 16, 32, 64, ...)",
+    )
+    p.add_argument(
+        "--vllm-max-model-len",
+        type=int,
+        default=defaults.vllm_max_model_len,
+        help="--sampling-engine vllm: prompt plus reply, in tokens, on a server started here",
+    )
+    p.add_argument(
         "--session-timeout",
         type=float,
         default=defaults.session_timeout_s,
@@ -93,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         max_samples=args.max_samples,
         grader_openenv_urls=tuple(args.grader_openenv),
+        sampling_engine=args.sampling_engine,
+        vllm_url=args.vllm_url,
+        vllm_model=args.vllm_model,
+        vllm_max_lora_rank=args.vllm_max_lora_rank,
+        vllm_max_model_len=args.vllm_max_model_len,
     )
     try:
         capture_keys = read_capture_keys(args.capture_keys) if args.capture_keys else None

@@ -137,6 +137,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if state.vllm is not None:  # --sampling-engine vllm: its server answers before we do
+            try:
+                await asyncio.to_thread(state.vllm.start)
+            except BaseException:
+                await asyncio.to_thread(state.close)
+                raise
         reaper = asyncio.create_task(_reap(state))
         try:
             yield

@@ -19,10 +19,11 @@ API_KEY_VAR = "ENVSUITE_SERVE_API_KEY"
 """Environment variable holding the key clients must send (``X-API-Key``, the SDK's ``api_key``)."""
 
 Device = Literal["cpu", "cuda"]
+SamplingEngine = Literal["local", "vllm"]
 DEFAULT_MAX_TOKENS = 4096
 """The most tokens one sample may generate unless the operator says otherwise (half the 8,192-token
 context of the default model)."""
-_ENGINE_DEFAULT_MAX_TOKENS = 1024
+ENGINE_DEFAULT_MAX_TOKENS = 1024
 """A request that names no ``max_tokens`` gets this many (the sampling engine's default budget)."""
 
 
@@ -63,6 +64,17 @@ class ServeConfig:
     grader_openenv_urls: tuple[str, ...] = ()
     """OpenEnv servers (``http://host:port``) the capture grader may connect to (``openenv:<url>``
     env ids); any other URL is refused without being contacted."""
+    sampling_engine: SamplingEngine = "local"
+    """Who samples on the Tinker routes: the local backend, or a vLLM server (``envsuite.serve._vllm``:
+    training stays local, each sampler's LoRA version is published to vLLM)."""
+    vllm_url: str | None = None
+    """``sampling_engine="vllm"``: a running vLLM server; None starts one from the vLLM venv."""
+    vllm_model: str = "smollm2-135m-instruct"
+    """The base model the vLLM server serves (one per server); samplers on other bases are refused."""
+    vllm_max_lora_rank: int = 32
+    """The largest LoRA rank vLLM takes (``--max-lora-rank``; 1, 8, 16, 32, 64, ...)."""
+    vllm_max_model_len: int = 8192
+    """Prompt plus reply, in tokens, on a vLLM server started here."""
 
     @property
     def loopback(self) -> bool:
@@ -73,7 +85,7 @@ class ServeConfig:
         """The token budget of a sample that asked for ``asked`` (None: the engine's default) under
         :attr:`max_tokens`."""
         if asked is None:
-            return None if self.max_tokens >= _ENGINE_DEFAULT_MAX_TOKENS else self.max_tokens
+            return None if self.max_tokens >= ENGINE_DEFAULT_MAX_TOKENS else self.max_tokens
         return min(asked, self.max_tokens)
 
     def check(self, api_key: str | None) -> None:
@@ -93,6 +105,8 @@ class ServeConfig:
             raise ServeConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1024:
             raise ServeConfigError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
+        if self.vllm_url is not None and self.sampling_engine != "vllm":
+            raise ServeConfigError("--vllm-url names the server of --sampling-engine vllm: pass that too")
         if self.device == "cuda":
             import torch
 

@@ -31,12 +31,14 @@ from envsuite.backends.local import (
     LocalServiceClient,
     LocalTrainingClient,
     SequenceStore,
+    resolve_checkpoint_path,
 )
 from envsuite.capture import CaptureSets
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._errors import NotFound
 from envsuite.serve._futures import FutureRegistry
 from envsuite.serve._paths import PathScope
+from envsuite.serve._vllm import VllmEngine
 
 __all__ = ["Model", "NotFound", "Sampler", "ServerState", "Session"]
 
@@ -74,6 +76,8 @@ class Sampler:
     model_path: str | None
     owned: bool
     """True for a snapshot this sampler alone holds (closed with it); False for a shared one."""
+    vllm_model: str | None = None
+    """``--sampling-engine vllm``: the name its weights are published under on the vLLM server."""
 
 
 class ServerState:
@@ -101,6 +105,8 @@ class ServerState:
         self._loading = threading.Lock()
         self.loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envsuite-serve-load")
         """Builds training models off the event loop (a model takes milliseconds to seconds to load)."""
+        self.vllm = VllmEngine(config) if config.sampling_engine == "vllm" else None
+        """The vLLM server the Tinker routes sample on (``--sampling-engine vllm``), else None."""
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -129,7 +135,7 @@ class ServerState:
             samplers = [self.samplers.pop(s) for s in session.samplers if s in self.samplers]
         for sampler in samplers:
             if sampler.owned:
-                sampler.client.close()
+                self._release(sampler)
         for model in models:
             model.client.close()
 
@@ -167,13 +173,21 @@ class ServerState:
 
     # -- samplers ------------------------------------------------------------------------------
 
-    def add_snapshot(self, model_id: str, sampler_id: str, client: LocalSamplingClient) -> None:
+    def add_snapshot(
+        self, model_id: str, sampler_id: str, client: LocalSamplingClient, vllm_model: str | None = None
+    ) -> None:
         """Register a snapshot of a model's weights; the model's oldest snapshots beyond the limit go."""
         with self.lock:
             model = self.models[model_id]
             session = self.sessions[model.session_id]
             self.samplers[sampler_id] = Sampler(
-                sampler_id, model.session_id, client, client.get_base_model(), client.model_path, True
+                sampler_id,
+                model.session_id,
+                client,
+                client.get_base_model(),
+                client.model_path,
+                True,
+                vllm_model,
             )
             session.samplers.add(sampler_id)
             model.snapshots.append(sampler_id)
@@ -184,7 +198,13 @@ class ServerState:
                 if (gone := self.samplers.pop(old, None)) is not None:
                     evicted.append(gone)
         for sampler in evicted:
-            sampler.client.close()
+            self._release(sampler)
+
+    def _release(self, sampler: Sampler) -> None:
+        """Close a snapshot sampler, and unload its adapter from vLLM."""
+        sampler.client.close()
+        if self.vllm is not None and sampler.vllm_model is not None:
+            self.vllm.release(sampler.vllm_model)
 
     def shared_sampler(self, base_model: str | None, model_path: str | None) -> LocalSamplingClient:
         """A sampling client for a base model or a checkpoint, shared by every session asking for it."""
@@ -215,11 +235,25 @@ class ServerState:
             raise ValueError("name a model_path or a base_model")
         return self.shared_sampler(self.scope.model(base_model), None)
 
-    def add_sampler(self, session_id: str, sampler_id: str, client: LocalSamplingClient) -> None:
+    def vllm_name(self, base_model: str | None, model_path: str | None) -> str | None:
+        """The vLLM name these weights sample under (a checkpoint is published first); None without
+        vLLM. Blocking the first time a checkpoint is named: call it off the event loop."""
+        if self.vllm is None:
+            return None
+        if model_path is not None:
+            directory = resolve_checkpoint_path(self.scope.checkpoint(model_path), self.runs_dir)
+            return self.vllm.publish_checkpoint(directory)
+        if base_model is None:
+            raise ValueError("name a model_path or a base_model")
+        return self.vllm.base_model_name(self.scope.model(base_model))
+
+    def add_sampler(
+        self, session_id: str, sampler_id: str, client: LocalSamplingClient, vllm_model: str | None = None
+    ) -> None:
         with self.lock:
             self.session(session_id).samplers.add(sampler_id)
             self.samplers[sampler_id] = Sampler(
-                sampler_id, session_id, client, client.get_base_model(), client.model_path, False
+                sampler_id, session_id, client, client.get_base_model(), client.model_path, False, vllm_model
             )
 
     def sampler(self, sampler_id: str) -> Sampler:
@@ -245,3 +279,5 @@ class ServerState:
         for client in shared:
             client.close()
         self.sequences.close()
+        if self.vllm is not None:
+            self.vllm.close()

@@ -23,7 +23,13 @@ from envsuite.backends.vllm._server import (
     VllmUnavailable,
     find_vllm_python,
 )
-from envsuite.backends.vllm._session import SCHEME, is_vllm_url, running_vllm, vllm_sampling_client
+from envsuite.backends.vllm._session import (
+    SCHEME,
+    is_vllm_url,
+    running_vllm,
+    served_base,
+    vllm_sampling_client,
+)
 
 __all__ = [
     # the server
@@ -46,5 +52,6 @@ __all__ = [
     "SCHEME",
     "is_vllm_url",
     "running_vllm",
+    "served_base",
     "vllm_sampling_client",
 ]

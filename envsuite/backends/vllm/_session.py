@@ -43,7 +43,7 @@ def _get_json(url: str) -> dict[str, object]:
     return data
 
 
-def _served_base(url: str) -> str:
+def served_base(url: str) -> str:
     """The name the server samples its base model under (the first model that is no adapter)."""
     models = _get_json(f"{url}/v1/models").get("data")
     listed = models if isinstance(models, list) else []
@@ -79,7 +79,7 @@ def vllm_sampling_client(name: str, url: str) -> VllmSamplingClient:
     url = url.removeprefix(SCHEME).rstrip("/")
     if is_checkpoint_dir(name):
         return VllmSamplingClient(url, _load_checkpoint(url, name), base_model_name(name))
-    return VllmSamplingClient(url, _served_base(url), name)
+    return VllmSamplingClient(url, served_base(url), name)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ backend. The real SDK never sends it (it writes only its own fields), so its req
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from tinker import types
 
+from envsuite.backends.local import LocalSamplingClient
 from envsuite.constraints import Constraint, ConstraintError
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._futures import then
@@ -38,7 +40,8 @@ async def create_sampling_session(request: Request) -> dict[str, Any]:
     state.session(body.session_id)
     sampler_id = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
     client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
-    state.add_sampler(body.session_id, sampler_id, client)
+    vllm_model = await asyncio.to_thread(state.vllm_name, body.base_model, body.model_path)
+    state.add_sampler(body.session_id, sampler_id, client, vllm_model)
     return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump()
 
 
@@ -47,8 +50,10 @@ async def get_sampler(sampler_id: str, request: Request) -> dict[str, Any]:
     sampler = state_of(request).sampler(sampler_id)
     response = types.GetSamplerResponse(
         sampler_id=sampler_id, base_model=sampler.base_model, model_path=sampler.model_path
-    )
-    return response.model_dump(mode="json")
+    ).model_dump(mode="json")
+    if sampler.vllm_model is not None:  # envsuite's extension: the name its samples come from on vLLM
+        response["vllm_model"] = sampler.vllm_model
+    return response
 
 
 @router.post("/asample")
@@ -66,9 +71,11 @@ async def asample(request: Request) -> dict[str, Any]:
     session_id = None
     if body.sampling_session_id is not None:
         sampler = state.sampler(body.sampling_session_id)
-        client, session_id = sampler.client, sampler.session_id
+        client, session_id, vllm_model = sampler.client, sampler.session_id, sampler.vllm_model
     else:
         client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
+        vllm_model = await asyncio.to_thread(state.vllm_name, body.base_model, body.model_path)
+    on_vllm = vllm_model is not None and _samples_on_vllm(body, constraint)
     if constraint is not None:
         try:
             await asyncio.to_thread(client.compile_constraint, constraint)
@@ -80,18 +87,13 @@ async def asample(request: Request) -> dict[str, Any]:
     key = ("sample", body.sampling_session_id, body.seq_id, hashlib.sha256(raw).hexdigest())
 
     def begin(request_id: str) -> Any:
-        sampled = client.sample(
-            body.prompt,
-            body.num_samples,
-            params,
-            include_prompt_logprobs=bool(body.prompt_logprobs),
-            topk_prompt_logprobs=body.topk_prompt_logprobs,
-            topk_sample_logprobs=body.topk_sample_logprobs,
-            target_prompt_logprobs=body.target_prompt_logprobs,  # type: ignore[arg-type]  # refused as unsupported
-            prompt_alt_tokens_k=body.prompt_alt_tokens_k,
-            prompt_logprobs_last_n=body.prompt_logprobs_last_n,
-            constraint=constraint,
-        ).future()
+        if on_vllm:
+            assert state.vllm is not None and vllm_model is not None
+            sampled = state.vllm.sample(
+                vllm_model, client.get_base_model(), body.prompt, body.num_samples, params
+            )
+        else:
+            sampled = _sample_locally(client, body, params, constraint)
         if not body.record_stability_info:
             return sampled
         assert session_id is not None
@@ -108,6 +110,39 @@ async def asample(request: Request) -> dict[str, Any]:
     return types.UntypedAPIFuture(
         request_id=request_id, sample_sequence_ids=sequence_ids(request_id, body.num_samples)
     ).model_dump(exclude_none=True)
+
+
+def _sample_locally(
+    client: LocalSamplingClient,
+    body: types.SampleRequest,
+    params: types.SamplingParams,
+    constraint: Constraint | None,
+) -> concurrent.futures.Future[types.SampleResponse]:
+    return client.sample(
+        body.prompt,
+        body.num_samples,
+        params,
+        include_prompt_logprobs=bool(body.prompt_logprobs),
+        topk_prompt_logprobs=body.topk_prompt_logprobs,
+        topk_sample_logprobs=body.topk_sample_logprobs,
+        target_prompt_logprobs=body.target_prompt_logprobs,  # type: ignore[arg-type]  # refused as unsupported
+        prompt_alt_tokens_k=body.prompt_alt_tokens_k,
+        prompt_logprobs_last_n=body.prompt_logprobs_last_n,
+        constraint=constraint,
+    ).future()
+
+
+def _samples_on_vllm(body: types.SampleRequest, constraint: Constraint | None) -> bool:
+    """Whether a request on a vLLM-sampling server goes to vLLM: plain sampling does; prompt logprobs
+    (``compute_logprobs``) are scoring, done by the local engine on the same weights; what vLLM's
+    replies here cannot carry is refused rather than sampled elsewhere."""
+    if body.topk_sample_logprobs:
+        raise Unsupported("topk_sample_logprobs: not served when sampling on vLLM (--sampling-engine vllm)")
+    if constraint is not None:
+        raise Unsupported(
+            "sampling_params.constraint: not served when sampling on vLLM (--sampling-engine vllm)"
+        )
+    return not (body.prompt_logprobs or body.topk_prompt_logprobs or body.prompt_logprobs_last_n)
 
 
 def _bounded(params: types.SamplingParams, config: ServeConfig) -> types.SamplingParams:

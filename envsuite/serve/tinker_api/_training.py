@@ -21,6 +21,7 @@ from envsuite.backends.local import LocalTrainingClient, tinker_path_of
 from envsuite.serve._futures import then
 from envsuite.serve._http import INLINE_PARSE_BYTES, Unsupported, error, parse, state_of
 from envsuite.serve._state import ServerState
+from envsuite.serve._vllm import adapter_name
 from envsuite.serve.tinker_api._wire import decode_forward_backward
 
 router = APIRouter(prefix="/api/v1")
@@ -49,9 +50,11 @@ async def create_model(request: Request) -> dict[str, Any]:
     model_id = f"{body.session_id}:train:{body.model_seq_id}"
 
     base_model = state.scope.model(body.base_model)
+    lora = body.lora_config
+    if state.vllm is not None:
+        lora = state.vllm.training_lora(lora, base_model)
 
     def build() -> types.CreateModelResponse:
-        lora = body.lora_config
         if lora is None:
             future = state.service.create_training_client(
                 base_model, user_metadata=_metadata(body.user_metadata)
@@ -191,6 +194,8 @@ async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
     if body.sampling_session_seq_id is None:
         raise Unsupported("save_weights_for_sampler needs a path (name) or a sampling_session_seq_id")
     sampler_id = f"{model.session_id}:sample:{body.sampling_session_seq_id}"
+    if state.vllm is not None:
+        return _snapshot_on_vllm(state, body, model.client, sampler_id)
 
     def begin() -> concurrent.futures.Future[types.SaveWeightsForSamplerResponseInternal]:
         snapshot = model.client.save_weights_and_get_sampling_client(kind=body.kind).future()
@@ -200,6 +205,35 @@ async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
             return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id)
 
         return then(snapshot, register)
+
+    request_id = state.futures.start(begin, key=(body.model_id, body.seq_id))
+    return _accepted(request_id, body.model_id)
+
+
+def _snapshot_on_vllm(
+    state: ServerState, body: types.SaveWeightsForSamplerRequest, client: LocalTrainingClient, sampler_id: str
+) -> dict[str, Any]:
+    """A snapshot sampler whose LoRA version is published to vLLM before its id is handed out: the
+    snapshot and a save of the same weights are queued together (the model's worker runs them before
+    any later call), then the save is written as a peft adapter and loaded (off the event loop)."""
+    vllm = state.vllm
+    assert vllm is not None
+
+    def begin() -> concurrent.futures.Future[types.SaveWeightsForSamplerResponseInternal]:
+        snapshot = client.save_weights_and_get_sampling_client(kind=body.kind).future()
+        saved = client.save_weights_for_sampler(f"vllm-{adapter_name(sampler_id)}", overwrite=True).future()
+
+        def publish() -> types.SaveWeightsForSamplerResponseInternal:
+            sampler = snapshot.result()
+            try:
+                name = vllm.publish(adapter_name(sampler_id), Path(saved.result().path), remove_source=True)
+            except BaseException:
+                sampler.close()
+                raise
+            state.add_snapshot(body.model_id, sampler_id, sampler, name)
+            return types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id)
+
+        return state.loader.submit(publish)
 
     request_id = state.futures.start(begin, key=(body.model_id, body.seq_id))
     return _accepted(request_id, body.model_id)

