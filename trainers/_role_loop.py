@@ -114,6 +114,15 @@ class RolePolicyRun:
     def name(self) -> str:
         return self.spec.name
 
+    def drop_records_after(self, step: int) -> None:
+        """Forget this policy's checkpoint records past ``step`` (a resumed run saves those steps again)."""
+        records = self.checkpoints.records()
+        if any(r.step > step for r in records):
+            self.checkpoints.path.unlink()
+            for record in records:
+                if record.step <= step:
+                    self.checkpoints.append(record)
+
 
 async def open_policy(
     service: ServiceClient, config: TrainConfig, index: int, spec: RolePolicy, state: str | None
@@ -235,7 +244,9 @@ class RolePoliciesTrainer:
         config = self.config
         for index, spec in enumerate(config.roles.policies):
             state = resume.policies[spec.name].state_path if resume is not None else None
-            self.policies.append(await open_policy(service, config, index, spec, state))
+            policy = await open_policy(service, config, index, spec, state)
+            policy.drop_records_after(resume.step if resume is not None else 0)
+            self.policies.append(policy)
         clients = {p.name: p.clients for p in self.policies}
         self._samplers = PolicySamplers(clients, config.roles.seat_owners(), SamplerSettings.of(config))
         for policy in self.policies:
