@@ -30,8 +30,11 @@ import tinker
 from tinker import types
 
 from envsuite.backends.vllm import VllmEndpoint, VllmUnavailable, find_vllm_python
+from envsuite.errors import UsageError
 from envsuite.models import get_tokenizer
 from envsuite.renderers import get_renderer
+from envsuite.serve import ServeConfig, ServeConfigError
+from envsuite.serve._vllm import VllmEngine
 
 MODEL = "smollm2-135m-instruct"
 TOL = 1e-3
@@ -164,6 +167,28 @@ def test_the_sdk_samples_on_vllm_token_exact_with_logprobs_the_local_engine_agre
         assert sequence.logprobs is not None
         diff = np.abs(local - np.asarray(sequence.logprobs))
         assert diff.max() <= TOL, diff.max()
+
+
+def test_training_on_a_vllm_sampling_server_is_lora_of_the_served_base_without_lm_head() -> None:
+    """The rules ``create_model`` applies (no vLLM needed: a --vllm-url server is not contacted here)."""
+    with pytest.raises(ServeConfigError, match="--sampling-engine vllm"):
+        ServeConfig(vllm_url="http://127.0.0.1:9").check(None)
+    config = ServeConfig(sampling_engine="vllm", vllm_url="http://127.0.0.1:9", vllm_max_lora_rank=8)
+    engine = VllmEngine(config)
+    lora = engine.training_lora(types.LoraConfig(rank=8), MODEL)  # the SDK's train_unembed=True
+    assert (lora.rank, lora.train_unembed, lora.train_mlp, lora.train_attn) == (8, False, True, True)
+    refusals = {
+        "LoRA policies only": (None, MODEL),
+        "--vllm-max-lora-rank": (types.LoraConfig(rank=16), MODEL),
+        "train the MLP or attention": (
+            types.LoraConfig(rank=8, train_mlp=False, train_attn=False, train_unembed=True),
+            MODEL,
+        ),
+        "--vllm-model": (types.LoraConfig(rank=8), "tiny-random"),
+    }
+    for message, (asked, base) in refusals.items():
+        with pytest.raises(UsageError, match=message):
+            engine.training_lora(asked, base)
 
 
 def _datum(tokens: list[int]) -> types.Datum:

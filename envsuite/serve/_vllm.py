@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import shutil
@@ -81,7 +82,6 @@ class VllmEngine:
             )
         self.url = (config.vllm_url or "").rstrip("/")
         self.base_name = BASE_NAME
-        self._base_path = ""
         self._published: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -93,9 +93,6 @@ class VllmEngine:
 
     def start(self) -> None:
         """Start the server (or check the user's) and the sampling loop; blocks until it answers."""
-        from envsuite.models import resolve_model
-
-        self._base_path = str(resolve_model(self.config.vllm_model).path)
         if self._server is not None:
             self.url = self._server.start()
             logger.info("vLLM server at %s up in %.1f s", self.url, self._server.start_seconds)
@@ -109,8 +106,16 @@ class VllmEngine:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+            self._loop.close()
         if self._server is not None:
             self._server.stop()
+
+    @functools.cached_property
+    def _base_path(self) -> str:
+        """The directory of the model vLLM serves (what adapters name as their base)."""
+        from envsuite.models import resolve_model
+
+        return str(resolve_model(self.config.vllm_model).path)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
