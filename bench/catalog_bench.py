@@ -1,18 +1,22 @@
 """The whole-catalog bench as a user runs it: ``envsuite bench --model M`` over every available env.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -P bench/catalog_bench.py [--model smollm2-135m-instruct]
-        [--episodes 4] [--envs all] [--kill-after SECONDS] [--out artifacts/catalog_bench]
+        [--episodes 4] [--envs all] [--budget small] [--kill-after SECONDS] [--out artifacts/catalog_bench]
 
 Runs the ``envsuite`` command as a child process in a scratch directory (its own logs and leaderboard)
 and measures: wall time in total, episodes per second, the peak resident memory of the command and its
 children (sampled), and from the Inspect log of each env its time (first episode started to last
-ended: envs play side by side, so these overlap), episodes, mean reward and env errors. With
+ended: envs play side by side, so these overlap), episodes, mean reward, env errors, and where the time
+goes: the model's turns and reply tokens per episode and how many episodes were cut (at the turn cap or
+the episode limit). ``--budget`` (default ``small``: ``evals.bench._budget``) caps the multi-turn envs
+to what a small model finishes; ``--budget full`` plays every env as it is. With
 ``--kill-after S`` it kills the bench (SIGKILL) after ``S`` seconds and starts the same command again,
 which must not play any env the first run finished (its plan line says how many it found finished).
 
 Writes ``<out>/catalog_bench.json`` (every number, per env too), ``<out>/catalog_bench.md`` (the table
 for docs/benchmarks.md) and ``<out>/catalog_bench.png`` (each env's time, slowest first, by family).
-Goal (issue 36): the whole catalog at 4 episodes per env in <= 30 min on the 2-core box with SmolLM2.
+Goal (issues 36, 51): the whole catalog at 4 episodes per env in <= 30 min and <= 2 GB on the 2-core box
+with SmolLM2.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -52,6 +57,8 @@ class Attempt:
     plan: str
     """Its first line: envs and episodes to play, and what an earlier run finished."""
     tail: list[str] = field(default_factory=list)
+    load_mean: float = 0.0
+    """The 1-minute load average, sampled every 10 s while it ran, on average (other work on the box)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,12 @@ class EnvTime:
     mean_reward: float
     env_errors: int
     status: str
+    turns: float = 0.0
+    """Mean turns of the model per episode."""
+    output_tokens: float = 0.0
+    """Mean tokens the model sampled per episode."""
+    cut: int = 0
+    """Episodes that ended at the turn cap or the episode time limit."""
 
 
 def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt:
@@ -74,6 +87,7 @@ def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     proc = psutil.Process(child.pid)
     peak = [0]
+    loads: list[float] = []
     done = threading.Event()
     killed = threading.Event()
 
@@ -81,6 +95,8 @@ def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt
         while not done.is_set():
             with contextlib.suppress(psutil.Error):
                 peak[0] = max(peak[0], tree_rss(proc))
+            if len(loads) * 10 <= time.perf_counter() - started:
+                loads.append(os.getloadavg()[0])
             if kill_after is not None and time.perf_counter() - started > kill_after and not killed.is_set():
                 killed.set()
                 for victim in [*proc.children(recursive=True), proc]:
@@ -109,6 +125,7 @@ def run_once(command: list[str], cwd: Path, kill_after: float | None) -> Attempt
         killed.is_set(),
         plan,
         list(tail),
+        round(sum(loads) / len(loads), 2) if loads else 0.0,
     )
 
 
@@ -127,14 +144,8 @@ def env_times(log_dir: Path) -> list[EnvTime]:
         ended = [_sample_time(s, "completed") for s in samples]
         times = [b for b in begun if b is not None], [e for e in ended if e is not None]
         span = (max(times[1]) - min(times[0])) if times[0] and times[1] else 0.0
-        rewards, errors = [], 0
-        for sample in samples:
-            score = next(iter((sample.scores or {}).values()), None)
-            value = score.value if score is not None else None
-            if isinstance(value, dict):
-                rewards.append(float(value.get("reward", 0.0)))
-            if score is not None and (score.metadata or {}).get("stop_reason") == "env_error":
-                errors += 1
+        played = [_played(sample) for sample in samples]
+        rewards = [p.reward for p in played if p.reward is not None]
         totals = [float(s.total_time or 0.0) for s in samples]
         rows.append(
             EnvTime(
@@ -142,13 +153,40 @@ def env_times(log_dir: Path) -> list[EnvTime]:
                 family=catalog_env_families([env_id])[env_id],
                 episodes=len(samples),
                 seconds=round(span, 1),
-                episode_seconds=round(sum(totals) / len(totals), 2) if totals else 0.0,
-                mean_reward=round(sum(rewards) / len(rewards), 3) if rewards else 0.0,
-                env_errors=errors,
+                episode_seconds=_mean(totals, 2),
+                mean_reward=_mean(rewards, 3),
+                env_errors=sum(p.stop_reason == "env_error" for p in played),
                 status=str(log.status),
+                turns=_mean([float(p.turns) for p in played], 2),
+                output_tokens=_mean([float(p.output_tokens) for p in played], 1),
+                cut=sum(p.stop_reason in ("max_turns", "rollout_timeout") for p in played),
             )
         )
     return rows
+
+
+@dataclass(frozen=True)
+class _Played:
+    reward: float | None
+    stop_reason: str | None
+    turns: int
+    output_tokens: int
+
+
+def _played(sample: Any) -> _Played:
+    """What one logged episode says of itself: reward, stop reason, turns (from its score's explanation,
+    ``stop/<reason> after N turn(s)``) and the tokens the model sampled."""
+    score = next(iter((sample.scores or {}).values()), None)
+    value = score.value if score is not None else None
+    reward = float(value.get("reward", 0.0)) if isinstance(value, dict) else None
+    stop = (score.metadata or {}).get("stop_reason") if score is not None else None
+    found = re.search(r"after (\d+) turn", str(score.explanation or "")) if score is not None else None
+    tokens = sum(int(usage.output_tokens or 0) for usage in (sample.model_usage or {}).values())
+    return _Played(reward, None if stop is None else str(stop), int(found.group(1)) if found else 0, tokens)
+
+
+def _mean(values: list[float], digits: int) -> float:
+    return round(sum(values) / len(values), digits) if values else 0.0
 
 
 def _sample_time(sample: object, which: str) -> float | None:
@@ -192,7 +230,8 @@ def write_figure(rows: list[EnvTime], path: Path, title: str) -> None:
 
 def markdown(summary: dict[str, object], rows: list[EnvTime], slowest: int = 12) -> str:
     lines = [
-        f"CPU: {summary['cpu']}; load average before: {summary['load_before']}",
+        f"CPU: {summary['cpu']}; load average before: {summary['load_before']}, after: "
+        f"{summary.get('load_after')}",
         "",
         "| | value |",
         "|---|---:|",
@@ -201,25 +240,37 @@ def markdown(summary: dict[str, object], rows: list[EnvTime], slowest: int = 12)
         f"| wall time, all starts | {summary['wall_s']:.0f} s ({float(summary['wall_s']) / 60:.1f} min) |",  # type: ignore[arg-type]
         f"| episodes/s | {summary['episodes_per_s']:.2f} |",
         f"| peak RSS (command and children) | {summary['peak_rss_gb']:.2f} GB |",
+        f"| load average while it ran (1 min, mean) | {summary.get('load_mean', 0.0)} |",
         f"| env errors (episodes) | {summary['env_errors']} |",
         "",
         f"The {slowest} slowest envs:",
         "",
-        "| env | family | episodes | seconds | s/episode | mean reward |",
-        "|---|---|---:|---:|---:|---:|",
+        "| env | family | episodes | seconds | s/episode | turns/episode | tokens/episode | cut | mean reward |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in sorted(rows, key=lambda r: r.seconds, reverse=True)[:slowest]:
         lines.append(
             f"| {row.env_id} | {row.family} | {row.episodes} | {row.seconds:.0f} | {row.episode_seconds:.1f} | "
-            f"{row.mean_reward:+.2f} |"
+            f"{row.turns:.1f} | {row.output_tokens:.0f} | {row.cut} | {row.mean_reward:+.2f} |"
         )
     by_family: dict[str, list[EnvTime]] = collections.defaultdict(list)
     for row in rows:
         by_family[row.family].append(row)
-    lines += ["", "| family | envs | episodes | mean s/episode |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "| family | envs | episodes | mean s/episode | turns/episode | tokens/episode | share of tokens | cut |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    all_tokens = sum(r.output_tokens * r.episodes for r in rows) or 1.0
     for family, members in sorted(by_family.items()):
         mean = sum(r.episode_seconds for r in members) / len(members)
-        lines.append(f"| {family} | {len(members)} | {sum(r.episodes for r in members)} | {mean:.1f} |")
+        turns = sum(r.turns for r in members) / len(members)
+        tokens = sum(r.output_tokens for r in members) / len(members)
+        share = sum(r.output_tokens * r.episodes for r in members) / all_tokens
+        lines.append(
+            f"| {family} | {len(members)} | {sum(r.episodes for r in members)} | {mean:.1f} | {turns:.1f} | "
+            f"{tokens:.0f} | {share:.0%} | {sum(r.cut for r in members)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -231,6 +282,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--envs", nargs="*", default=["all"])
     parser.add_argument("--max-tokens", type=int, default=None, help="default: the bench's own")
+    parser.add_argument("--budget", default="small", help="the bench budget (full: every env as it is)")
     parser.add_argument("--kill-after", type=float, default=None, help="kill the first run after S seconds")
     parser.add_argument("--out", default="artifacts/catalog_bench")
     parser.add_argument("--scratch", default=None, help="scratch dir (default: a fresh temporary one)")
@@ -252,6 +304,7 @@ def main() -> int:
         *args.envs,
     ]
     command += ["--log-dir", str(scratch / "logs"), "--db", str(scratch / "board.sqlite")]
+    command += ["--budget", args.budget]
     if args.max_tokens is not None:
         command += ["--max-tokens", str(args.max_tokens)]
     load = tuple(round(x, 2) for x in os.getloadavg())
@@ -278,6 +331,7 @@ def main() -> int:
         "wall_s": wall,
         "episodes_per_s": episodes / wall if wall else 0.0,
         "peak_rss_gb": max(a.peak_tree_gb for a in attempts),
+        "load_mean": round(sum(a.load_mean * a.seconds for a in attempts) / max(wall, 1e-9), 2),
         "env_errors": sum(r.env_errors for r in rows),
         "goal_s": GOAL_S,
         "attempts": [asdict(a) | {"tail": a.tail[-5:]} for a in attempts],

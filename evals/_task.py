@@ -152,9 +152,14 @@ ModelTurn = Callable[[list[Message]], Awaitable[ModelReply]]
 
 
 async def play_episode(
-    env: Env, renderer: RendererConfig, model_turn: ModelTurn, result: EpisodeResult
+    env: Env,
+    renderer: RendererConfig,
+    model_turn: ModelTurn,
+    result: EpisodeResult,
+    max_turns: int | None = None,
 ) -> list[Message]:
-    """One episode: the model replies through ``model_turn``, the env steps on the reply's tokens.
+    """One episode: the model replies through ``model_turn``, the env steps on the reply's tokens, for at
+    most ``max_turns`` turns (a bench budget; the episode then ends as ``max_turns``).
 
     The same loop runs in process and in a bench worker (where ``model_turn`` calls back to the
     driver). Env failures are raised as :class:`_EnvFailure`; model failures propagate unchanged, so
@@ -172,7 +177,7 @@ async def play_episode(
         return env.conversation()
     _, stop = start  # type: ignore[misc]  # not an overflow, so the (observation, stop) pair
     built = renderer.build()
-    for _ in range(MAX_TURNS_GUARD):
+    for _ in range(min(max_turns or MAX_TURNS_GUARD, MAX_TURNS_GUARD)):
         reply = await model_turn(env.conversation())
         try:
             step = await env.step(reply.reply_tokens(built, stop))
@@ -216,6 +221,8 @@ class EpisodeTask:
     renderer: RendererConfig
     env_kwargs: dict[str, Any] | None
     partner: str | None
+    max_turns: int | None = None
+    """Turns of the model at most (a bench budget: ``evals.bench._budget``); None: the env's own limit."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +249,7 @@ async def run_episode(
     try:
         env = _sample_env(task.env_id, task.seed, task.renderer, task.env_kwargs, task.partner)
         result["partner"] = _partner_identity(env)
-        conversation = await play_episode(env, task.renderer, model_turn, result)
+        conversation = await play_episode(env, task.renderer, model_turn, result, task.max_turns)
     except _EnvFailure as exc:
         # A failing env is a defined outcome for that sample, not a crash of the whole run.
         result["stop_reason"] = StopReason.ENV_ERROR.value
@@ -288,6 +295,7 @@ def play_env(
     rubric: dict[str, Any] | None = None,
     judge: str | None = None,
     judge_cache: str | None = None,
+    max_turns: int | None = None,
 ) -> Solver:
     """Drive one catalog env episode with the evaluated model (multi-turn, partners included).
 
@@ -307,6 +315,7 @@ def play_env(
             renderer=RendererConfig(model_name=_codec_model(get_model())),
             env_kwargs=env_kwargs,
             partner=partner,
+            max_turns=max_turns,
         )
         result = new_result()
         state.store.set(RESULT_KEY, result)
@@ -398,6 +407,8 @@ def envsuite_env(
     rubric: dict[str, Any] | None = None,
     judge: str | None = None,
     judge_cache: str | None = None,
+    budget: str | None = None,
+    max_turns: int | None = None,
 ) -> Task:
     """Evaluate a model on ``episodes`` test-split episodes of catalog env ``env_id``.
 
@@ -406,8 +417,11 @@ def envsuite_env(
     ``episode_timeout_s`` bounds each episode's wall-clock time (Inspect's per-sample ``time_limit``, in
     whole seconds); an episode past it is scored as far as it got, as ``rollout_timeout``. ``rubric``,
     ``judge`` and ``judge_cache`` score each finished episode's final reply by a rubric as well (see
-    :func:`play_env`); plain data, so the task's arguments stay serializable.
+    :func:`play_env`); plain data, so the task's arguments stay serializable. ``max_turns`` caps the
+    model's turns of an episode, as the bench budget ``budget`` (``evals.bench._budget``) fitted them;
+    ``budget`` itself only names it in the log.
     """
+    del budget
     env_spec = spec(env_id)
     if env_kwargs:
         _check_env_kwargs(env_spec.id, env_kwargs, seed)
@@ -428,6 +442,7 @@ def envsuite_env(
             rubric=rubric,
             judge=judge,
             judge_cache=judge_cache,
+            max_turns=max_turns,
         ),
         scorer=env_reward(),
         config=GenerateConfig(max_tokens=max_tokens, temperature=temperature, seed=seed),

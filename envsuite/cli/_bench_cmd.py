@@ -50,6 +50,13 @@ _OPTIONS: list[tuple[str, str, Any, str | None]] = [
         float,
         "seconds one episode may take; past it, it is scored as rollout_timeout (0: no bound)",
     ),
+    (
+        "--budget",
+        "budget",
+        str,
+        "full (every env as it is) or small: multi-turn envs capped in turns, reply tokens and episode "
+        "time to what a small model finishes (recorded in each shortened env's result key)",
+    ),
 ]
 
 

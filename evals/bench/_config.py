@@ -16,6 +16,7 @@ from envsuite import DEFAULT_MODEL, select_envs
 from envsuite.display import printable
 from envsuite.errors import UsageError
 from envsuite.evals._rubric import RubricSettings
+from envsuite.evals.bench._budget import FULL, check_budget
 from envsuite.executors import ExecutorConfig
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 
@@ -69,6 +70,10 @@ class BenchConfig:
     """The local model judging the rubric's judge criteria."""
     judge_cache: str | None = None
     """SQLite file caching the judge's verdicts, so a rerun of the same replies asks the judge nothing."""
+    budget: str = FULL
+    """Turn caps, reply lengths and episode limits per env (``evals.bench._budget``): ``full`` (none:
+    every env as it is) or ``small`` (multi-turn envs fitted to what a small model finishes; recorded in
+    the result key of each env it shortens)."""
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -83,6 +88,7 @@ class BenchConfig:
             raise UsageError(
                 f"the direct runner plays envsuite models only; {self.model!r} runs with Inspect"
             )
+        check_budget(self.budget)
         rubric = self.rubric_settings()
         if rubric is not None:
             rubric.parsed()  # a UsageError saying what is wrong with it, before anything runs
@@ -145,6 +151,8 @@ class BenchConfig:
         settings |= self.rubric_key()
         if self.samples == 1:  # one sample per episode, as before the setting existed: the same names
             del settings["samples"]
+        if self.budget == FULL:  # as before budgets existed: the same names
+            del settings["budget"]
         settings["env_ids"] = self.resolved_env_ids()
         if self.resolved_runner() == "direct":  # its logs differ; Inspect runs keep their old names
             settings["runner"] = "direct"

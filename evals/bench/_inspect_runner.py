@@ -25,6 +25,7 @@ from inspect_ai.log import EvalSample
 
 from envsuite.evals._rubric import task_args
 from envsuite.evals._task import envsuite_env
+from envsuite.evals.bench._budget import env_limits
 
 if TYPE_CHECKING:
     from envsuite.evals.bench._config import BenchConfig, BenchReport
@@ -57,25 +58,29 @@ def run_inspect(
 ) -> None:
     """Run the bench's envs as one Inspect eval set, storing each env as its task ends. An env whose task
     cannot be built is reported and skipped."""
-    tasks = []
+    tasks, planned = [], []
     for env_id in config.resolved_env_ids():
         try:
+            limits = env_limits(config, env_id)
             tasks.append(
                 envsuite_env(
                     env_id=env_id,
                     episodes=config.episodes,
                     seed=config.seed,
                     partner=config.partner,
-                    max_tokens=config.max_tokens,
+                    max_tokens=limits.max_tokens,
                     temperature=config.temperature,
-                    episode_timeout_s=config.episode_timeout_s,
+                    episode_timeout_s=limits.episode_timeout_s,
                     **task_args(config.rubric_settings()),
+                    **limits.task_args(),
                 )
             )
+            planned.append(env_id)
         except Exception as exc:
             session.env_skipped(env_id, f"{type(exc).__name__}: {exc}"[:300])
     # Inspect's eval set skips what an earlier run finished; the estimate counts every episode.
-    session.plan(len(tasks), len(tasks) * config.episodes * config.samples)
+    plays = config.episodes * config.samples
+    session.plan(len(tasks), len(tasks) * plays, to_play=[(env_id, plays) for env_id in planned])
     with _active_bench(_Bench(session, recorder)):
         success, logs = eval_set(
             tasks,

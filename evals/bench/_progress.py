@@ -5,18 +5,21 @@ In ``lines`` display mode (the default when the output is not a terminal) a sess
 the plan (envs and episodes to play, what an earlier run already finished), a line per finished quarter
 of an env's episodes (for envs of more than four), and one line when an env ends, naming it, with the
 whole run's progress and an estimate of the time left ("[37/198 envs, 148/792 episodes, 4:10 elapsed,
-~12:30 left]"). Inspect's plain display cuts task names to 12 characters; these never do. In a terminal
-the direct runner shows one overall bar with the same estimate and prints the end lines above it
-(``brief``). When an env ends the session also runs ``after_task`` (the bench drops the model's cached
-conversations there). It only reports: storing an env is the runner's job (``evals.bench._rows``), done
-before the runner says the env ended.
+~12:30 left]"). The estimate weighs each episode by its env's ``cost`` (the bench gives its family's mean
+seconds per episode, ``evals.bench._budget``): a game costs several reasoning-gym tasks, so the fast
+single-turn envs that finish first do not make the estimate of the games left too low. Inspect's plain
+display cuts task names to 12 characters; these never do. In a terminal the direct runner shows one
+overall bar with the same estimate and prints the end lines above it (``brief``). When an env ends the
+session also runs ``after_task`` (the bench drops the model's cached conversations there). It only
+reports: storing an env is the runner's job (``evals.bench._rows``), done before the runner says the env
+ended.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from envsuite.display import printable
@@ -34,6 +37,8 @@ class _TaskProgress:
     started: float = field(default_factory=time.monotonic)
     first: float | None = None
     """When its first episode began (envs wait for room among the episodes in flight)."""
+    cost: float = 1.0
+    """One episode's relative cost (the session's ``cost`` of its env)."""
 
 
 @dataclass
@@ -56,10 +61,31 @@ class BenchSession:
     failed: dict[str, str] = field(default_factory=dict)
     """Envs that ended without a complete log, and why (a rerun plays them)."""
     started: float = field(default_factory=time.monotonic)
+    cost: Callable[[str], float] | None = None
+    """One episode's relative cost by env id (None: every episode the same); weighs the estimate."""
+    work_total: float = 0.0
+    """The episodes this run plays, each weighed by its cost."""
+    work_done: float = 0.0
 
-    def plan(self, envs: int, episodes: int, *, resumed: int = 0, finished_envs: int = 0) -> None:
-        """What this run plays: ``envs`` envs, ``episodes`` episodes not played before."""
+    def weigh(self, env_id: str) -> float:
+        """One episode of ``env_id``'s relative cost."""
+        return self.cost(env_id) if self.cost is not None else 1.0
+
+    def plan(
+        self,
+        envs: int,
+        episodes: int,
+        *,
+        resumed: int = 0,
+        finished_envs: int = 0,
+        to_play: Iterable[tuple[str, int]] | None = None,
+    ) -> None:
+        """What this run plays: ``envs`` envs, ``episodes`` episodes not played before; ``to_play`` says
+        how many of them each env has (weighs the estimate of the time left; None: all the same)."""
         self.envs_total, self.episodes_total = envs, episodes
+        self.work_total = (
+            float(episodes) if to_play is None else sum(n * self.weigh(env) for env, n in to_play)
+        )
         self.started = time.monotonic()
         earlier = []
         if finished_envs:
@@ -70,7 +96,7 @@ class BenchSession:
         self._say(f"{self.label}: {envs} env(s), {episodes} episode(s) to play{before}")
 
     def task_started(self, eval_id: str, env_id: str, total: int) -> None:
-        self.tasks[eval_id] = _TaskProgress(env_id, total)
+        self.tasks[eval_id] = _TaskProgress(env_id, total, cost=self.weigh(env_id))
 
     def episode_started(self, eval_id: str) -> None:
         """An episode of the env began playing: an env's time runs from its first one."""
@@ -86,6 +112,7 @@ class BenchSession:
         task.reward_sum += reward or 0.0
         if not resumed:
             self.episodes_played += 1
+            self.work_done += task.cost
         quarters = task.total >= QUARTER_LINES_FROM and task.done % max(1, task.total // 4) == 0
         if not self.brief and (task.done == task.total or quarters):
             mean = task.reward_sum / task.done
@@ -105,6 +132,8 @@ class BenchSession:
     def task_failed(self, eval_id: str, status: str) -> None:
         """An env ended without a complete log: nothing of it is stored, and a rerun plays it."""
         task = self._ended(eval_id)
+        if task is not None:  # its episodes left are not played in this run
+            self.work_total -= max(task.total - task.done, 0) * task.cost
         self.failed[self._env(task)] = status
         self._say(
             f"{self.label} on {self._env(task)}: ended with status {status}; it reruns when the bench is "
@@ -117,11 +146,11 @@ class BenchSession:
         self._say(f"{self.label} on {env_id}: skipped: {why}")
 
     def eta_s(self) -> float | None:
-        """Seconds left, from this run's episodes per second so far (None before the first episode)."""
-        if not self.episodes_played:
+        """Seconds left, from this run's weighed episodes per second so far (None before the first)."""
+        if not self.episodes_played or self.work_done <= 0:
             return None
-        rate = self.episodes_played / max(time.monotonic() - self.started, 1e-9)
-        return max(self.episodes_total - self.episodes_played, 0) / rate
+        rate = self.work_done / max(time.monotonic() - self.started, 1e-9)
+        return max(self.work_total - self.work_done, 0.0) / rate
 
     def overall(self) -> str:
         """``[37/198 envs, 148/792 episodes, 4:10 elapsed, ~12:30 left]``."""

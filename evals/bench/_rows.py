@@ -28,6 +28,7 @@ from envsuite import RendererConfig
 from envsuite.catalog.registration import EnvKind, EnvSpec, spec
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._task import episode_score, sample_id
+from envsuite.evals.bench._budget import env_limits
 from envsuite.leaderboard import (
     SAMPLES_SETTING,
     EpisodeResult,
@@ -146,6 +147,7 @@ class BenchRecorder:
         """The rows of one env's run: ``episodes`` as written to the log at ``log_path``."""
         config = self.config
         env_spec = spec(env_id)
+        limits = env_limits(config, env_spec.id)
         results = []
         partners: set[str] = set()
         for scored in episodes:
@@ -170,7 +172,7 @@ class BenchRecorder:
             model=self.model_name,
             env_id=env_spec.id,
             renderer=self.renderer,
-            sampling=sampling_settings(config),
+            sampling=sampling_settings(config, env_spec.id),
             seeds=sorted({e.seed for e in results}),
             package_version=envsuite.__version__,
             partner=config.partner or (sorted(partners)[0] if partners else "builtin"),
@@ -184,8 +186,9 @@ class BenchRecorder:
                 "env_id": env_spec.id,
                 "model": config.local_model() or config.model,
                 "inspect_model": config.inspect_model(),
-                "episode_timeout_s": config.episode_timeout_s,
+                "episode_timeout_s": limits.episode_timeout_s,
             }
+            | ({"budget": config.budget, "max_turns": limits.max_turns} if limits.budget else {})
             | ({"samples": config.samples} if config.samples > 1 else {})
             | ({"rubric": config.rubric, "judge": config.judge} if config.rubric is not None else {}),
             reward_range=env_spec.reward_range,
@@ -252,20 +255,25 @@ def import_log(log_path: str, config: BenchConfig) -> tuple[int, int]:
     return recorder.runs_added, recorder.episodes_added
 
 
-def sampling_settings(config: BenchConfig) -> dict[str, JsonScalar]:
-    """What the result key records of how the bench sampled and scored. Plays per episode (``samples``)
-    are part of it, so benches of different K are different keys, never pooled; one play adds nothing
-    (the keys of earlier benches stay as they were). So are a rubric's identity and its judge
-    (:meth:`BenchConfig.rubric_key`): rubric-scored results never pool with plain ones, nor with another
-    rubric's or judge's; a bench without a rubric adds nothing."""
+def sampling_settings(config: BenchConfig, env_id: str | None = None) -> dict[str, JsonScalar]:
+    """What the result key records of how the bench sampled and scored ``env_id``. Plays per episode
+    (``samples``) are part of it, so benches of different K are different keys, never pooled; one play
+    adds nothing (the keys of earlier benches stay as they were). So are a rubric's identity and its
+    judge (:meth:`BenchConfig.rubric_key`): rubric-scored results never pool with plain ones, nor with
+    another rubric's or judge's; a bench without a rubric adds nothing. So are the limits a bench budget
+    played the env under (its reply length, turns and episode limit: :func:`env_limits`), so a
+    shortened game never pools with the full one; an env no budget shortened adds nothing."""
+    limits = env_limits(config, env_id) if env_id is not None else None
     settings: dict[str, JsonScalar] = {
-        "max_tokens": config.max_tokens,
+        "max_tokens": limits.max_tokens if limits is not None else config.max_tokens,
         "temperature": config.temperature,
         "seed": config.seed,
     }
     if config.samples > 1:
         settings[SAMPLES_SETTING] = config.samples
     settings.update(config.rubric_key())
+    if limits is not None:
+        settings.update(limits.key_settings())
     return settings
 
 

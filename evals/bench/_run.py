@@ -27,6 +27,7 @@ import contextlib
 
 from envsuite.evals._loops import run_outside_loop
 from envsuite.evals._workers import bench_workers
+from envsuite.evals.bench._budget import episode_costs
 from envsuite.evals.bench._config import BenchConfig, BenchReport, check_model, display_mode
 from envsuite.evals.bench._progress import BenchSession, print_line
 from envsuite.evals.bench._rows import BenchRecorder
@@ -54,6 +55,7 @@ def _run_bench(config: BenchConfig) -> BenchReport:
         # sit in the prefix cache next to the others' batches (envsuite bench's 2 GB memory goal). The
         # others' running conversations lose theirs too and prefill their history once more.
         after_task=forget_cached_conversations,
+        cost=episode_costs(config.budget),
     )
     report.log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -94,6 +96,7 @@ def _run_direct(
             sum(len(run.pending()) for run in to_play),
             resumed=sum(len(run.records) for run in to_play),
             finished_envs=len(finished),
+            to_play=[(run.env_id, len(run.pending())) for run in to_play],
         )
         asyncio.run(DirectBench(config, recorder, session, on_episode).play(to_play))
     report.log_paths = [str(run.finished_log or run.log_path) for run in runs]

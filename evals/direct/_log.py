@@ -42,6 +42,7 @@ from envsuite.core import Message
 from envsuite.evals._messages import to_inspect
 from envsuite.evals._rubric import task_args
 from envsuite.evals._task import EpisodeResult, episode_score, sample_id, task_metadata
+from envsuite.evals.bench._budget import env_limits
 
 if TYPE_CHECKING:
     from envsuite.evals.bench._config import BenchConfig
@@ -109,7 +110,7 @@ async def write_env_log(
         plan=EvalPlan(
             name="plan",
             steps=[EvalPlanStep(solver="envsuite/play_env", params=_solver_params(config, env_id))],
-            config=_generate_config(config),
+            config=_generate_config(config, env_id),
         ),
         results=EvalResults(
             total_samples=len(samples), completed_samples=len(scored), scores=_scores(scored)
@@ -125,29 +126,38 @@ async def write_env_log(
     await write_eval_log_async(log, str(location), format="json")
 
 
-def _generate_config(config: BenchConfig) -> GenerateConfig:
-    return GenerateConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed)
+def _generate_config(config: BenchConfig, env_id: str) -> GenerateConfig:
+    max_tokens = env_limits(config, env_id).max_tokens
+    return GenerateConfig(max_tokens=max_tokens, temperature=config.temperature, seed=config.seed)
 
 
 def _solver_params(config: BenchConfig, env_id: str) -> dict[str, Any]:
-    return {"env_id": env_id, "partner": config.partner, "env_kwargs": None} | task_args(
-        config.rubric_settings()
+    limits = env_limits(config, env_id)
+    return (
+        {"env_id": env_id, "partner": config.partner, "env_kwargs": None}
+        | task_args(config.rubric_settings())
+        | {"max_turns": limits.task_args()["max_turns"]}
     )
 
 
 def _spec(config: BenchConfig, env_id: str, eval_id: str, ids: list[int | str], created: str) -> EvalSpec:
     metadata = task_metadata(env_id, config.partner, config.episodes, config.seed)
-    args = {
-        "env_id": env_id,
-        "episodes": config.episodes,
-        "seed": config.seed,
-        "partner": config.partner,
-        "max_tokens": config.max_tokens,
-        "temperature": config.temperature,
-        "env_kwargs": None,
-        "episode_timeout_s": config.episode_timeout_s,
-    } | task_args(config.rubric_settings())
-    timeout = config.episode_timeout_s
+    limits = env_limits(config, env_id)
+    args = (
+        {
+            "env_id": env_id,
+            "episodes": config.episodes,
+            "seed": config.seed,
+            "partner": config.partner,
+            "max_tokens": limits.max_tokens,
+            "temperature": config.temperature,
+            "env_kwargs": None,
+            "episode_timeout_s": limits.episode_timeout_s,
+        }
+        | task_args(config.rubric_settings())
+        | limits.task_args()
+    )
+    timeout = limits.episode_timeout_s
     return EvalSpec(
         eval_id=eval_id,
         run_id=eval_id,

@@ -52,6 +52,7 @@ from envsuite.evals._task import (
     score_episode,
 )
 from envsuite.evals._workers import active_pool
+from envsuite.evals.bench._budget import EnvLimits, env_limits
 from envsuite.evals.direct._log import EpisodeRecord, Play, write_env_log
 
 if TYPE_CHECKING:
@@ -285,37 +286,38 @@ class DirectBench:
         self.session.task_ended(run.eval_id, run.log_path.name)
 
     async def _episode(self, env_id: str, play: Play) -> EpisodeRecord:
-        task = EpisodeTask(env_id, play.seed, self.renderer, None, self.config.partner)
-        record = await self._attempt(task, play.epoch)
+        limits = env_limits(self.config, env_id)
+        task = EpisodeTask(env_id, play.seed, self.renderer, None, self.config.partner, limits.max_turns)
+        record = await self._attempt(task, play.epoch, limits)
         for _ in range(MODEL_ATTEMPTS - 1):
             if record.error is None:
                 break
-            record = await self._attempt(task, play.epoch)
+            record = await self._attempt(task, play.epoch, limits)
         return record
 
-    def _params(self, seed: int, epoch: int) -> tinker.SamplingParams:
+    def _params(self, seed: int, epoch: int, max_tokens: int) -> tinker.SamplingParams:
         """The sampling settings of one play: the bench's own for the first, its own seed for others
-        (as the Inspect runner's solver asks for each epoch)."""
+        (as the Inspect runner's solver asks for each epoch); ``max_tokens`` is the env's (its budget's)."""
         play_seed = sample_seed(seed, epoch)
-        if play_seed is None:
+        if play_seed is None and max_tokens == self.config.max_tokens:
             return self.params
         return sampling_params(
             self.model.renderer,
-            max_tokens=self.config.max_tokens,
+            max_tokens=max_tokens,
             temperature=self.config.temperature,
-            seed=play_seed,
+            seed=self.config.seed if play_seed is None else play_seed,
         )
 
-    async def _attempt(self, task: EpisodeTask, epoch: int) -> EpisodeRecord:
+    async def _attempt(self, task: EpisodeTask, epoch: int, limits: EnvLimits) -> EpisodeRecord:
         """One try at a play of an episode: played to its end (and scored by the bench's rubric, if it
         has one), or cut at the episode time bound (scored as it stood), or failed by the model
         (recorded with the traceback)."""
         started_at, started = _iso(_now()), time.perf_counter()
-        turns = _Turns(self, self._params(task.seed, epoch))
+        turns = _Turns(self, self._params(task.seed, epoch, limits.max_tokens))
         result = new_result()
         error = None
         try:
-            outcome = await asyncio.wait_for(self._run(task, turns, result), self.config.episode_timeout_s)
+            outcome = await asyncio.wait_for(self._run(task, turns, result), limits.episode_timeout_s)
             result, conversation = outcome.result, outcome.conversation
             if self.rubric is not None:  # as the Inspect runner's solver scores a played episode
                 await score_episode(self.rubric, result, conversation)
