@@ -233,7 +233,27 @@ from envsuite.envs.standard._catalog import register_standard_sets  # noqa: E402
 
 register_standard_sets(no_sandbox=_NO_SANDBOX)
 
-# Judged families (issue 58): open-ended instructions scored by a rubric per item, a judge model as partner.
-from envsuite.envs.judged._catalog import register_judged_envs  # noqa: E402
-
-register_judged_envs()
+# Judged families (issue 58): open-ended instructions scored by a rubric per item, a judge model as partner
+# (docs/rubrics.md); the same items scored by code alone. Twenty questions' judged variant is a game's.
+_JUDGED: dict[str, Any] = {
+    "entry_point": "envsuite.envs.judged:InstructionEnv",
+    "kind": EnvKind.SINGLE_TURN,
+    "reward_range": (0.0, 1.0),
+    "family": "judged",
+    "tags": ("judged", "instruction-following"),
+}
+register(
+    "judged/instructions-v0",
+    description=(
+        "66 open-ended instructions (50 train, 16 test), each scored by its own rubric: guards, code "
+        "criteria and yes/no judge criteria; the judge (SmolLM2-135M by default) is the partner."
+    ),
+    partner_kwarg="judge",
+    **_JUDGED,
+)
+register(
+    "judged/instructions_code-v0",
+    kwargs={"judge": None},
+    description="judged/instructions' items scored by their code criteria alone (no judge: judge:none).",
+    **_JUDGED,
+)
