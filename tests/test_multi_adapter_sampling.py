@@ -13,6 +13,9 @@ terms in a different order: docs/backend_sampling.md "Multi-adapter sampling").
 from __future__ import annotations
 
 import concurrent.futures
+import gc
+import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -218,4 +221,27 @@ def test_lora_sampling_clients_of_one_base_share_an_engine_and_sample_as_alone(t
                 assert np.allclose(seq_mixed.logprobs, seq_solo.logprobs, atol=LOGPROB_TOLERANCE, rtol=0)
     samplers[0].close()  # its variant goes; the other client keeps sampling
     assert _sample(samplers[1], 1)[0].result().sequences[0].tokens == alone[1][0].sequences[0].tokens
+    service.close()
+
+
+def test_a_dropped_lora_client_frees_its_variant_without_the_garbage_collector(tmp_path: Path) -> None:
+    """The shared engine keeps a client's merged model only while the client lives (no reference cycle)."""
+    service = LocalServiceClient(log_dir=tmp_path)
+    trainer = service.create_lora_training_client(MODEL, rank=4, seed=0).result()
+    keep = trainer.save_weights_and_get_sampling_client().result()  # holds the shared engine
+    sampler = trainer.save_weights_and_get_sampling_client().result()
+    engine, variant = sampler._engine, sampler._variant
+    assert keep._engine is engine and variant != keep._variant
+    _sample(sampler, 0)[0].result()
+    model = weakref.ref(engine.variants.by_id[variant].model)
+    gc.disable()
+    try:
+        del sampler
+        deadline = time.monotonic() + 30
+        while model() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the engine thread drops the variant between two steps
+        assert model() is None and variant not in engine.variants.by_id
+    finally:
+        gc.enable()
+    assert _sample(keep, 0)[0].result().sequences
     service.close()
