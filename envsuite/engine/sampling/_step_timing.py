@@ -62,6 +62,9 @@ logger = logging.getLogger(__name__)
 
 ROUNDS, STEPS = 3, 2
 """Alternating rounds per bucket and products setting, timed steps per mode and round."""
+MAX_TIMED_BYTES = 2 << 30
+"""Models of more weight bytes than this run the fixed default untimed: the timing holds two copies of
+the weights at once (the plain one and a laid-out one; a background timing a third, the engine's)."""
 PROMPT_TOKENS = 8
 """Each timed row's prompt (the step's time barely depends on it at these lengths)."""
 
@@ -168,6 +171,7 @@ def measures_step(model: PreTrainedModel, config: EngineConfig, shared: Collecti
         and isinstance(weight, torch.Tensor)
         and onednn_fits(weight)
         and lean_step_covers(model.config)
+        and sum(p.numel() * p.element_size() for p in model.parameters()) <= MAX_TIMED_BYTES
     )
 
 
