@@ -19,6 +19,7 @@ from envsuite.engine.kernels import CLOCK_ENV, TEAM_PHASES, native_kernels, read
 
 LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 3, 80, 6, 2, 16, 280
 PANELS = 3  # ProductCode.PANELS (envsuite/engine/sampling/_captured_step.py)
+PANELS_BY_OP = 4  # ProductCode.PANELS_BY_OP
 VOCAB = 250  # not a multiple of 16: the logits are the panels' first 250 columns
 
 
@@ -208,6 +209,20 @@ def test_a_stack_the_team_does_not_cover_runs_op_by_op(monkeypatch: pytest.Monke
     assert not _runs_as_team(plain, paths)
     out, _ = stack.call(weights=plain, paths=paths)
     torch.testing.assert_close(out, team, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_panels_by_op_is_the_ops_and_never_the_team(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ProductCode.PANELS_BY_OP`` (4: the step's calibration chose the step by op at that row count)
+    runs the stack op by op with the team allowed: the ops' values, the team's, bit for bit."""
+    stack = _stack(rows, masked=True, seed=rows + 5)
+    by_op_codes = [PANELS_BY_OP] * (4 * LAYERS)
+    assert not _runs_as_team(stack.weights, by_op_codes)
+    team, cache_team = stack.run(team=True, monkeypatch=monkeypatch)
+    out, cache = stack.call(paths=by_op_codes)
+    assert torch.equal(out, team)
+    for ours, theirs in zip(cache, cache_team, strict=True):
+        assert torch.equal(ours, theirs)
 
 
 def test_the_team_clocks_its_phases_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
