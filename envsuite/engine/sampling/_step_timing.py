@@ -4,13 +4,15 @@
 calibration's plan as before, and, where the engine runs the default step (the lean Llama step, every
 kernel allowed, nothing forced), the step's ways timed per row bucket it can reach: each
 :class:`Products` setting on its own copy of the plain model, laid out as an engine with that setting
-lays it out, each of its :class:`StepMode` steps on one prefilled batch of that many rows, the modes
-alternating, :data:`ROUNDS` rounds of :data:`STEPS` steps after one warm-up each; a way's time is the
+lays it out (all four held at once), each of its :class:`StepMode` steps on one prefilled batch of that
+many rows, every way of every setting alternating (the box's speed drifts), :data:`ROUNDS` rounds of :data:`STEPS` steps after one warm-up each; a way's time is the
 least of its timed steps (the box is shared: the least is the one the least disturbed). The chosen
 setting then lays out the engine's model, and :func:`apply_modes` sets the decoder's mode per bucket.
 
-Cost, once per machine key and model shape (cached per bucket): SmolLM2-135M on the 2-core AMD EPYC box,
-seven buckets (1-64 rows), about 30 s (docs/backend_sampling.md). First use is not slowed: the first
+Cost, once per machine key and model shape (cached per bucket): SmolLM2-135M, seven buckets (1-64
+rows), 49 timed steps per bucket, measured once at 955 s on the 2-core AMD EPYC box under a load
+average of 13-25 (other engineers' jobs; the settings then timed one after the other), not yet on an
+idle box (docs/benchmarks.md). First use is not slowed: the first
 engine on a machine gets the first-use plan (``_first_use``) and measures nothing here; an engine whose
 buckets are not cached runs the fixed default (:data:`DEFAULT_WAY`) and times the ways on a background
 thread (a copy of the plain model) for the engines after it, unless ``$ENVSUITE_KERNEL_SETUP=wait``,
@@ -20,11 +22,12 @@ where it measures before its first step (``envsuite doctor``, benchmarks).
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -40,7 +43,7 @@ from envsuite.engine.kernels import (
     lay_out_frozen_linears,
     onednn_fits,
 )
-from envsuite.engine.sampling._kv_batch import prefill
+from envsuite.engine.sampling._kv_batch import KVBatch, prefill
 from envsuite.engine.sampling._llama_decode import LlamaDecoder, lean_step_covers, llama_decoder
 from envsuite.engine.sampling._requests import EngineConfig
 from envsuite.engine.sampling._step_choice import (
@@ -62,9 +65,9 @@ logger = logging.getLogger(__name__)
 
 ROUNDS, STEPS = 3, 2
 """Alternating rounds per bucket and products setting, timed steps per mode and round."""
-MAX_TIMED_BYTES = 2 << 30
-"""Models of more weight bytes than this run the fixed default untimed: the timing holds two copies of
-the weights at once (the plain one and a laid-out one; a background timing a third, the engine's)."""
+MAX_TIMED_BYTES = 1 << 30
+"""Models of more weight bytes than this run the fixed default untimed: the timing holds a laid-out
+copy of the weights per products setting at once (four), so that their ways alternate."""
 PROMPT_TOKENS = 8
 """Each timed row's prompt (the step's time barely depends on it at these lengths)."""
 
@@ -106,53 +109,69 @@ def _modes_here(decoder: LlamaDecoder, bucket: int) -> list[StepMode]:
     return [StepMode.TEAM] * team + [StepMode.CAPTURED, StepMode.LAYERS]
 
 
-def _time_bucket(model: PreTrainedModel, decoder: LlamaDecoder, bucket: int) -> dict[StepMode, float]:
-    """Least ms per step of each mode ``decoder`` can run at ``bucket`` rows (module docstring)."""
-    vocab = int(model.config.vocab_size)
-    generator = torch.Generator().manual_seed(bucket)
-    prompts = [
-        torch.randint(100, vocab, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(bucket)
-    ]
-    rows = [RowSampling(1.0, -1, 1.0, make_generator(i)) for i in range(bucket)]
-    modes = _modes_here(decoder, bucket)
-    variants = {mode: apply_modes(copy.copy(decoder), {bucket: mode}) for mode in modes}
-    batch = prefill(model, prompts, False).batch
+def _laid_out(
+    plain: PreTrainedModel, config: EngineConfig
+) -> dict[Products, tuple[PreTrainedModel, LlamaDecoder]]:
+    """Per products setting usable here, a copy of ``plain`` laid out as it says, and its decoder."""
+    settings = {}
+    for products in Products:
+        model = copy.deepcopy(plain)
+        try:
+            plan = _plan(model, products, config, ())
+        except ValueError:  # a path this setting forces is not usable here: nothing to time
+            continue
+        lay_out_frozen_linears(model, plan)
+        decoder = llama_decoder(model, native=products.native and config.native_kernels)
+        if decoder is not None:
+            settings[products] = (model, decoder)
+    return settings
 
-    def step(variant: LlamaDecoder) -> float:
-        started = time.perf_counter()
-        logits = batch.step(model, variant)
-        batch.pending_B = choose_tokens(logits, rows, native=variant.native).tokens_B
-        return time.perf_counter() - started
 
-    best = {mode: step(variants[mode]) for mode in modes}  # warm-up (its time counts only if least)
+def _time_bucket(
+    settings: Mapping[Products, tuple[PreTrainedModel, LlamaDecoder]], bucket: int
+) -> dict[StepWay, float]:
+    """Least ms per step of every way at ``bucket`` rows, all of them alternating (module docstring)."""
+    steps: dict[StepWay, Callable[[], float]] = {}
+    for products, (model, decoder) in settings.items():
+        vocab = int(model.config.vocab_size)
+        generator = torch.Generator().manual_seed(bucket)
+        prompts = [
+            torch.randint(100, vocab, (PROMPT_TOKENS,), generator=generator).tolist() for _ in range(bucket)
+        ]
+        rows = [RowSampling(1.0, -1, 1.0, make_generator(i)) for i in range(bucket)]
+        batch = prefill(model, prompts, False).batch
+        for mode in _modes_here(decoder, bucket):
+            variant = apply_modes(copy.copy(decoder), {bucket: mode})
+            steps[StepWay(products, mode)] = functools.partial(_step, model, batch, variant, rows)
+    ways = list(steps)
+    best = {way: steps[way]() for way in ways}  # warm-up (its time counts only if least)
     for round_ in range(ROUNDS):
-        for mode in modes[round_ % len(modes) :] + modes[: round_ % len(modes)]:
-            best[mode] = min([best[mode], *(step(variants[mode]) for _ in range(STEPS))])
-    return {mode: 1000 * seconds for mode, seconds in best.items()}
+        for way in ways[round_ % len(ways) :] + ways[: round_ % len(ways)]:
+            best[way] = min([best[way], *(steps[way]() for _ in range(STEPS))])
+    return {way: 1000 * seconds for way, seconds in best.items()}
+
+
+def _step(model: PreTrainedModel, batch: KVBatch, decoder: LlamaDecoder, rows: list[RowSampling]) -> float:
+    """One engine step of ``batch`` (the forward and the rows' tokens); its seconds."""
+    started = time.perf_counter()
+    logits = batch.step(model, decoder)
+    batch.pending_B = choose_tokens(logits, rows, native=decoder.native).tokens_B
+    return time.perf_counter() - started
 
 
 def time_step_ways(
     plain: PreTrainedModel, buckets: Sequence[int], config: EngineConfig
 ) -> dict[int, dict[StepWay, float]]:
     """Each way's least ms per step at each of ``buckets``, on copies of the ``plain`` model (its linear
-    layers as loaded; not changed)."""
-    times: dict[int, dict[StepWay, float]] = {b: {} for b in buckets}
+    layers as loaded; not changed), every way of every setting alternating: the box's speed drifts
+    (other work comes and goes), and settings timed one after the other would drift apart."""
     with torch.inference_mode():
-        for products in Products:
-            model = copy.deepcopy(plain)
-            try:
-                plan = _plan(model, products, config, ())
-            except ValueError:  # a path this setting forces is not usable here: nothing to time
-                continue
-            lay_out_frozen_linears(model, plan)
-            decoder = llama_decoder(model, native=products.native and config.native_kernels)
-            if decoder is not None:
-                for bucket in buckets:
-                    for mode, ms in _time_bucket(model, decoder, bucket).items():
-                        times[bucket][StepWay(products, mode)] = ms
-            del model, decoder
+        settings = _laid_out(plain, config)
+        try:
+            return {bucket: _time_bucket(settings, bucket) for bucket in buckets}
+        finally:
+            settings.clear()
             gc.collect()
-    return times
 
 
 def measures_step(model: PreTrainedModel, config: EngineConfig, shared: Collection[int]) -> bool:
