@@ -253,9 +253,15 @@ def test_a_resumed_run_restores_every_policy_and_its_optimizer(tmp_path: Path) -
         first = _records(uninterrupted / "policies" / name / "checkpoints.jsonl")[-1]
         assert again["step"] == first["step"] == 2 and again["state_path"] != first["state_path"]
         # Fresh Adam moments would move every weight by about the learning rate (0.05 / 0.02) at step 1.
+        # A few weights may still differ: the rerun's sampler logprobs can differ in the last bits (a step
+        # mixing both adapters or one adapter's merged weights, as requests happen to overlap), and Adam
+        # turns a near-zero gradient's rounding into a step of up to the learning rate (seen once in CI on
+        # two workers; alone the weights match to 1e-4). So: almost every weight as the straight run's.
         resumed, straight = _adapter(again["sampler_path"]), _adapter(first["sampler_path"])
         assert resumed.keys() == straight.keys()
-        assert all(np.allclose(resumed[k], straight[k], atol=1e-4) for k in resumed), name
+        diff = np.concatenate([np.abs(resumed[k] - straight[k]).ravel() for k in resumed])
+        moved = float(np.mean(diff > 1e-4))
+        assert moved < 0.02, f"{name}: {moved:.1%} of weights differ by > 1e-4 (max {diff.max():.2e})"
 
 
 _CHILD = """
