@@ -103,24 +103,3 @@ def ray_session():  # type: ignore[no-untyped-def]
         yield
     finally:
         ray.shutdown()
-
-
-SLOW_FILES_FIRST = (
-    "test_native_isa.py",  # the AVX2 and portable builds' kernel tests in child pytests (~4 + ~5 min)
-    "test_vllm.py",  # a vLLM server started, killed and restarted (~4 min)
-    "test_executors.py",  # a Ray cluster (~2 min)
-    "test_serve_vllm.py",
-    "test_mcp2.py",
-    "test_leaderboard_postgres.py",
-)
-"""Files whose tests run long, handed out first: ``--dist loadfile`` gives each worker whole files in
-collection order, and in alphabetical order the kernel builds' children came last, one worker running
-them alone for the run's last 9 minutes (2026-11-29). Whole files move; the order inside a file stays."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return SLOW_FILES_FIRST.index(name) if name in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
-
-    items.sort(key=rank)  # stable: files and the tests within them keep their order otherwise
