@@ -249,19 +249,25 @@ def test_a_resumed_run_restores_every_policy_and_its_optimizer(tmp_path: Path) -
     for key in ("reward/mean", "policy/low/reward/mean", "policy/high/reward/mean", "tokens/sampled"):
         assert rows[1][key] == pytest.approx(before[1][key], abs=1e-6), key
     for name in ("low", "high"):
+        records = _records(uninterrupted / "policies" / name / "checkpoints.jsonl")
         again = _records(log_dir / "policies" / name / "checkpoints.jsonl")[-1]
-        first = _records(uninterrupted / "policies" / name / "checkpoints.jsonl")[-1]
+        first, before_step = records[-1], records[-2]
         assert again["step"] == first["step"] == 2 and again["state_path"] != first["state_path"]
-        # Fresh Adam moments would move every weight by about the learning rate (0.05 / 0.02) at step 1.
-        # A few weights may still differ: the rerun's sampler logprobs can differ in the last bits (a step
-        # mixing both adapters or one adapter's merged weights, as requests happen to overlap), and Adam
-        # turns a near-zero gradient's rounding into a step of up to the learning rate (seen once in CI on
-        # two workers; alone the weights match to 1e-4). So: almost every weight as the straight run's.
         resumed, straight = _adapter(again["sampler_path"]), _adapter(first["sampler_path"])
-        assert resumed.keys() == straight.keys()
-        diff = np.concatenate([np.abs(resumed[k] - straight[k]).ravel() for k in resumed])
-        moved = float(np.mean(diff > 1e-4))
-        assert moved < 0.02, f"{name}: {moved:.1%} of weights differ by > 1e-4 (max {diff.max():.2e})"
+        start = _adapter(before_step["sampler_path"])
+        assert resumed.keys() == straight.keys() == start.keys()
+        # Measured against step 2's own update: fresh Adam moments take a step of about the learning rate
+        # on every weight in a different direction (the gap is about the update's size), while a restored
+        # optimizer replays the update; what remains comes from the rerun's sampler logprobs differing in
+        # the last bits (requests overlap differently between runs and workers), which Adam can amplify
+        # on near-zero gradients, so single weights are not compared to a fixed bound.
+        gap = _norm({k: resumed[k] - straight[k] for k in resumed})
+        update = _norm({k: straight[k] - start[k] for k in straight})
+    assert gap < 0.1 * update, f"{name}: resumed is {gap:.2e} from the straight run; its step was {update:.2e}"
+
+
+def _norm(tensors: dict[str, np.ndarray]) -> float:
+    return float(np.sqrt(sum(float(np.sum(t.astype(np.float64) ** 2)) for t in tensors.values())))
 
 
 _CHILD = """
