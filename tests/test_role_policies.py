@@ -263,7 +263,9 @@ def test_a_resumed_run_restores_every_policy_and_its_optimizer(tmp_path: Path) -
         # on near-zero gradients, so single weights are not compared to a fixed bound.
         gap = _norm({k: resumed[k] - straight[k] for k in resumed})
         update = _norm({k: straight[k] - start[k] for k in straight})
-    assert gap < 0.1 * update, f"{name}: resumed is {gap:.2e} from the straight run; its step was {update:.2e}"
+    assert gap < 0.1 * update, (
+        f"{name}: resumed is {gap:.2e} from the straight run; its step was {update:.2e}"
+    )
 
 
 def _norm(tensors: dict[str, np.ndarray]) -> float:
