@@ -16,6 +16,7 @@ from envsuite.core import Env, StepResult, StopReason, ToolCall
 from envsuite.envs.workspace import HarborEnv, HarborTaskError, load_harbor_task, shipped_tasks
 from envsuite.registration import UnavailableEnvError
 from envsuite.renderers import reply_to_tokens
+from envsuite.testing import check_env
 from tests.conftest import TEST_MODEL
 from tests.support.sandbox import needs_sandbox
 
@@ -57,7 +58,9 @@ def calls(env: Env, *tool_calls: ToolCall) -> str:
 def test_the_catalog_has_the_families_and_the_shipped_tasks() -> None:
     ids = sorted(s.id for s in envsuite.registry.all_specs() if "workspace" in s.tags)
     with_mcp = ["workspace/git_mcp"]  # the git family's first task with mcp-server-git's tools (test_mcp_env)
-    assert [i for i in ids if i.startswith("workspace/")] == sorted(f"{i}-v0" for i in FAMILY_IDS + with_mcp)
+    intro = ["workspace/shell_intro"]  # below rung 0, the learning preset's env
+    expected = sorted(f"{i}-v0" for i in FAMILY_IDS + with_mcp + intro)
+    assert [i for i in ids if i.startswith("workspace/")] == expected
     assert [i for i in ids if i.startswith("harbor/")] == [f"harbor/{n}-v0" for n in shipped_tasks()]
     assert len(shipped_tasks()) >= 6
 
@@ -74,6 +77,64 @@ def test_an_episode_runs_commands_and_is_graded_on_the_workspace() -> None:
     done = play(right, [calls(right, write), "Done."])[-1]
     assert done.reward == 1.0 and done.metrics["success"] == 1.0
     assert right.session is not None and right.session.closed  # type: ignore[attr-defined]
+
+
+def test_the_intro_rung_draws_one_command_tasks_its_shown_command_kinds_solve() -> None:
+    """Every intro kind turns up; the shell line a user would write for it (the kinds the worked examples
+    show, and the three they do not) passes the hidden check; the examples' files are in no workspace."""
+    seen: dict[str, str] = {}
+    for seed in range(40):
+        env = make("workspace/shell_intro", seed=seed)
+        seen.setdefault(env.problem.kind, env.problem.task.instruction)  # type: ignore[attr-defined]
+    assert sorted(seen) == sorted(
+        ("line_count", "word_count", "first_line", "last_line", "grep_count", "write_text")
+    )
+    commands = {
+        "line_count": "wc -l < {path} > {out}",
+        "word_count": "wc -w < {path} > {out}",
+        "first_line": "head -n 1 {path} > {out}",
+        "last_line": "tail -n 1 {path} > {out}",
+    }
+    for seed in range(12):
+        env = make("workspace/shell_intro", seed=seed)
+        problem = env.problem  # type: ignore[attr-defined]
+        words = problem.task.instruction.rstrip(".").split()
+        if problem.kind in commands:
+            line = commands[problem.kind].format(path=words[-3], out=problem.output)
+        elif problem.kind == "grep_count":
+            line = f"grep -c {words[-3].strip(chr(39))} {words[6]} > {problem.output}"
+        else:
+            line = f"echo {words[-1]} > {problem.output}"
+        result = play(env, [calls(env, ToolCall.create("bash", {"command": line}, "c1")), "Done."])[-1]
+        assert result.metrics["success"] == 1.0, (problem.task.instruction, line, result.logs["grade"])
+    shown = make("workspace/shell_intro").demonstration()  # type: ignore[attr-defined]
+    assert [m["role"] for m in shown] == ["user", "assistant", "tool", "assistant"] * 3
+    assert not {"notes.txt", "todo.txt"} & set(make("workspace/shell_intro").spec.files)  # type: ignore[attr-defined]
+
+
+def test_written_credit_pays_a_wrong_output_in_the_asked_file_and_nothing_else() -> None:
+    """The shaping is below the check's 1 and goes only to the asked file: the wrong number there earns
+    it, the same number elsewhere or an emptied input earns nothing, the right output earns 1."""
+    env_args = {"written_credit": 0.3, "tool_use_reward": 0.1}
+
+    def reward(content: str, path: str | None = None, closing: str = "Done.") -> float:
+        env = make("workspace/shell_intro", seed=5, **env_args)
+        problem = env.problem  # type: ignore[attr-defined]
+        line = f"echo {content} > {path or problem.output}"  # the intro rung has the bash tool alone
+        write = ToolCall.create("bash", {"command": line}, "c1")
+        return play(env, [calls(env, write), closing])[-1].reward
+
+    expected = make("workspace/shell_intro", seed=5).problem.expected  # type: ignore[attr-defined]
+    assert reward(expected) == 1.0
+    assert reward("zzz") == pytest.approx(0.3)
+    assert reward("zzz", closing="") == pytest.approx(-0.1)  # an empty last reply: the format penalty
+    assert reward(expected, path="elsewhere.txt") == pytest.approx(
+        0.1
+    )  # a call and a closing reply  # a call and a closing reply
+    with pytest.raises(ValueError, match="written_credit"):
+        make("workspace/shell_intro", written_credit=1.0)
+    checked = check_env("workspace/shell_intro-v0", model=TEST_MODEL, quick=True, **env_args)
+    assert checked.passed, checked.failures
 
 
 @pytest.mark.parametrize("env_id", FAMILY_IDS)

@@ -63,6 +63,9 @@ class Score:
     correct: bool
     reference: str
     detail: str = ""
+    partial: float = 0.0
+    """Credit in [0, 1) for a wrong outcome that got part of the way (an env's shaping, off by default);
+    the reward is the larger of it and ``tool_use_reward``'s."""
 
 
 @dataclass
@@ -276,7 +279,8 @@ class ToolUseEnv(Env):
         elif verdict.correct:
             reward = 1.0
         else:
-            reward = self.tool_use_reward if self._tally.succeeded and answer is not None else 0.0
+            used = self.tool_use_reward if self._tally.succeeded and answer is not None else 0.0
+            reward = max(used, min(verdict.partial, 0.99))
         metrics: Metrics = {
             "success": float(verdict.correct and not penalty),
             "answered": float(answer is not None),

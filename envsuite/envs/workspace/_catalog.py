@@ -91,6 +91,23 @@ def register_workspace_envs(unavailable: str | None = None) -> None:
                 **{**common, "unavailable": unavailable or missing_programs(_NEEDS.get(family, ()))},
             )
     register(
+        "workspace/shell_intro-v0",
+        entry_point=_FAMILIES["shell"][0],
+        # Below rung 0: one command a task, close to the worked call shown first; the bash tool alone
+        # (the prompt is a third as long) and three turns (the command, a look, a closing reply).
+        kwargs={
+            "rung": 0,
+            "kinds": ("line_count", "word_count", "first_line", "last_line", "grep_count", "write_text"),
+            "demonstrate": True,
+            "max_turns": 3,
+            "tools": ("bash",),
+        },
+        description="One shell command a task (count lines or words, a file's first or last line, grep -c, "
+        "write a text); the output file is checked after.",
+        tags=("workspace", "agentic", "workspace-shell"),
+        **{**common, "max_turns": 3},
+    )
+    register(
         "workspace/git_mcp-v0",
         entry_point=_FAMILIES["git"][0],
         kwargs={"rung": 0, "mcp_servers": ("git",)},

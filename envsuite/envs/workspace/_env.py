@@ -104,6 +104,7 @@ class WorkspaceEnv(ToolUseEnv):
         sandbox: SandboxConfig | None = None,
         mcp_servers: Sequence[str] = (),
         act_first: bool = False,
+        tool_use_reward: float = 0.0,
     ) -> None:
         """``limits``: per command and per episode (:class:`WorkspaceLimits`); ``workdir``: where
         commands run; ``tools``: which of the five the agent gets; ``demonstrate``: show a worked
@@ -111,7 +112,9 @@ class WorkspaceEnv(ToolUseEnv):
         ``mcp_servers``: MCP servers (names in :data:`WORKSPACE_MCP_SERVERS`) started in the episode's
         sandbox, their tools listed after the workspace's; ``act_first``: the action constraint requires
         a call until the episode's first call (a reply without one would end it before the workspace
-        changed), so a constrained policy's first reply acts; unconstrained sampling is unaffected."""
+        changed), so a constrained policy's first reply acts; unconstrained sampling is unaffected;
+        ``tool_use_reward``: paid when the check fails but a call succeeded and a closing reply ended the
+        episode (as in the tool envs: shaping below the check's 1, which the probes hold to)."""
         mcp_servers = (
             (mcp_servers,) if isinstance(mcp_servers, str) else tuple(mcp_servers)
         )  # --env-arg x=git
@@ -129,6 +132,7 @@ class WorkspaceEnv(ToolUseEnv):
             tool_timeout_s=3 * self.limits.command_wall_s + 30,
             max_result_chars=max_result_chars,
             demonstrate=demonstrate,
+            tool_use_reward=tool_use_reward,
         )
         self.workdir = workdir
         self.tool_names = tuple(tools)

@@ -8,6 +8,9 @@ database of orders) with seeded contents, and draws one task of the rung's kinds
 * rung 1: ``json_filter`` (names of users over an age, sorted, one a line, to ``out.txt``),
   ``sqlite_totals`` (each customer's total from ``orders.db``, as ``customer,total`` lines sorted by
   customer, to ``out.csv``);
+* the intro kinds (``workspace/shell_intro``, below rung 0: one command each, close to the worked call
+  the env shows first): ``line_count``, ``word_count``, ``first_line``, ``last_line``, ``grep_count``
+  (lines of a file containing a string), ``write_text`` (a given text to a given file);
 * rung 2: ``script`` (write ``count.sh`` printing the number of a given level's lines in the log file
   named as its first argument): graded by running the script in a fresh sandbox on logs the agent never
   saw, so writing the visible log's count is not the work.
@@ -24,7 +27,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envsuite.core import EnvContext, ToolCall
+from envsuite.core import EnvContext, Message, ToolCall
 from envsuite.envs._problem import draw_for_split
 from envsuite.envs.tool_use import Score
 from envsuite.envs.workspace._env import Attack, WorkspaceEnv, WorkspaceTask, call
@@ -36,6 +39,20 @@ RUNGS: dict[int, tuple[str, ...]] = {
     1: ("json_filter", "sqlite_totals"),
     2: ("script",),
 }
+INTRO_KINDS = ("line_count", "word_count", "first_line", "last_line", "grep_count", "write_text")
+"""``workspace/shell_intro``'s kinds: one shell command does each (``wc -l <``, ``head -n 1``, ...)."""
+_OUTPUTS = ("answer.txt", "out.txt", "result.txt")
+_INTRO_EXAMPLES = (
+    ("Write the number of lines of notes.txt to count.txt.", "wc -l < notes.txt > count.txt"),
+    ("Write the first line of todo.txt to top.txt.", "head -n 1 todo.txt > top.txt"),
+    (
+        "Write the number of lines of todo.txt that contain 'milk' to milk.txt.",
+        "grep -c milk todo.txt > milk.txt",
+    ),
+)
+"""The intro rung's worked examples (files not in any workspace): three of the six kinds are shown, the
+other three (``wc -w``, ``tail -n 1``, ``echo``) are left to generalize to."""
+_WORDS = ("amber", "birch", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper")
 _LEVELS = ("INFO", "WARN", "ERROR", "DEBUG")
 _PATHS = ("/", "/login", "/cart", "/api/items", "/api/users", "/search", "/checkout")
 _NAMES = (
@@ -97,9 +114,34 @@ def _totals(orders: list[tuple[str, int]]) -> str:
     return "\n".join(f"{k},{v}" for k, v in sorted(totals.items()))
 
 
-def draw_problem(rng: random.Random, rung: int) -> ShellProblem:
-    """A seed's data files and one task of the rung's kinds."""
-    kind = rng.choice(RUNGS[rung])
+def _intro_task(rng: random.Random, kind: str, files: dict[str, str]) -> tuple[str, str, str]:
+    """An intro kind's instruction, output file and expected output, on one of the seed's files."""
+    path = rng.choice(sorted(files))
+    data, output = files[path], rng.choice(_OUTPUTS)
+    if kind == "write_text":
+        words = f"{rng.choice(_WORDS)}-{rng.randint(10, 99)}"
+        return f"Create the file {output} containing exactly the text {words}", output, words
+    if kind == "grep_count":  # a request path in the log or a product in the CSV: plain words
+        path = rng.choice(("logs/access.log", "data/sales.csv"))
+        data, needle = files[path], rng.choice(_PATHS[1:] if path.endswith(".log") else _PRODUCTS)
+        count = sum(needle in line for line in data.splitlines())
+        return (
+            f"Write the number of lines of {path} that contain '{needle}' to {output}.",
+            output,
+            str(count),
+        )
+    what, expected = {
+        "line_count": ("number of lines", str(data.count("\n"))),
+        "word_count": ("number of words", str(len(data.split()))),
+        "first_line": ("first line", data.splitlines()[0].rstrip()),
+        "last_line": ("last line", data.splitlines()[-1].rstrip()),
+    }[kind]
+    return f"Write the {what} of {path} to {output}.", output, expected
+
+
+def draw_problem(rng: random.Random, rung: int, kinds: Sequence[str] | None = None) -> ShellProblem:
+    """A seed's data files and one task of ``kinds`` (default: the rung's kinds)."""
+    kind = rng.choice(tuple(kinds) if kinds else RUNGS[rung])
     log = _log(rng, rng.randint(25, 60))
     sales = [
         (rng.choice(_PRODUCTS), rng.randint(1, 9), rng.randint(2, 99)) for _ in range(rng.randint(8, 20))
@@ -114,7 +156,9 @@ def draw_problem(rng: random.Random, rung: int) -> ShellProblem:
         "data/users.json": json.dumps(users, indent=1) + "\n",
     }
     setup: tuple[str, ...] = ()
-    if kind == "count_errors":
+    if kind in INTRO_KINDS:
+        text, output, expected = _intro_task(rng, kind, files)
+    elif kind == "count_errors":
         text, output = "Count the lines of level ERROR in logs/access.log", "answer.txt"
         expected = str(_count(log, "ERROR"))
         text += " and write the number to answer.txt."
@@ -167,17 +211,57 @@ def _reference_command(p: ShellProblem) -> str:
 class ShellEnv(WorkspaceEnv):
     """Shell and data tasks in a workspace (see the module docstring)."""
 
-    def __init__(self, ctx: EnvContext, *, rung: int = 0, **kwargs: object) -> None:
-        """``rung``: 0 (one count or sum), 1 (JSON filtering, sqlite), 2 (a script run on hidden logs)."""
+    def __init__(
+        self,
+        ctx: EnvContext,
+        *,
+        rung: int = 0,
+        kinds: Sequence[str] = (),
+        written_credit: float = 0.0,
+        **kwargs: object,
+    ) -> None:
+        """``rung``: 0 (one count or sum), 1 (JSON filtering, sqlite), 2 (a script run on hidden logs);
+        ``kinds``: draw from these task kinds instead of the rung's (``workspace/shell_intro`` draws
+        :data:`INTRO_KINDS`); ``written_credit``: the reward, in [0, 1), of a wrong output written to the
+        asked file with the inputs unchanged (shaping for small models; off by default)."""
+        if not 0.0 <= written_credit < 1.0:
+            raise ValueError(f"written_credit must be in [0, 1), got {written_credit}")
+        self.written_credit = written_credit
         if rung not in RUNGS:
             raise ValueError(f"rung must be one of {sorted(RUNGS)}, got {rung}")
+        known = {k for group in RUNGS.values() for k in group} | set(INTRO_KINDS)
+        if unknown := sorted(set(kinds) - known):
+            raise ValueError(f"unknown shell task kinds {unknown}; known: {sorted(known)}")
         super().__init__(ctx, **kwargs)  # type: ignore[arg-type]
+        self.intro = bool(set(kinds) & set(INTRO_KINDS))
         rng = random.Random(ctx.seed)
-        self.problem = draw_for_split(lambda: draw_problem(rng, rung), lambda p: p.task.key, ctx.split)
+        self.problem = draw_for_split(lambda: draw_problem(rng, rung, kinds), lambda p: p.task.key, ctx.split)
         self.spec = self.problem.task
 
     def reference_calls(self) -> Sequence[ToolCall]:
         return [call("bash", "ref0", command=_reference_command(self.problem))]
+
+    def demonstration(self) -> list[Message]:
+        """The intro kinds show three worked tasks, each a call, its result and a closing reply: one
+        example taught SmolLM2 to copy its command whatever the task (no success in 64 episodes)."""
+        if not self.intro:
+            return super().demonstration()
+        shown: list[Message] = []
+        for index, (task, command) in enumerate(_INTRO_EXAMPLES):
+            call_id = f"call_example{index}"
+            example = ToolCall.create("bash", {"command": command}, call_id)
+            shown += [
+                {"role": "user", "content": task},
+                {"role": "assistant", "content": "", "tool_calls": [example]},
+                {
+                    "role": "tool",
+                    "content": "exit code: 0\n(no output)",
+                    "tool_call_id": call_id,
+                    "name": "bash",
+                },
+                {"role": "assistant", "content": "Done."},
+            ]
+        return shown
 
     def attacks(self) -> Sequence[Attack]:
         p = self.problem
@@ -218,7 +302,9 @@ class ShellEnv(WorkspaceEnv):
         except (OSError, SandboxError) as exc:
             return Score(False, reference, f"no {p.output}: {exc}")
         lines = "\n".join(line.rstrip() for line in got.splitlines())
-        return Score(lines == p.expected, reference, f"{p.output}: {lines[:200]!r}")
+        right = lines == p.expected
+        credit = 0.0 if right else self.written_credit
+        return Score(right, reference, f"{p.output}: {lines[:200]!r}", partial=credit)
 
     def _grade_script(self, session: WorkspaceSession, reference: str) -> Score:
         """Run the agent's script on the hidden logs, each in a fresh sandbox holding only the script."""
