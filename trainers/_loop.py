@@ -35,13 +35,14 @@ from envsuite.trainers._clients import NonFiniteLoss, PolicyClients, TrainOutput
 from envsuite.trainers._config import TrainConfig
 from envsuite.trainers._curriculum import CurriculumState, group_label
 from envsuite.trainers._datums import TrainingDatum, loss_data
+from envsuite.trainers._driver import StepDriver, drive_steps
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
 from envsuite.trainers._kl import KLPenalty
 from envsuite.trainers._metrics import MetricsLog, Row, episode_summary, kl_metrics, read_rows, truncate_after
 from envsuite.trainers._outcome import StopCause, TrainResult
 from envsuite.trainers._plots import plot_reward_curve
 from envsuite.trainers._prepare import check_and_record_config, preflight
-from envsuite.trainers._report import LOGGER, announce, progress, run_log
+from envsuite.trainers._report import LOGGER, announce, run_log
 from envsuite.trainers._role_loop import RolePoliciesTrainer
 from envsuite.trainers._run_envs import EvalSet, build_datasets, per_env_summary
 from envsuite.trainers._trackers import Trackers, open_trackers
@@ -172,30 +173,24 @@ class Trainer:
         test_data: EvalSet | None,
     ) -> TrainResult:
         config = self.config
-        done = start
-        with progress(self.show_progress, self._source(), config.steps.n_steps, start) as advance:
-            for step in range(start, config.steps.n_steps):
-                if self._stop_requested:
-                    break
-                try:
-                    row = await self._one_step(step, train_data, test_data)
-                except NonFiniteLoss as exc:
-                    return self._finish(StopCause.NON_FINITE, done, last, f"stopped at step {step}: {exc}")
-                except NoSamplersLeftError as exc:
-                    if last is None or last.step < done:
-                        last = await self._save(done)
-                    return self._finish(StopCause.SAMPLERS_LOST, done, last, f"stopped at step {step}: {exc}")
-                self.metrics.append(row)
-                self._trackers.log(row)
-                done = step + 1
-                if done % config.steps.save_every == 0 or done == config.steps.n_steps:
-                    last = await self._save(done)
-                advance(row)
-        if last is None or last.step < done:
-            last = await self._save(done)
-        if done < config.steps.n_steps:
-            return self._finish(StopCause.INTERRUPTED, done, last, f"interrupted after {done} steps; saved")
-        return self._finish(StopCause.COMPLETED, done, last, f"completed {done} steps")
+
+        async def one_step(step: int) -> Row:
+            return await self._one_step(step, train_data, test_data)
+
+        driver = StepDriver(
+            one_step, self._save, self._finish, lambda: self._stop_requested, lost=(NoSamplersLeftError,)
+        )
+        return await drive_steps(
+            driver,
+            title=self._source(),
+            start=start,
+            n_steps=config.steps.n_steps,
+            save_every=config.steps.save_every,
+            last=last,
+            metrics=self.metrics,
+            trackers=self._trackers,
+            show_progress=self.show_progress,
+        )
 
     def _finish(
         self, cause: StopCause, done: int, last: CheckpointRecord | None, message: str
