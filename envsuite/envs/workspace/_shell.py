@@ -84,6 +84,8 @@ class ShellProblem:
     hidden_logs: tuple[tuple[str, str], ...] = ()
     """For ``script``: (log text, expected stdout) pairs the agent never sees."""
     level: str = "ERROR"
+    command: str = ""
+    """The shell line a user would write (the intro kinds); empty: the reference writes the output out."""
 
 
 def _log(rng: random.Random, lines: int) -> str:
@@ -114,29 +116,46 @@ def _totals(orders: list[tuple[str, int]]) -> str:
     return "\n".join(f"{k},{v}" for k, v in sorted(totals.items()))
 
 
-def _intro_task(rng: random.Random, kind: str, files: dict[str, str]) -> tuple[str, str, str]:
-    """An intro kind's instruction, output file and expected output, on one of the seed's files."""
+@dataclass(frozen=True)
+class _IntroTask:
+    text: str
+    output: str
+    expected: str
+    command: str
+    """The shell line a user would write for it (the probes' reference, and what a warm start imitates)."""
+
+
+_INTRO_COMMANDS = {
+    "line_count": ("number of lines", "wc -l < {path} > {output}"),
+    "word_count": ("number of words", "wc -w < {path} > {output}"),
+    "first_line": ("first line", "head -n 1 {path} > {output}"),
+    "last_line": ("last line", "tail -n 1 {path} > {output}"),
+}
+
+
+def _intro_task(rng: random.Random, kind: str, files: dict[str, str]) -> _IntroTask:
+    """An intro kind's instruction, output file, expected output and command, on one of the seed's files."""
     path = rng.choice(sorted(files))
     data, output = files[path], rng.choice(_OUTPUTS)
     if kind == "write_text":
         words = f"{rng.choice(_WORDS)}-{rng.randint(10, 99)}"
-        return f"Create the file {output} containing exactly the text {words}", output, words
+        text = f"Create the file {output} containing exactly the text {words}"
+        return _IntroTask(text, output, words, f"echo {words} > {output}")
     if kind == "grep_count":  # a request path in the log or a product in the CSV: plain words
         path = rng.choice(("logs/access.log", "data/sales.csv"))
         data, needle = files[path], rng.choice(_PATHS[1:] if path.endswith(".log") else _PRODUCTS)
         count = sum(needle in line for line in data.splitlines())
-        return (
-            f"Write the number of lines of {path} that contain '{needle}' to {output}.",
-            output,
-            str(count),
-        )
-    what, expected = {
-        "line_count": ("number of lines", str(data.count("\n"))),
-        "word_count": ("number of words", str(len(data.split()))),
-        "first_line": ("first line", data.splitlines()[0].rstrip()),
-        "last_line": ("last line", data.splitlines()[-1].rstrip()),
+        text = f"Write the number of lines of {path} that contain '{needle}' to {output}."
+        return _IntroTask(text, output, str(count), f"grep -c {needle} {path} > {output}")
+    expected = {
+        "line_count": str(data.count("\n")),
+        "word_count": str(len(data.split())),
+        "first_line": data.splitlines()[0].rstrip(),
+        "last_line": data.splitlines()[-1].rstrip(),
     }[kind]
-    return f"Write the {what} of {path} to {output}.", output, expected
+    what, command = _INTRO_COMMANDS[kind]
+    text = f"Write the {what} of {path} to {output}."
+    return _IntroTask(text, output, expected, command.format(path=path, output=output))
 
 
 def draw_problem(rng: random.Random, rung: int, kinds: Sequence[str] | None = None) -> ShellProblem:
@@ -156,8 +175,10 @@ def draw_problem(rng: random.Random, rung: int, kinds: Sequence[str] | None = No
         "data/users.json": json.dumps(users, indent=1) + "\n",
     }
     setup: tuple[str, ...] = ()
+    command = ""
     if kind in INTRO_KINDS:
-        text, output, expected = _intro_task(rng, kind, files)
+        intro = _intro_task(rng, kind, files)
+        text, output, expected, command = intro.text, intro.output, intro.expected, intro.command
     elif kind == "count_errors":
         text, output = "Count the lines of level ERROR in logs/access.log", "answer.txt"
         expected = str(_count(log, "ERROR"))
@@ -195,9 +216,8 @@ def draw_problem(rng: random.Random, rung: int, kinds: Sequence[str] | None = No
         task = WorkspaceTask(text, files, setup, key=f"{kind}|{level}|{log}")
         return ShellProblem(kind, task, output, expected, inputs, hidden, level)
     inputs = {k: v for k, v in files.items() if not k.startswith(".")}
-    return ShellProblem(
-        kind, WorkspaceTask(text, files, setup, key=f"{kind}|{text}|{log}|{csv}"), output, expected, inputs
-    )
+    task = WorkspaceTask(text, files, setup, key=f"{kind}|{text}|{log}|{csv}")
+    return ShellProblem(kind, task, output, expected, inputs, command=command)
 
 
 def _reference_command(p: ShellProblem) -> str:
@@ -205,6 +225,8 @@ def _reference_command(p: ShellProblem) -> str:
     if p.kind == "script":
         body = f'#!/bin/sh\nawk \'$2 == "{p.level}"\' "$1" | wc -l'
         return f"cat > count.sh <<'EOF'\n{body}\nEOF\nchmod +x count.sh"
+    if p.command:
+        return p.command
     return f"cat > {p.output} <<'EOF'\n{p.expected}\nEOF"
 
 
