@@ -55,6 +55,7 @@ from envsuite.trainers._sections import (
     TrackingSection,
 )
 from envsuite.trainers._transcripts import render_trajectory
+from envsuite.trainers._warm_start import NoReferenceError, reference_datums, warm_start
 from envsuite.trainers.async_rl import (
     LEDGER_FILE,
     DriverSampling,
@@ -109,6 +110,10 @@ __all__ = [
     "load_config_file",
     "load_preset",
     "parse_preset",
+    # the supervised warm start (warm_start_steps): reference replies imitated before GRPO
+    "NoReferenceError",
+    "reference_datums",
+    "warm_start",
     # running
     "StopCause",
     "TrainResult",

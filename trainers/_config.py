@@ -165,6 +165,7 @@ class TrainConfig:
                 f"{plain} on a game env's own groups: drop captured_dir, curriculum and rubric",
             ),
             (self.loss.kl_penalty_coef == 0, f"{plain} without a KL penalty: drop kl_penalty_coef"),
+            (steps.warm_start_steps == 0, f"{plain} without a supervised warm start: drop warm_start_steps"),
             (
                 self.policy.backend == "local" and self.policy.lora_rank >= 1,
                 f"{plain} a LoRA adapter per policy on the local backend: use backend 'local' and "
@@ -194,6 +195,11 @@ class TrainConfig:
                 envs.captured_dir is None or synchronous,
                 "a run on captured episodes trains synchronously: drop async_max_steps_off_policy and "
                 "stream_minibatches",
+            ),
+            (
+                steps.warm_start_steps == 0 or (envs.captured_dir is None and synchronous),
+                "the warm start imitates the env's reference replies before synchronous GRPO steps: drop "
+                "warm_start_steps, or captured_dir, async_max_steps_off_policy and stream_minibatches",
             ),
             (
                 envs.curriculum is None or synchronous,

@@ -47,6 +47,7 @@ from envsuite.trainers._role_loop import RolePoliciesTrainer
 from envsuite.trainers._run_envs import EvalSet, build_datasets, per_env_summary
 from envsuite.trainers._trackers import Trackers, open_trackers
 from envsuite.trainers._transcripts import write_transcripts
+from envsuite.trainers._warm_start import warm_start
 from envsuite.trainers.async_rl import (
     AsyncSteps,
     BusyMeter,
@@ -101,6 +102,8 @@ class Trainer:
         self._kl: KLPenalty | None = None
         self._learner_meter = BusyMeter()
         self._util_since = time.perf_counter()
+        self._warm_row: Row = {}
+        """The supervised warm start's numbers (``warm_start_steps``), logged with step 0's row."""
         self._roles: RolePoliciesTrainer | None = None
         """A run with a policy per role (``config.roles.policies``) is this trainer's to run."""
 
@@ -147,6 +150,9 @@ class Trainer:
                     open_sampling(config, self._clients, pool) as sampling,
                 ):
                     self._pool, self._sampling = pool, sampling
+                    if resume is None and config.steps.warm_start_steps and train_data is not None:
+                        self._warm_row = await warm_start(config, self._clients, train_data)
+                        LOGGER.info("warm start: %s", self._warm_row)
                     await self._refresh_sampler(start)
                     self._util_since = time.perf_counter()
                     sampling.meter.take()  # utilisation counts from the first step on
@@ -211,6 +217,8 @@ class Trainer:
         timer = _StepTimer()
         started = time.perf_counter()
         row: Row = {"step": step, "lr": config.learning_rate_at(step)}
+        if step == 0:
+            row.update(self._warm_row)
         if (
             test_data is not None
             and config.evaluation.eval_every

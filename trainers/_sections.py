@@ -175,6 +175,9 @@ class StepSection:
     """Seed of the data order and of the LoRA init."""
     save_every: int = 10
     """Save a resumable checkpoint every this many steps (and after the last)."""
+    warm_start_steps: int = 0
+    """Supervised steps on the env's reference replies before the first GRPO step, a fresh run only
+    (``trainers/_warm_start.py``); 0: none."""
 
     def checks(self) -> list[Check]:
         per_substep = self.batch_size // max(self.num_substeps, 1)
@@ -194,6 +197,7 @@ class StepSection:
                 "groups stay whole in a minibatch, so pick a divisor of batch_size",
             ),
             (self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}"),
+            (self.warm_start_steps >= 0, f"warm_start_steps must be >= 0, got {self.warm_start_steps}"),
             (
                 off_policy is None or off_policy >= 0,
                 f"async_max_steps_off_policy must be >= 0 (or None: synchronous), got {off_policy}",
