@@ -119,10 +119,17 @@ def load_base_model(path: str, device: str | None = None) -> PreTrainedModel:
     return model
 
 
+_SEEDED_INIT_LOCK = threading.Lock()
+"""peft draws an adapter's initial weights from torch's process-global RNG, which ``add_lora`` forks and
+seeds: two threads doing that at once (``envsuite serve`` builds two clients' models on its two loader
+threads) would reseed each other mid-draw and restore each other's saved states. Inits take turns."""
+
+
 def add_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
     """Wrap ``model`` with fresh adapters (base weights frozen), initialized from ``spec.seed``.
 
-    Only the forked RNG is seeded, so the caller's global torch RNG is untouched.
+    Only the forked RNG is seeded, so the caller's global torch RNG is untouched; safe from several
+    threads at once (the seeded inits are serialized), so an adapter depends on its seed alone.
     """
     from peft import LoraConfig, get_peft_model
 
@@ -133,7 +140,7 @@ def add_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
         lora_dropout=0.0,
         bias="none",
     )
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+    with _SEEDED_INIT_LOCK, torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # peft warns that the tied lm_head is adapted; merge_lora unties it before merging.
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         torch.manual_seed(spec.seed)
