@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -40,6 +41,8 @@ MODEL = "smollm2-135m-instruct"
 TOL = 1e-3
 ENVSUITE = str(Path(sys.executable).parent / "envsuite")
 START_TIMEOUT_S = 400.0
+LOG = logging.getLogger(__name__)
+"""What the tests measure (``-o log_cli=true --log-cli-level=INFO`` shows it)."""
 
 
 @dataclass
@@ -234,6 +237,146 @@ def test_a_sampler_made_after_a_training_step_samples_the_version_it_names(serve
     assert old not in after_close and new not in after_close and checkpoint in after_close
     assert against_trained <= TOL, against_trained
     assert against_base > 10 * TOL, against_base  # vLLM sampled the new version, not the base
+
+
+def _generated_on_vllm(vllm_url: str) -> float:
+    """vLLM's own count of the tokens it has generated (its Prometheus ``/metrics``)."""
+    text = httpx.get(f"{vllm_url}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(GENERATED))
+
+
+GENERATED = "vllm:generation_tokens_total"
+CAPTURE = {"X-Envsuite-Capture": "on-vllm"}
+
+
+def _chat(url: str, model: str, **extra: object) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "Name a colour."}], **extra}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=CAPTURE, timeout=300)
+
+
+def test_openai_chat_completions_sample_on_vllm_token_exact_with_logprobs_the_local_engine_agrees_with(
+    served: Served,
+) -> None:
+    before = _generated_on_vllm(served.vllm_url)
+    params = {"max_tokens": 16, "temperature": 1.0, "seed": 11, "n": 2, "logprobs": True}
+    response = _chat(served.url, MODEL, **params)
+    assert response.status_code == 200, response.text
+    # The captured call holds the exact prompt ids and each choice's sampled ids and logprobs.
+    episode = response.headers["X-Envsuite-Episode"]
+    record = httpx.get(f"{served.url}/v1/episodes/{episode}", headers=CAPTURE, timeout=30).json()
+    [call] = record["calls"]
+    prompt, choices = types.ModelInput.from_ints(call["prompt_tokens"]), call["choices"]
+    sampled = sum(len(c["tokens"]) for c in choices)
+    deadline = time.monotonic() + 30  # vLLM counts a request's tokens as its output is handled
+    while _generated_on_vllm(served.vllm_url) - before < sampled and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _generated_on_vllm(served.vllm_url) - before == sampled  # vLLM sampled them all
+    with sdk(served.url) as service:
+        scorer = service.create_sampling_client(base_model=MODEL).result()
+        scored = [_scored(scorer, prompt, c["tokens"]) for c in choices]
+    assert choices[0]["tokens"] != choices[1]["tokens"]  # one seed per sample
+    diffs = []
+    for choice, wire, local in zip(choices, response.json()["choices"], scored, strict=True):
+        entries = wire["logprobs"]["content"]  # the reply's tokens, the stop token left out
+        assert [e["logprob"] for e in entries] == pytest.approx(choice["logprobs"][: len(entries)], abs=1e-6)
+        diffs.append(float(np.abs(local - np.asarray(choice["logprobs"])).max()))
+    LOG.info(
+        "chat on vLLM: %d tokens in %d choices, max |vLLM - local| %.2e", sampled, len(choices), max(diffs)
+    )
+    assert max(diffs) <= TOL, diffs
+    # What vLLM's replies cannot carry is refused by name, not sampled on the local engine.
+    refused = {
+        "top_logprobs": {"logprobs": True, "top_logprobs": 2},
+        "response_format": {"response_format": {"type": "json_object"}},
+    }
+    for param, extra in refused.items():
+        answer = _chat(served.url, MODEL, max_tokens=4, **extra)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+
+
+def _chat_until_answered(url: str, model: str, limit_s: float) -> list[httpx.Response]:
+    """Chat requests, each after the last one's ``Retry-After`` (at most 5 s), until one is not a 503."""
+    answers: list[httpx.Response] = []
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        answers.append(_chat(url, model, max_tokens=8, seed=1))
+        if answers[-1].status_code != 503:
+            return answers
+        time.sleep(min(5.0, float(answers[-1].headers["Retry-After"])))
+    raise AssertionError(f"no answer but 503 in {limit_s:.0f} s: {answers[-1].text}")
+
+
+def test_a_vllm_server_killed_under_serve_is_restarted_with_its_adapters(served: Served) -> None:
+    params = types.SamplingParams(max_tokens=8, seed=2, temperature=1.0, stop=[])
+    with sdk(served.url) as service:
+        training = service.create_lora_training_client(MODEL, rank=8, seed=0).result()
+        snapshot = training.save_weights_and_get_sampling_client().result()
+        adapter = _vllm_model(served.url, snapshot)
+        [old] = _vllm_servers(served.process.pid)
+        old.send_signal(signal.SIGKILL)  # the API server alone, as a crash would
+        killed = time.monotonic()
+        answers = _chat_until_answered(served.url, snapshot._sampling_session_id, START_TIMEOUT_S)
+        back_s = time.monotonic() - killed
+        [new] = _vllm_servers(served.process.pid)
+        served.vllm_pids.extend([new.pid, *(c.pid for c in new.children(recursive=True))])
+        served.vllm_url = f"http://127.0.0.1:{new.cmdline()[new.cmdline().index('--port') + 1]}"
+        # The snapshot published before the kill was loaded again: it samples on both routes.
+        reply = snapshot.sample(_prompt(), 1, params).result(timeout=300).sequences[0]
+        live = set(asyncio.run(VllmEndpoint(served.vllm_url).models()))
+    unavailable = [a for a in answers if a.status_code == 503]
+    LOG.info(
+        "vLLM killed: %d answers 503 (Retry-After %s), then %d after %.1f s",
+        len(unavailable), [a.headers.get("Retry-After") for a in unavailable], answers[-1].status_code, back_s,
+    )  # fmt: skip
+    assert unavailable, "no request saw the server down"
+    assert int(unavailable[0].headers["Retry-After"]) >= 1
+    assert unavailable[0].json()["error"]["code"] == "sampler_unavailable"
+    assert answers[-1].status_code == 200, answers[-1].text
+    assert new.pid != old.pid and adapter in live and len(reply.tokens) == 8
+    log = served.log.read_text(errors="replace")
+    assert "vLLM server lost" in log and "vLLM server restarted" in log
+
+
+def test_the_watchdog_restarts_a_lost_server_a_bounded_number_of_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watchdog's bookkeeping on real processes (``sleep``) standing in for vLLM's: no vLLM needed."""
+    from envsuite.serve._errors import SamplerDown
+    from envsuite.serve._vllm_watch import Phase, ServerProbe, VllmWatchdog, WatchSettings
+
+    processes = [subprocess.Popen(["sleep", "60"])]
+
+    def exited() -> str | None:
+        return None if processes[-1].poll() is None else "exited"
+
+    def recover() -> None:
+        processes.append(subprocess.Popen(["sleep", "60"]))
+
+    probe = ServerProbe(exited, lambda: True, recover, lambda: 30.0, restartable=True)
+    watchdog = VllmWatchdog(probe, WatchSettings(poll_s=0.05, max_restarts=2, window_s=60))
+    watchdog.start()
+    try:
+        for restarted in (1, 2):
+            processes[-1].kill()
+            deadline = time.monotonic() + 10
+            while watchdog.restarts < restarted and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert watchdog.restarts == restarted and watchdog.phase is Phase.UP
+        watchdog.check_up()  # up: no error
+        processes[-1].kill()  # a third loss in the window: over the limit
+        deadline = time.monotonic() + 10
+        while watchdog.phase is not Phase.FAILED and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(SamplerDown, match="not restarted any more") as down:
+            watchdog.check_up()
+    finally:
+        watchdog.stop()
+        for process in processes:
+            process.kill()
+            process.wait()
+    assert down.value.retry_after_s is None and down.value.headers() == {}
+    assert len(processes) == 3 and "over the limit of 2" in caplog.text
+    assert SamplerDown("restarting", 12.2).headers() == {"Retry-After": "13"}
 
 
 def test_stopping_envsuite_serve_stops_the_vllm_server_it_started(served: Served) -> None:

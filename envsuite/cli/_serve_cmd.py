@@ -74,7 +74,7 @@ def add_parser(sub: Subparsers) -> None:
         "--sampling-engine",
         choices=["local", "vllm"],
         default=defaults.sampling_engine,
-        help="who samples on the Tinker routes: local (this backend) | vllm (a vLLM server; training "
+        help="who samples on the Tinker and OpenAI routes: local (this backend) | vllm (a vLLM server; training "
         "stays local, each sampler's LoRA is published to it: docs/vllm.md)",
     )
     p.add_argument(

@@ -5,7 +5,8 @@ a request whose client disconnected.
 Tinker routes answer errors in one shape, ``{"error": message, "category": "user" | "server"}``; the
 OpenAI routes (and refusals of requests to them) in OpenAI's, ``{"error": {"message", "type", "param",
 "code"}}``: 400 for a body that does not parse or validate, 401 for a missing or wrong key, 404 for
-unknown ids and routes, 413 for an oversized body, 500 for a bug here (which the SDK retries; its
+unknown ids and routes, 413 for an oversized body, 503 with ``Retry-After`` while the vLLM server
+sampling is restarted (``--sampling-engine vllm``), 500 for a bug here (which the SDK retries; its
 details stay in the server's log). Nothing a client sends can stop the server; the API key is compared
 by digest and never logged or stored.
 """
@@ -28,6 +29,7 @@ from envsuite.backends.local import UnknownRunError
 from envsuite.capture import CAPTURE_NAME_PATTERN, check_id
 from envsuite.http_guard import KeyCheck, Refusal, RequestGuard, Scope, key_digest
 from envsuite.serve._config import ServeConfig, ServeConfigError
+from envsuite.serve._errors import SamplerDown
 from envsuite.serve._http import Unsupported, describe_invalid, error
 from envsuite.serve._state import NotFound, ServerState
 from envsuite.serve.capture._requests import SCOPE_KEY
@@ -108,7 +110,17 @@ def _install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, OpenAIError)
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    async def sampler_down(request: Request, exc: Exception) -> JSONResponse:
+        # vLLM is being restarted: a retryable 503 (the SDK and OpenAI clients honour Retry-After).
+        assert isinstance(exc, SamplerDown)
+        if is_openai_path(request.url.path):
+            body = OpenAIError(503, str(exc), code="sampler_unavailable").body()
+        else:
+            body = {"error": str(exc), "category": "server"}
+        return JSONResponse(body, status_code=503, headers=exc.headers())
+
     app.add_exception_handler(OpenAIError, openai_error)
+    app.add_exception_handler(SamplerDown, sampler_down)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(OSError, os_error)
     app.add_exception_handler(Exception, crashed)

@@ -65,8 +65,8 @@ class ServeConfig:
     """OpenEnv servers (``http://host:port``) the capture grader may connect to (``openenv:<url>``
     env ids); any other URL is refused without being contacted."""
     sampling_engine: SamplingEngine = "local"
-    """Who samples on the Tinker routes: the local backend, or a vLLM server (``envsuite.serve._vllm``:
-    training stays local, each sampler's LoRA version is published to vLLM)."""
+    """Who samples on the Tinker and OpenAI routes: the local backend, or a vLLM server
+    (``envsuite.serve._vllm``: training stays local, each sampler's LoRA version is published to vLLM)."""
     vllm_url: str | None = None
     """``sampling_engine="vllm"``: a running vLLM server; None starts one from the vLLM venv."""
     vllm_model: str = "smollm2-135m-instruct"
@@ -75,6 +75,10 @@ class ServeConfig:
     """The largest LoRA rank vLLM takes (``--max-lora-rank``; 1, 8, 16, 32, 64, ...)."""
     vllm_max_model_len: int = 8192
     """Prompt plus reply, in tokens, on a vLLM server started here."""
+    vllm_max_restarts: int = 3
+    """A vLLM server started here that dies is restarted, at most this many times within
+    :attr:`vllm_restart_window_s`; once more and it is left down (``envsuite.serve._vllm_watch``)."""
+    vllm_restart_window_s: float = 600.0
 
     @property
     def loopback(self) -> bool:
@@ -105,6 +109,8 @@ class ServeConfig:
             raise ServeConfigError(f"port must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1024:
             raise ServeConfigError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
+        if self.vllm_max_restarts < 0 or self.vllm_restart_window_s <= 0:
+            raise ServeConfigError("vllm_max_restarts must be at least 0 and vllm_restart_window_s positive")
         if self.vllm_url is not None and self.sampling_engine != "vllm":
             raise ServeConfigError("--vllm-url names the server of --sampling-engine vllm: pass that too")
         if self.device == "cuda":

@@ -31,7 +31,9 @@ def serve(
         "required" if api_key else "not required (loopback only)",
     )
     if config.sampling_engine == "vllm":
-        logger.info("the Tinker routes sample on vLLM (%s)", config.vllm_url or "a server started here")
+        logger.info(
+            "the Tinker and OpenAI routes sample on vLLM (%s)", config.vllm_url or "a server started here"
+        )
     if capture_keys:
         logger.info("capture keys for: %s", ", ".join(sorted(capture_keys)))
     # No access log: paths are harmless, but nothing a client sends needs to reach a log file.

@@ -16,6 +16,10 @@ Every sampler a client can name is a LoRA version published to vLLM before its i
 
 Each reply's ``model`` is checked against the name asked for, so a sample comes from exactly the
 weights its sampler names; the name is the sampler's ``vllm_model`` (``GET /api/v1/samplers/{id}``).
+
+A watchdog (``envsuite.serve._vllm_watch``) restarts a server started here that dies mid-serve (and
+waits for a user's), loading every published adapter again before requests sample on it; meanwhile
+requests are answered with :class:`~envsuite.serve._errors.SamplerDown` (503, ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from typing import Any, TypeVar
 from tinker import types
 
 from envsuite.backends.vllm import (
+    VllmConnectionError,
     VllmEndpoint,
+    VllmRequestError,
     VllmSamplingClient,
     VllmServer,
     VllmServerSettings,
@@ -44,6 +50,7 @@ from envsuite.backends.vllm import (
 )
 from envsuite.errors import UsageError
 from envsuite.serve._config import ENGINE_DEFAULT_MAX_TOKENS, ServeConfig
+from envsuite.serve._vllm_watch import ServerProbe, VllmWatchdog, WatchSettings
 
 logger = logging.getLogger("envsuite.serve")
 T = TypeVar("T")
@@ -51,6 +58,10 @@ ADAPTERS_DIR = "vllm_adapters"
 """Where published adapters live, under the state dir (vLLM reloads an evicted one from there)."""
 BASE_NAME = "base"
 """The base model's name on a server started here."""
+PUBLISH_WAIT_S = 600.0
+"""How long a publish waits for a server being restarted (a start takes 30-150 s on 2 cores)."""
+EXTERNAL_RETRY_S = 10.0
+"""The ``Retry-After`` while a user's server (``--vllm-url``) is away: its return time is unknown."""
 
 
 def adapter_name(sampler_id: str) -> str:
@@ -83,10 +94,23 @@ class VllmEngine:
         self.url = (config.vllm_url or "").rstrip("/")
         self.base_name = BASE_NAME
         self._published: dict[str, Path] = {}
+        """Adapters loaded (or being loaded) into the server: a restart loads them all again."""
         self._lock = threading.Lock()
+        self._publishing = threading.Lock()
+        """One publish at a time: a second asking for the same name must not see it before it is loaded."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="envsuite-serve-vllm", daemon=True
+        )
+        self.watchdog = VllmWatchdog(
+            ServerProbe(
+                exited=self._exited,
+                healthy=self._healthy,
+                recover=self._recover,
+                expected_start_s=self._expected_start_s,
+                restartable=self._server is not None,
+            ),
+            WatchSettings(max_restarts=config.vllm_max_restarts, window_s=config.vllm_restart_window_s),
         )
 
     # -- lifetime --------------------------------------------------------------------------------
@@ -100,15 +124,20 @@ class VllmEngine:
             self.base_name = served_base(self.url)
         self.adapter_root.mkdir(parents=True, exist_ok=True)
         self._thread.start()
+        self.watchdog.start()
 
     def close(self) -> None:
-        """Stop the sampling loop and a server started here (its whole process tree)."""
+        """Stop the watchdog, the sampling loop and a server started here (its whole process tree)."""
+        self.watchdog.stop(timeout_s=0)
+        if self._server is not None:
+            self._server.stop()  # a restart in progress sees its server gone and gives up
+        self.watchdog.stop()
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             self._loop.close()
         if self._server is not None:
-            self._server.stop()
+            self._server.stop()  # what a restart racing the first stop may have started
 
     @functools.cached_property
     def _base_path(self) -> str:
@@ -165,11 +194,29 @@ class VllmEngine:
 
     def publish(self, name: str, checkpoint: Path, *, remove_source: bool = False) -> str:
         """Load the LoRA sampler checkpoint directory ``checkpoint`` into vLLM as ``name`` (once);
-        returns ``name``. Blocking: call it from a worker thread, never the sampling loop's."""
-        with self._lock:
-            if name in self._published:
-                return name
-        started = time.perf_counter()
+        returns ``name``. Blocking: call it from a worker thread, never the sampling loop's. A server
+        being restarted is waited for (up to :data:`PUBLISH_WAIT_S`)."""
+        with self._publishing:
+            with self._lock:
+                if name in self._published:
+                    return name
+            started = time.perf_counter()
+            dest = self._write_adapter(name, checkpoint)
+            if remove_source:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+            with self._lock:  # before loading: a restart from here on loads it again
+                self._published[name] = dest
+            try:
+                self._load(name, dest)
+            except BaseException:
+                with self._lock:
+                    self._published.pop(name, None)
+                raise
+        logger.info("published %s to vLLM in %.2f s", name, time.perf_counter() - started)
+        return name
+
+    def _write_adapter(self, name: str, checkpoint: Path) -> Path:
+        """``checkpoint`` as a peft adapter under the adapter root, checked against what vLLM serves."""
         files = {p.name: p.read_bytes() for p in checkpoint.iterdir() if p.is_file()}
         dest = self.adapter_root / name
         adapter = write_peft_adapter(files, dest, self._base_path)
@@ -183,13 +230,19 @@ class VllmEngine:
         except UsageError:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        if remove_source:
-            shutil.rmtree(checkpoint, ignore_errors=True)
-        self._run(VllmEndpoint(self.url).load_adapter(name, str(dest))).result()
-        with self._lock:
-            self._published[name] = dest
-        logger.info("published %s to vLLM in %.2f s", name, time.perf_counter() - started)
-        return name
+        return dest
+
+    def _load(self, name: str, dest: Path) -> None:
+        """Load ``dest`` as ``name``; a server lost on the way is waited for and loaded again."""
+        for attempt in range(2):
+            self.watchdog.wait_up(PUBLISH_WAIT_S)
+            try:
+                self._run(VllmEndpoint(self.url).load_adapter(name, str(dest))).result()
+                return
+            except VllmConnectionError as exc:
+                lost = self.watchdog.suspect(str(exc))
+                if attempt:
+                    raise lost from exc
 
     def publish_checkpoint(self, checkpoint: Path) -> str:
         return self.publish(checkpoint_adapter_name(checkpoint), checkpoint)
@@ -201,12 +254,17 @@ class VllmEngine:
         if dest is None or not self._thread.is_alive():
             return
         try:
+            self.watchdog.check_up()  # a server being restarted will not load it again
             self._run(VllmEndpoint(self.url).unload_adapter(name)).result(timeout=60)
-        except Exception as exc:  # a server already gone holds nothing to unload
+        except Exception as exc:  # a server gone holds nothing to unload
             logger.warning("could not unload %s from vLLM: %s", name, exc)
         shutil.rmtree(dest, ignore_errors=True)
 
     # -- sampling --------------------------------------------------------------------------------
+
+    def check_up(self) -> None:
+        """Raise :class:`SamplerDown` (a 503 with ``Retry-After``) while the server is down."""
+        self.watchdog.check_up()
 
     def sample(
         self,
@@ -217,9 +275,68 @@ class VllmEngine:
         params: types.SamplingParams,
     ) -> concurrent.futures.Future[types.SampleResponse]:
         """Sample ``model`` (a published name) on vLLM; cancelling the future cancels the requests. A
-        request that names no ``max_tokens`` gets the local engine's default budget."""
+        request that names no ``max_tokens`` gets the local engine's default budget. A server that is
+        down, or lost while answering, fails the future with :class:`SamplerDown`."""
+        self.watchdog.check_up()
         if params.max_tokens is None:
             budget = min(ENGINE_DEFAULT_MAX_TOKENS, self.config.max_tokens)
             params = params.model_copy(update={"max_tokens": budget})
         client = VllmSamplingClient(self.url, model, base_model)
-        return self._run(client.sample(prompt, num_samples, params))
+        return self._run(self._sample(client, prompt, num_samples, params))
+
+    async def _sample(
+        self,
+        client: VllmSamplingClient,
+        prompt: types.ModelInput,
+        num_samples: int,
+        params: types.SamplingParams,
+    ) -> types.SampleResponse:
+        try:
+            return await client.sample(prompt, num_samples, params)
+        except VllmConnectionError as exc:
+            raise self.watchdog.suspect(str(exc)) from exc
+
+    # -- the watchdog's side ---------------------------------------------------------------------
+
+    def _exited(self) -> str | None:
+        if self._server is None or self.watchdog.stopping or self._server.alive():
+            return None
+        return f"its process exited; log: {self._server.log_path}"
+
+    def _healthy(self) -> bool:
+        return bool(self._run(VllmEndpoint(self.url).healthy()).result(timeout=60))
+
+    def _expected_start_s(self) -> float:
+        if self._server is None:
+            return EXTERNAL_RETRY_S
+        return self._server.start_seconds or 60.0
+
+    def _recover(self) -> None:
+        """Bring the server back (a restart here; the user's is waited for), then load every published
+        adapter again: only then does the watchdog mark it up."""
+        if self._server is not None:
+            if self.watchdog.stopping:
+                raise RuntimeError("envsuite serve is stopping")
+            url = self._server.restart()
+            with self._lock:
+                self.url = url
+            logger.warning("vLLM server restarted at %s in %.1f s", url, self._server.start_seconds)
+        else:
+            while not self._healthy():
+                if self.watchdog.stopping:
+                    raise RuntimeError("envsuite serve is stopping")
+                time.sleep(2.0)
+        self._reload_adapters()
+
+    def _reload_adapters(self) -> None:
+        with self._lock:
+            published = dict(self._published)
+        for name, dest in published.items():
+            with self._lock:
+                if name not in self._published:  # released meanwhile
+                    continue
+            try:
+                self._run(VllmEndpoint(self.url).load_adapter(name, str(dest))).result(timeout=300)
+            except VllmRequestError as exc:  # its files went with a release racing this: skip it
+                logger.warning("could not load %s into the restarted vLLM server: %s", name, exc)
+        logger.info("%d adapter(s) loaded again into vLLM", len(published))

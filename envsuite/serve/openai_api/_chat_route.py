@@ -52,6 +52,7 @@ from envsuite.serve.openai_api._structured import (
     ToolRequest,
     compiled,
     read_tools,
+    refuse_on_vllm,
     reply_constraint,
 )
 from envsuite.serve.openai_api._wire import (
@@ -136,7 +137,9 @@ async def _prepare_chat(request: Request) -> _Chat:
         client.get_tokenizer(), served.base_model, client.eos_token_ids, body.renderer, tools.specs, messages
     )
     renderer = fmt.renderer if isinstance(fmt, RendererFormat) else None
-    constraint = await compiled(client, reply_constraint(body, tools, renderer))
+    reply = reply_constraint(body, tools, renderer)
+    refuse_on_vllm(served, reply, (body.top_logprobs or 0) if body.logprobs else 0, "top_logprobs")
+    constraint = await compiled(client, reply)
     # Placing a call may read the capture set's files (the first time), and rendering a long
     # conversation tokenizes megabytes: both off the event loop.
     turn = await asyncio.to_thread(capture.place_chat, messages) if capture is not None else None
@@ -188,7 +191,7 @@ async def chat_completions(request: Request) -> Response:
     completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if chat.body.stream:
         return sse(_chat_chunks(chat, completion_id, created), chat.headers())
-    choices = await sample_all(chat.served.client, [chat.spec])
+    choices = await sample_all(chat.served.client, [chat.spec], chat.served.vllm)
     await _record_chat(chat, choices)
     stop_ids = stop_ids_of(chat.fmt, chat.served)
     out = []
@@ -217,7 +220,7 @@ async def _chat_chunks(chat: _Chat, completion_id: str, created: int) -> AsyncIt
     # Whether a reply calls a tool is known only when it ends: with tools its text is sent then, whole.
     held = fmt.parses_tools()
     yield chunk([ChunkChoice(index=i, delta=ChunkDelta(role="assistant", content="")) for i in range(spec.n)])
-    async for event in stream_all(chat.served.client, [spec]):
+    async for event in stream_all(chat.served.client, [spec], chat.served.vllm):
         if isinstance(event, ChoicesEvent):
             await _record_chat(chat, event.choices)
             for choice in event.choices:

@@ -40,6 +40,7 @@ from envsuite.serve.openai_api._sampling import (
 from envsuite.serve.openai_api._structured import (
     compiled,
     completion_constraint,
+    refuse_on_vllm,
 )
 from envsuite.serve.openai_api._wire import (
     MAX_N,
@@ -136,7 +137,9 @@ async def _prepare_completions(request: Request) -> _Completions:
         if isinstance(text, str):
             refuse_beyond_context(served, len(text), "prompt")
     prompts = await asyncio.to_thread(_prompts, body, served)
-    constraint = await compiled(served.client, completion_constraint(body.structured_outputs))
+    reply = completion_constraint(body.structured_outputs)
+    refuse_on_vllm(served, reply, body.logprobs or 0, "logprobs")
+    constraint = await compiled(served.client, reply)
     if capture is not None and len(prompts) > 1:
         raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")
     specs = []
@@ -165,7 +168,7 @@ async def completions(request: Request) -> Response:
     completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     if job.body.stream:
         return sse(_completion_chunks(job, completion_id, created), job.headers())
-    choices = await sample_all(job.served.client, job.specs)
+    choices = await sample_all(job.served.client, job.specs, job.served.vllm)
     await job.record(choices)
     stops = job.specs[0].user_stops
     out = [
@@ -196,7 +199,7 @@ async def _completion_chunks(
     stops = job.specs[0].user_stops
     texts: dict[int, TextStream] = {}
     finished: list[SampledChoice] = []
-    async for event in stream_all(served.client, job.specs):
+    async for event in stream_all(served.client, job.specs, served.vllm):
         if isinstance(event, ChoicesEvent):
             await job.record(event.choices)
             for choice in event.choices:

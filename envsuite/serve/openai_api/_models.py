@@ -8,6 +8,11 @@ directories; or a base model name. Every name but a live session goes through th
 :class:`~envsuite.serve._paths.PathScope`, so a path elsewhere on the disk is a 404 like any unknown
 name. Checkpoints and base models share the server's samplers (``ServerState.shared_sampler``), so
 OpenAI and Tinker requests on the same weights batch together in one engine.
+
+Under ``--sampling-engine vllm`` the same weights are also named on the vLLM server (:class:`VllmTarget`:
+the base model's name there, a snapshot's published adapter, a checkpoint published on first use), and
+the request samples there; the local client still gives the tokenizer, the chat format and the
+context length, so the prompt's token ids are the ones vLLM samples after.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ from envsuite.backends.local import CheckpointError, LocalSamplingClient
 from envsuite.models import KNOWN_MODELS, is_checkpoint_dir
 from envsuite.serve._errors import NotFound
 from envsuite.serve._state import ServerState
+from envsuite.serve._vllm import VllmEngine
 from envsuite.serve.openai_api._wire import ModelCard, ModelList, OpenAIError
+
+
+@dataclass(frozen=True)
+class VllmTarget:
+    """Where a request samples under ``--sampling-engine vllm``: the server and the name there."""
+
+    engine: VllmEngine
+    model: str
+    """The base model's name on the server, or a published adapter's."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,27 @@ class ServedModel:
     client: LocalSamplingClient
     base_model: str
     """Whose tokenizer and chat format apply."""
+    vllm: VllmTarget | None = None
+    """Set when the request samples on vLLM rather than on ``client``'s engine."""
+
+
+def _vllm_name(state: ServerState, name: str) -> str | None:
+    """The vLLM name of the weights ``name`` names (publishing a checkpoint the first time); None
+    without vLLM. Blocking: called off the event loop."""
+    if state.vllm is None:
+        return None
+    if name.startswith("tinker://"):
+        return state.vllm_name(None, name)
+    with state.lock:
+        live = state.samplers.get(name)
+    if live is not None:
+        if live.vllm_model is None:
+            raise ValueError(f"sampling session {name!r} is not published to vLLM")
+        return live.vllm_model
+    resolved = state.scope.model(name)
+    if is_checkpoint_dir(resolved):
+        return state.vllm_name(None, resolved)
+    return state.vllm_name(resolved, None)
 
 
 def _load(state: ServerState, name: str) -> LocalSamplingClient:
@@ -51,13 +87,17 @@ def _load(state: ServerState, name: str) -> LocalSamplingClient:
 
 async def serve_model(state: ServerState, name: str) -> ServedModel:
     """The served model a request names; a 404 (``model_not_found``) for any name the server lacks."""
+    if state.vllm is not None:
+        state.vllm.check_up()  # down: a 503 with Retry-After now, before any work
     try:
         client = await asyncio.to_thread(_load, state, name)
+        vllm_model = await asyncio.to_thread(_vllm_name, state, name)
     except NotFound as exc:
         raise OpenAIError(404, str(exc), param="model", code="model_not_found") from exc
     except (CheckpointError, ValueError) as exc:
         raise OpenAIError(400, f"model {name!r} cannot be loaded: {exc}", param="model") from exc
-    return ServedModel(name, client, client.get_base_model())
+    target = None if state.vllm is None or vllm_model is None else VllmTarget(state.vllm, vllm_model)
+    return ServedModel(name, client, client.get_base_model(), target)
 
 
 def list_models(state: ServerState) -> ModelList:

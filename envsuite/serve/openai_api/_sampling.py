@@ -9,6 +9,12 @@ Text follows OpenAI's conventions: a reply ends before its stop sequence (the en
 first of the request's ``stop`` strings), which it does not contain; the token ids and logprobs kept for
 capture are the sampled ones, stop token included. While streaming, text that could still turn out to
 begin a stop string, or that ends inside a UTF-8 character, is held back until it is settled.
+
+Under ``--sampling-engine vllm`` (a :class:`~envsuite.serve.openai_api._models.VllmTarget`) the same
+spec goes to the vLLM server instead, as token ids (``VllmEngine.sample``): the sampled token ids and
+their logprobs come back, so nothing is re-tokenized. A stream then gets each reply's tokens together
+when the reply is complete (vLLM's own streaming is not mapped). A server that is down is a
+:class:`~envsuite.serve._errors.SamplerDown` (503 with ``Retry-After``; in a stream, an error event).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 import tinker
 
 from envsuite.backends.local import SampledToken
+from envsuite.serve._errors import SamplerDown
 from envsuite.serve.openai_api._wire import OpenAIError, TokenLogprob, TopLogprob
 
 if TYPE_CHECKING:
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
     from envsuite.backends.local import LocalSamplingClient
     from envsuite.chat import StopCondition
     from envsuite.constraints import Constraint
+    from envsuite.serve.openai_api._models import VllmTarget
 
 
 @dataclass(frozen=True)
@@ -136,8 +144,16 @@ def _choices(spec: SampleSpec, response: tinker.SampleResponse) -> list[SampledC
 
 
 def _start(
-    client: LocalSamplingClient, spec: SampleSpec, on_token: Callable[[SampledToken], None] | None = None
+    client: LocalSamplingClient,
+    spec: SampleSpec,
+    on_token: Callable[[SampledToken], None] | None = None,
+    vllm: VllmTarget | None = None,
 ) -> concurrent.futures.Future[tinker.SampleResponse]:
+    if vllm is not None:
+        # The routes refused what vLLM's replies here cannot carry (top logprobs, constraints).
+        assert spec.constraint is None and not spec.top_logprobs
+        prompt = tinker.ModelInput.from_ints(spec.prompt_T)
+        return vllm.engine.sample(vllm.model, client.get_base_model(), prompt, spec.n, spec.params)
     return client.sample(
         tinker.ModelInput.from_ints(spec.prompt_T),
         spec.n,
@@ -152,26 +168,33 @@ def as_openai_error(exc: Exception) -> OpenAIError:
     """A sampling failure as the client's error: its request's fault (400) unless the server's (500)."""
     if isinstance(exc, OpenAIError):
         return exc
+    if isinstance(exc, SamplerDown):
+        return OpenAIError(503, str(exc), code="sampler_unavailable")
     if isinstance(exc, (ValueError, TypeError)):
         return OpenAIError(400, f"{type(exc).__name__}: {exc}")
     return OpenAIError(500, f"sampling failed: {type(exc).__name__}: {exc}")
 
 
-async def sample_all(client: LocalSamplingClient, specs: list[SampleSpec]) -> list[SampledChoice]:
+async def sample_all(
+    client: LocalSamplingClient, specs: list[SampleSpec], vllm: VllmTarget | None = None
+) -> list[SampledChoice]:
     """Every spec's samples (all submitted at once, so the engine batches them)."""
-    futures = [asyncio.wrap_future(_start(client, spec)) for spec in specs]
+    futures = [asyncio.wrap_future(_start(client, spec, vllm=vllm)) for spec in specs]
     try:
         responses = await asyncio.gather(*futures)
+    except SamplerDown:
+        raise  # the app answers 503 with Retry-After
     except Exception as exc:
         raise as_openai_error(exc) from exc
     return [c for spec, r in zip(specs, responses, strict=True) for c in _choices(spec, r)]
 
 
 async def stream_all(
-    client: LocalSamplingClient, specs: list[SampleSpec]
+    client: LocalSamplingClient, specs: list[SampleSpec], vllm: VllmTarget | None = None
 ) -> AsyncIterator[TokenEvent | ChoicesEvent]:
-    """Tokens as they are sampled, then each spec's finished choices. Leaving the iteration early (the
-    client went away) cancels the requests, which frees their rows in the engine."""
+    """Tokens as they are sampled (on vLLM: a reply's tokens when it is complete), then each spec's
+    finished choices. Leaving the iteration early (the client went away) cancels the requests, which
+    frees their rows in the engine."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[TokenEvent | ChoicesEvent | BaseException] = asyncio.Queue()
 
@@ -188,16 +211,30 @@ async def stream_all(
             if future.cancelled():
                 return
             error = future.exception()
-            item = error if error is not None else ChoicesEvent(_choices(spec, future.result()))
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            if error is not None:
+                loop.call_soon_threadsafe(queue.put_nowait, error)
+                return
+            choices = _choices(spec, future.result())
+            if vllm is not None:  # no token callbacks from vLLM: each reply's tokens, now
+                for choice in choices:
+                    row = choice.index - spec.first_index
+                    for token, logprob in zip(choice.tokens, choice.logprobs, strict=True):
+                        event = TokenEvent(choice.index, SampledToken(row, token, logprob, []))
+                        loop.call_soon_threadsafe(queue.put_nowait, event)
+            loop.call_soon_threadsafe(queue.put_nowait, ChoicesEvent(choices))
 
         return done
 
     futures = []
-    for spec in specs:
-        future = _start(client, spec, forward(spec))
-        future.add_done_callback(finished(spec))
-        futures.append(future)
+    try:
+        for spec in specs:
+            future = _start(client, spec, None if vllm is not None else forward(spec), vllm)
+            future.add_done_callback(finished(spec))
+            futures.append(future)
+    except SamplerDown as exc:  # the stream's headers are sent: an error event, not a 503
+        for future in futures:
+            future.cancel()
+        raise as_openai_error(exc) from exc
     try:
         remaining = len(specs)
         while remaining:

@@ -31,6 +31,7 @@ from envsuite.serve.openai_api._wire import ChatRequest, OpenAIError, unsupporte
 
 if TYPE_CHECKING:
     from envsuite.backends.local import LocalSamplingClient
+    from envsuite.serve.openai_api._models import ServedModel
 
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 _STRUCTURED_KINDS = ("json", "regex", "choice", "grammar", "json_object")
@@ -209,6 +210,22 @@ async def compiled(client: LocalSamplingClient, reply: ReplyConstraint | None) -
     except ConstraintError as exc:
         raise OpenAIError(400, f"{reply.param}: {exc}", param=reply.param) from None
     return reply.constraint
+
+
+def refuse_on_vllm(
+    served: ServedModel, reply: ReplyConstraint | None, top_logprobs: int, top_param: str
+) -> None:
+    """A 400 naming what a request sampled on vLLM (``--sampling-engine vllm``) cannot have, as the
+    Tinker routes refuse ``topk_sample_logprobs`` and constraints there: its replies carry the sampled
+    token's logprob only, and envsuite's constraints are not mapped to vLLM's structured outputs.
+    Refused rather than sampled on the local engine, so every reply comes from one engine."""
+    if served.vllm is None:
+        return
+    why = "not served when sampling on vLLM (envsuite serve --sampling-engine vllm)"
+    if reply is not None:
+        raise unsupported(reply.param, f"constrained decoding is {why}")
+    if top_logprobs:
+        raise unsupported(top_param, f"top logprobs are {why}; ask for the sampled tokens' logprobs only")
 
 
 def completion_constraint(value: object) -> ReplyConstraint | None:

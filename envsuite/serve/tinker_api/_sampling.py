@@ -76,6 +76,9 @@ async def asample(request: Request) -> dict[str, Any]:
         client = await asyncio.to_thread(state.scoped_sampler, body.base_model, body.model_path)
         vllm_model = await asyncio.to_thread(state.vllm_name, body.base_model, body.model_path)
     on_vllm = vllm_model is not None and _samples_on_vllm(body, constraint)
+    if on_vllm:
+        assert state.vllm is not None
+        state.vllm.check_up()  # down: a 503 with Retry-After, which the SDK retries
     if constraint is not None:
         try:
             await asyncio.to_thread(client.compile_constraint, constraint)
