@@ -32,6 +32,7 @@ RESULT_PRESETS = (
     "tools-calculator-easy",
     "tools-search-easy",
     "tools-kv-store-easy",
+    "workspace-shell-intro",
     "chain-sum-curriculum",
     "chain-sum-fixed",
     "mix-three-families",
