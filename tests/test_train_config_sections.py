@@ -42,7 +42,7 @@ def test_no_section_is_large_and_every_setting_has_one_home() -> None:
     assert all(len(dataclasses.fields(kind)) <= 15 for kind in SECTIONS.values())
     # with env_id and log_dir: the 51 settings of before, and constrain_actions, sampler, vllm_url,
     # rubric, rubric_judge, rubric_judge_cache, policies since
-    assert len(names) == len(set(names)) == 56
+    assert len(names) == len(set(names)) == 57
     assert not set(names) & set(SECTIONS)
 
 
@@ -64,6 +64,7 @@ def test_a_config_saved_before_the_sections_loads_and_writes_back_the_same() -> 
         "rubric_judge": "smollm2-135m-instruct",
         "rubric_judge_cache": None,
         "policies": {},
+        "warm_start_steps": 0,
     }
     assert config.to_dict() == {**flat, **later}
     assert config.differs_from(TrainConfig.from_dict(flat)) == []
