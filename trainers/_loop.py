@@ -472,14 +472,7 @@ class Trainer:
 
 
 def _adam(config: TrainConfig, step: int) -> tinker.AdamParams:
-    return tinker.AdamParams(
-        learning_rate=config.learning_rate_at(step),
-        beta1=config.optimizer.beta1,
-        beta2=config.optimizer.beta2,
-        eps=config.optimizer.eps,
-        weight_decay=config.optimizer.weight_decay,
-        grad_clip_norm=config.optimizer.grad_clip_norm,
-    )
+    return config.optimizer.adam(config.learning_rate_at(step))
 
 
 def _batch_counts(errors: list[str], assembled: AssembledBatch, n_finished: int) -> Row:

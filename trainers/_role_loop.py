@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import tinker
 
 from envsuite.trainers._batches import split_minibatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
@@ -157,15 +156,7 @@ async def train_policy(config: TrainConfig, run: RolePolicyRun, step: int, batch
     """``num_substeps`` rounds of ``forward_backward`` + ``optim_step`` on one policy's datums."""
     assembled = batch.assembled
     minibatches = split_minibatches(assembled.datums_D, assembled.n_groups_used, config.steps.num_substeps)
-    opt = config.optimizer
-    adam = tinker.AdamParams(
-        learning_rate=policy_learning_rate(config, run.spec, step),
-        beta1=opt.beta1,
-        beta2=opt.beta2,
-        eps=opt.eps,
-        weight_decay=opt.weight_decay,
-        grad_clip_norm=opt.grad_clip_norm,
-    )
+    adam = config.optimizer.adam(policy_learning_rate(config, run.spec, step))
     row: Row = {}
     losses: list[float] = []
     kls: list[float] = []

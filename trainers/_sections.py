@@ -14,12 +14,15 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envsuite.executors import ExecutorConfig
 from envsuite.losses import LossFn
 from envsuite.trainers._curriculum import Curriculum
 from envsuite.trainers._policies import RolesSection
+
+if TYPE_CHECKING:
+    import tinker
 
 Check = tuple[bool, str]
 """A condition a valid config meets, and the message naming what to change when it does not."""
@@ -239,6 +242,20 @@ class OptimizerSection:
             (_positive(self.eps), f"eps must be > 0, got {self.eps}"),
             (self.weight_decay >= 0 and self.grad_clip_norm >= 0, "weight_decay/grad_clip_norm must be >= 0"),
         ]
+
+    def adam(self, learning_rate: float) -> tinker.AdamParams:
+        """The ``optim_step`` parameters of these settings at ``learning_rate`` (the schedule's rate
+        for a step, a policy's own, or the peak): one place builds them for every trainer."""
+        import tinker  # here, not at import: reading a config needs no SDK
+
+        return tinker.AdamParams(
+            learning_rate=learning_rate,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            grad_clip_norm=self.grad_clip_norm,
+        )
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ async def warm_start(config: TrainConfig, clients: PolicyClients, train_data: RL
                 "reply (a FULL_MARKS reward probe) to imitate"
             )
         out = await clients.forward_backward(data, "cross_entropy", None)
-        await clients.optim_step(_peak_adam(config))
+        await clients.optim_step(config.optimizer.adam(config.optimizer.learning_rate))
         weights_D = [d.loss_fn_inputs["weights"].to_numpy() for d in data]
         n_tokens = int(sum(np.sum(w) for w in weights_D))
         nll = -sum(float(np.sum(lp * w)) for lp, w in zip(out.logprobs_D, weights_D, strict=True))
@@ -101,15 +101,3 @@ async def warm_start(config: TrainConfig, clients: PolicyClients, train_data: RL
         "warm_start/nll_first": steps[0].nll_per_token if steps else float("nan"),
         "warm_start/nll_last": steps[-1].nll_per_token if steps else float("nan"),
     }
-
-
-def _peak_adam(config: TrainConfig) -> tinker.AdamParams:
-    opt = config.optimizer
-    return tinker.AdamParams(
-        learning_rate=opt.learning_rate,
-        beta1=opt.beta1,
-        beta2=opt.beta2,
-        eps=opt.eps,
-        weight_decay=opt.weight_decay,
-        grad_clip_norm=opt.grad_clip_norm,
-    )
