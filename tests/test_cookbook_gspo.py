@@ -9,38 +9,24 @@ point, unchanged but for its ``base_url``, on the tiny test model.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from envsuite.models import resolve_model
 from tests.conftest import TEST_MODEL
-from tests.test_serve import _free_port, _start_server
+from tests.test_serve import served_command
 
 
-@contextlib.contextmanager
-def _envsuite_serve(state_dir: Path) -> Iterator[str]:
-    """``envsuite serve`` on a free loopback port; yields its URL, stops it afterwards."""
-    port = _free_port()
-    server = _start_server(port, state_dir)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-
-
-def test_cookbook_math_rl_trains_with_gspo_through_envsuite_serve(
+def test_cookbook_math_rl_trains_with_gspo_throughserved_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tinker_cookbook.recipes.math_rl import train as math_rl
 
     monkeypatch.setenv("TINKER_API_KEY", "tml-loopback")  # the SDK wants a key; loopback takes any
     log_path = tmp_path / "math_rl"
-    with _envsuite_serve(tmp_path / "state") as url:
+    with served_command(tmp_path / "state") as url:
         config = math_rl.CLIConfig(
             model_name=str(resolve_model(TEST_MODEL).path),
             renderer_name="role_colon",

@@ -21,10 +21,9 @@ different ranks, seeds and data, on the tiny random model:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from envsuite.backends.local import (
 from envsuite.engine.weights import LoraSpec, adapter_state, add_lora, load_base_model
 from envsuite.models import resolve_model
 from tests.conftest import TEST_MODEL
-from tests.test_serve import _free_port, _start_server, sdk
+from tests.test_serve import sdk, served_command
 
 ADAPTER_FILE = "adapter.safetensors"
 """A LoRA checkpoint's weights (docs/backend.md: checkpoints are plain directories)."""
@@ -306,23 +305,11 @@ async def _rl_loop(service: Any, role: Role) -> RolloutLog:
     return log
 
 
-@contextlib.contextmanager
-def _envsuite_serve(state_dir: Path) -> Iterator[str]:
-    """``envsuite serve`` (the command) on a free loopback port; yields its URL, stops it afterwards."""
-    port = _free_port()
-    server = _start_server(port, state_dir)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-
-
 async def _both(service: Any) -> list[RolloutLog]:
     return list(await asyncio.wait_for(asyncio.gather(*(_rl_loop(service, r) for r in ROLES)), timeout=300))
 
 
-def test_two_cookbook_style_clients_train_side_by_side_through_envsuite_serve(tmp_path: Path) -> None:
+def test_two_cookbook_style_clients_train_side_by_side_throughserved_command(tmp_path: Path) -> None:
     """Two cookbook-style RL loops at once through ``envsuite serve`` (the command, loopback): at every
     step each client's learner scores the tokens its sampler drew within 1e-4 of the sampler's own
     logprobs, so each row was decoded with its client's current adapter (a row of the other client's
@@ -332,7 +319,7 @@ def test_two_cookbook_style_clients_train_side_by_side_through_envsuite_serve(tm
     last bits differently (kernel plans, rows of both adapters in one step), which flips temperature-
     sampled tokens; CI saw the asker's tokens differ that way."""
     state = tmp_path / "state"
-    with _envsuite_serve(state) as url, sdk(url) as service:
+    with served_command(state) as url, sdk(url) as service:
         assert isinstance(service, tinker.ServiceClient)
         together = asyncio.run(_both(service))
 

@@ -290,6 +290,17 @@ def test_a_key_is_required_off_loopback_and_checked_never_kept(
     assert KEY not in stored and KEY not in caplog.text
 
 
+@contextlib.contextmanager
+def served_command(state_dir: Path) -> Iterator[str]:
+    """``envsuite serve`` (the command) on a free loopback port; yields its URL, stops it afterwards."""
+    server = _start_server(port := _free_port(), state_dir)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 def _start_server(port: int, state_dir: Path, *options: str, quiet: bool = False) -> subprocess.Popen[bytes]:
     """``envsuite serve`` (with ``options``) as a child process on loopback ``port``, once it answers;
     killed if it never does. ``quiet``: its stderr is dropped."""
