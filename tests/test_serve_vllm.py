@@ -194,6 +194,43 @@ def test_training_on_a_vllm_sampling_server_is_lora_of_the_served_base_without_l
             engine.training_lora(asked, base)
 
 
+def test_envsuite_serves_vllm_flags_reach_the_watchdog_and_the_server_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restart limits and the GPU share, from the command line to the watchdog and vLLM's command
+    (no vLLM needed: nothing is started, and any interpreter stands in for the vLLM venv's)."""
+    from envsuite.cli._main import build_parser
+    from envsuite.cli._serve_cmd import config_from_args
+
+    def config(*flags: str) -> ServeConfig:
+        return config_from_args(build_parser().parse_args(["serve", "--sampling-engine", "vllm", *flags]))
+
+    defaults = config()
+    assert (defaults.vllm_max_restarts, defaults.vllm_restart_window_s) == (3, 600.0)
+    monkeypatch.setenv("ENVSUITE_VLLM_PYTHON", sys.executable)
+    given = config("--vllm-max-restarts", "5", "--vllm-restart-window", "120", "--vllm-model", MODEL)
+    given.check(None)
+    settings = VllmEngine(given).watchdog.settings
+    assert (settings.max_restarts, settings.window_s) == (5, 120.0)
+    for bad in (["--vllm-max-restarts", "-1"], ["--vllm-restart-window", "0"]):
+        with pytest.raises(ServeConfigError, match="vllm_"):
+            config(*bad).check(None)
+    with pytest.raises(ServeConfigError, match="vllm_gpu_memory_utilization"):
+        config("--vllm-gpu-memory-utilization", "1.5").check(None)
+    # On a GPU the server is vLLM's CUDA build beside the learner: a share of the GPU, no CPU settings.
+    on_gpu = VllmEngine(
+        config("--device", "cuda", "--vllm-gpu-memory-utilization", "0.3", "--vllm-model", MODEL)
+    )
+    server = on_gpu._server
+    assert server is not None and server.settings.device == "cuda"
+    command, env = server.command(8000), server.environment()
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.3"
+    assert "VLLM_TARGET_DEVICE" not in env and "VLLM_CPU_KVCACHE_SPACE" not in env
+    on_cpu = VllmEngine(given)._server
+    assert on_cpu is not None and "--gpu-memory-utilization" not in on_cpu.command(8000)
+    assert on_cpu.environment()["VLLM_TARGET_DEVICE"] == "cpu"
+
+
 def _datum(tokens: list[int]) -> types.Datum:
     return types.Datum(
         model_input=types.ModelInput.from_ints(tokens[:-1]),

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envsuite.cli._args import Subparsers
 from envsuite.errors import UsageError
+
+if TYPE_CHECKING:
+    from envsuite.serve import ServeConfig
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -98,6 +102,27 @@ def add_parser(sub: Subparsers) -> None:
         help="--sampling-engine vllm: prompt plus reply, in tokens, on a server started here",
     )
     p.add_argument(
+        "--vllm-max-restarts",
+        type=int,
+        default=defaults.vllm_max_restarts,
+        help="--sampling-engine vllm: a server started here that dies is restarted at most this many times "
+        "within --vllm-restart-window, then left down (sampling answers 503); 0 never restarts it",
+    )
+    p.add_argument(
+        "--vllm-restart-window",
+        type=float,
+        default=defaults.vllm_restart_window_s,
+        metavar="SECONDS",
+        help="--sampling-engine vllm: the window --vllm-max-restarts counts losses in",
+    )
+    p.add_argument(
+        "--vllm-gpu-memory-utilization",
+        type=float,
+        default=defaults.vllm_gpu_memory_utilization,
+        help="--sampling-engine vllm --device cuda: the share of the GPU a vLLM server started here takes "
+        "(the learner trains on the rest)",
+    )
+    p.add_argument(
         "--session-timeout",
         type=float,
         default=defaults.session_timeout_s,
@@ -105,11 +130,11 @@ def add_parser(sub: Subparsers) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted; a ServeConfigError (a UsageError) is one line, exit 2."""
-    from envsuite.serve import ServeConfig, api_key_from_env, read_capture_keys, serve
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    """The server's config from ``envsuite serve``'s parsed flags (checked when the server starts)."""
+    from envsuite.serve import ServeConfig
 
-    config = ServeConfig(
+    return ServeConfig(
         host=args.host,
         port=args.port,
         device=args.device,
@@ -125,7 +150,17 @@ def run(args: argparse.Namespace) -> int:
         vllm_model=args.vllm_model,
         vllm_max_lora_rank=args.vllm_max_lora_rank,
         vllm_max_model_len=args.vllm_max_model_len,
+        vllm_max_restarts=args.vllm_max_restarts,
+        vllm_restart_window_s=args.vllm_restart_window,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted; a ServeConfigError (a UsageError) is one line, exit 2."""
+    from envsuite.serve import api_key_from_env, read_capture_keys, serve
+
+    config = config_from_args(args)
     try:
         capture_keys = read_capture_keys(args.capture_keys) if args.capture_keys else None
     except OSError as exc:

@@ -79,6 +79,9 @@ class ServeConfig:
     """A vLLM server started here that dies is restarted, at most this many times within
     :attr:`vllm_restart_window_s`; once more and it is left down (``envsuite.serve._vllm_watch``)."""
     vllm_restart_window_s: float = 600.0
+    vllm_gpu_memory_utilization: float = 0.4
+    """``--device cuda``: the share of the GPU a vLLM server started here takes (the learner trains on
+    the rest of the same GPU)."""
 
     @property
     def loopback(self) -> bool:
@@ -111,6 +114,10 @@ class ServeConfig:
             raise ServeConfigError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         if self.vllm_max_restarts < 0 or self.vllm_restart_window_s <= 0:
             raise ServeConfigError("vllm_max_restarts must be at least 0 and vllm_restart_window_s positive")
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            raise ServeConfigError(
+                f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}"
+            )
         if self.vllm_url is not None and self.sampling_engine != "vllm":
             raise ServeConfigError("--vllm-url names the server of --sampling-engine vllm: pass that too")
         if self.device == "cuda":

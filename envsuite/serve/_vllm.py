@@ -89,6 +89,8 @@ class VllmEngine:
                     served_name=BASE_NAME,
                     max_model_len=config.vllm_max_model_len,
                     max_lora_rank=config.vllm_max_lora_rank,
+                    device=config.device,
+                    gpu_memory_utilization=config.vllm_gpu_memory_utilization,
                 )
             )
         self.url = (config.vllm_url or "").rstrip("/")

