@@ -190,11 +190,12 @@ def _register_role_games() -> None:
             f"{name}_selfplay-v0",
             entry_point=f"envsuite.games.roles:{cls}",
             kwargs={"seat": 0},
-            group_builder_entry_point="envsuite.games.multiagent:CatalogSelfPlayBuilder",
+            group_builder_entry_point="envsuite.games.multiagent:RoleSelfPlayBuilder",
             kind=EnvKind.GAME,
             description=(
                 f"{about}; both seats are policies (a train group holds both seats of each game: a policy "
-                f"per role trains on it); held-out: the {first} against the scripted {second}."
+                f"per role trains on it); held-out: the {first} against the scripted {second} and the "
+                f"{second} against the scripted {first}, one game each."
             ),
             reward_range=(-1.0, 1.0),
             max_turns=20,

@@ -171,3 +171,26 @@ async def test_both_seats_of_a_duel_are_policies_and_each_gets_its_own_reward() 
             assert answerer_reward == 1.0
         assert asker[-1].metrics["found_secret"] == float(asker_reward == 0.9)
         assert answerer[-1].metrics["truthful_share"] == answerer_reward
+
+
+async def test_a_role_selfplay_ids_held_out_group_plays_every_role_against_the_script() -> None:
+    """``referential_selfplay-v0``'s test split: one env per seat of one game, each against the scripted
+    other seat (so a run with a policy per role measures every role); its train split stays both seats
+    of every game."""
+    for seed in range(4):
+        target = Referential(seed).target  # the env's game is built from the same seed
+        wrong = next(o for o in Referential(seed).candidates if o != target)
+        for pick, reward in ((target, 1.0), (wrong, 0.0)):
+            test = envsuite.make_group_builder(
+                "referential_selfplay-v0", seed=seed, split="test", group_size=1, model="tiny-random"
+            )
+            describer, picker = await test.make_envs()
+            assert (getattr(describer, "seat", None), getattr(picker, "seat", None)) == (0, 1)
+            # Each env ends alone: its other seat is the scripted player, not a waiting policy.
+            described = await _scripted_rollout(describer, [f"[describe {pick}]"])
+            picked = await _scripted_rollout(picker, [f"[pick {pick}]"])
+            assert [r.reward for r in described] == [r.reward for r in picked] == [reward]
+        train = envsuite.make_group_builder(
+            "referential_selfplay-v0", seed=seed, split="train", group_size=4, model="tiny-random"
+        )
+        assert [getattr(env, "seat", None) for env in await train.make_envs()] == [0, 1, 0, 1]

@@ -36,7 +36,15 @@ from envsuite.core import (
     Transition,
 )
 from envsuite.registration import register, registry
-from envsuite.trainers import ConfigError, StopCause, TrainConfig, load_preset, read_metrics, run_training
+from envsuite.trainers import (
+    ConfigError,
+    StopCause,
+    TrainConfig,
+    load_preset,
+    read_eval_rows,
+    read_metrics,
+    run_training,
+)
 
 TOY_ID = "test-two-seat-first-token-v0"
 HALF_VOCAB = 49152 // 2
@@ -328,6 +336,12 @@ def test_the_two_policy_preset_trains_both_roles_of_the_duel(tmp_path: Path) -> 
     assert row["policy/asker/episodes"] == row["policy/answerer/episodes"] == 2
     assert "policy/asker/env/found_secret" in row and "policy/asker/env/truthful_share" not in row
     assert "policy/answerer/env/truthful_share" in row and "policy/answerer/env/found_secret" not in row
-    assert row["test/episodes"] == 2 and row["test/failed_groups"] == 0  # held-out: the asker vs the script
+    # Held-out: each test problem is one game per role against the scripted other seat; each policy's own
+    # numbers, and every episode row names its seat and policy (compare_held_out(policy=...) reads them).
+    assert row["test/episodes"] == 4 and row["test/failed_groups"] == 0
+    assert row["policy/asker/test/episodes"] == row["policy/answerer/test/episodes"] == 2
+    assert "policy/answerer/test/env/truthful_share" in row and "policy/asker/test/env/found_secret" in row
+    episodes = read_eval_rows(Path(config.log_dir))
+    assert sorted((e["seat"], e["policy"]) for e in episodes) == [(0, "asker")] * 2 + [(1, "answerer")] * 2
     # The preset constrains each seat's replies to its legal moves, through either policy's sampler.
     assert row["policy/asker/env/invalid_moves"] == row["policy/answerer/env/invalid_moves"] == 0

@@ -202,3 +202,25 @@ def test_results_run_trains_self_play_summarizes_and_matches_the_base_model(tmp_
     assert "held-out win+draw (n=3)" in text and "trained vs base model, 2 games" in text
     again = run_one(preset, tmp_path, {}, show_progress=False)
     assert again["train_seconds"] == summary["train_seconds"] and again["match"] == summary["match"]
+
+
+def test_a_run_with_a_policy_per_role_compares_each_policy_on_its_own_episodes(tmp_path: Path) -> None:
+    """Rows of a policy-per-role run name the policy that played them: ``compare_held_out(policy=...)``
+    keeps that policy's episodes, and ``envsuite results`` reports each policy apart."""
+    from envsuite.cli._results_cmd import _held_out_by_env
+
+    rows = [
+        {"step": step, "index": index, "reward": reward, "stop": "completed", "metrics": {"win": reward}}
+        | {"seat": index % 2, "policy": ("describer", "picker")[index % 2]}
+        for step, rewards in ((0, (0.0, 1.0, 0.0, 0.0)), (9, (1.0, 1.0, 1.0, 0.0)))
+        for index, reward in enumerate(rewards)
+    ]
+    (tmp_path / "eval_episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    describer = compare_held_out(tmp_path, "reward", policy="describer")
+    picker = compare_held_out(tmp_path, "reward", policy="picker")
+    assert (describer.before.mean, describer.after.mean, describer.change.n) == (0.0, 1.0, 2)
+    assert (picker.before.mean, picker.after.mean, picker.change.mean) == (0.5, 0.5, 0.0)
+    assert compare_held_out(tmp_path, "reward").after.n == 4  # without a policy: every seat's episodes
+    by_policy = _held_out_by_env(tmp_path, "win")
+    assert sorted(by_policy) == ["policy:describer", "policy:picker"]
+    assert by_policy["policy:describer"]["win"]["change"]["mean"] == 1.0

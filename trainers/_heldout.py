@@ -7,7 +7,8 @@ problems (same seeds) at every evaluation, so the first and the last evaluation 
 change (resampling episodes, not evaluations), which is what a "reward went from A to B" claim needs.
 
 Invariants: rows of one evaluation share ``step``; ``index`` is the test problem's position, so a
-row of the first and of the last evaluation with the same index played the same episode. A resumed
+row of the first and of the last evaluation with the same index played the same episode. A run with a
+policy per role adds each row's ``seat`` and the ``policy`` that played it. A resumed
 run drops rows at or past its checkpoint step (as ``metrics.jsonl`` does), so each evaluation appears
 once.
 """
@@ -169,13 +170,17 @@ def compare_held_out(
     n_resamples: int = DEFAULT_RESAMPLES,
     env: str | None = None,
     rung: int | None = None,
+    policy: str | None = None,
 ) -> HeldOutComparison:
     """The first (or ``before_step``) vs the last (or ``after_step``) evaluation of a run, on its own
     held-out sets; ``env`` keeps one env's episodes (a multi-env run's: ``reasoning_gym/chain_sum``),
-    ``rung`` the episodes of that rung's set (``eval_rungs``) instead."""
+    ``rung`` the episodes of that rung's set (``eval_rungs``) instead, ``policy`` those a policy of a
+    run with a policy per role played (its seats' episodes)."""
     by_step: dict[int, dict[int, dict[str, object]]] = {}
     for row in read_eval_rows(Path(log_dir)):
         if (env is not None and row.get("env") != env) or row.get("rung") != rung:
+            continue
+        if policy is not None and row.get("policy") != policy:
             continue
         by_step.setdefault(_int(row.get("step")), {})[_int(row.get("index"))] = row
     if len(by_step) < 2 and (before_step is None or after_step is None or before_step == after_step):

@@ -48,6 +48,7 @@ from envsuite.trainers._role_rollouts import (
     check_seats,
     rollout_batch_by_seat,
     seat_of,
+    seat_parts,
 )
 from envsuite.trainers._run_envs import EvalSet, build_datasets
 from envsuite.trainers._trackers import Trackers, open_trackers
@@ -326,11 +327,21 @@ class RolePoliciesTrainer:
             group_seed(self.config.steps.seed, "eval-sampling", step, i) for i in range(len(builders_P))
         ]
         rollouts = await rollout_batch_by_seat(builders_P, seeds_P, self._require_samplers())
-        append_eval_rows(self.log_dir, eval_rows(rollouts.plain_P, rollouts.indices_P, step))
+        rows = eval_rows(rollouts.plain_P, rollouts.indices_P, step)
+        owners = self.config.roles.seat_owners()
+        seats = [seat for seated in rollouts.groups_P for seat in seated.seats_G]
+        for episode, seat in zip(rows, seats, strict=True):
+            episode |= {"seat": seat, "policy": owners[seat]}  # compare_held_out(policy=...) reads it
+        append_eval_rows(self.log_dir, rows)
         row = episode_summary(rollouts.plain_P, prefix="test/")
         row["test/failed_groups"] = len(rollouts.failed_errors)
         if rollouts.failed_errors:
             row["test/error/first"] = rollouts.failed_errors[0][:300]
+        for policy in self.policies:
+            parts = seat_parts(rollouts.groups_P, policy.spec.seats)
+            if parts:
+                own = episode_summary(parts, prefix="test/")
+                row |= {f"{POLICY_PREFIX}{policy.name}/{key}": value for key, value in own.items()}
         return row
 
     async def _save(self, done: int) -> RoleCheckpoint:

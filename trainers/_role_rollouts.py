@@ -165,6 +165,17 @@ def seat_subgroup(group: TrajectoryGroup, members: Sequence[int]) -> TrajectoryG
     )
 
 
+def seat_parts(groups_P: Sequence[SeatedGroup], seats: Collection[int]) -> list[TrajectoryGroup]:
+    """The members of each group that played ``seats``, one group per (group, seat) that has any."""
+    parts: list[TrajectoryGroup] = []
+    for seated in groups_P:
+        for seat in sorted(seats):
+            members = [i for i, s in enumerate(seated.seats_G) if s == seat]
+            if members:
+                parts.append(seat_subgroup(seated.group, members))
+    return parts
+
+
 @dataclass(frozen=True)
 class PolicyBatch:
     """One policy's share of a step: its members' groups (one per group and seat) and their datums."""
@@ -177,12 +188,7 @@ def assemble_for_policy(
     groups_P: Sequence[SeatedGroup], seats: Collection[int], *, scale_by_std: bool, version: int
 ) -> PolicyBatch:
     """The datums of the members that played ``seats``; advantages centred within each (group, seat)."""
-    parts: list[TrajectoryGroup] = []
-    for seated in groups_P:
-        for seat in sorted(seats):
-            members = [i for i, s in enumerate(seated.seats_G) if s == seat]
-            if members:
-                parts.append(seat_subgroup(seated.group, members))
+    parts = seat_parts(groups_P, seats)
     assembled = assemble_batch(parts, scale_by_std=scale_by_std, versions_P=[version] * len(parts))
     return PolicyBatch(parts, assembled)
 

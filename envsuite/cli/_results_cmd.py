@@ -81,13 +81,25 @@ def run_one(
     preset: Preset, out_dir: Path, overrides: dict[str, str], *, show_progress: bool
 ) -> dict[str, Any]:
     """Train one preset (or resume it), then measure and write its summary."""
-    from envsuite.trainers import CheckpointLog, compare_held_out, run_training
+    from envsuite.trainers import (
+        POLICY_CHECKPOINTS,
+        CheckpointLog,
+        RoleCheckpointLog,
+        compare_held_out,
+        run_training,
+    )
 
     log_dir = out_dir / preset.name
     config = preset.config(str(log_dir), **overrides)
     summary_path = log_dir / "summary.json"
     previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    done_before = CheckpointLog(log_dir / "checkpoints.jsonl").last()
+    done_before = (
+        RoleCheckpointLog(
+            log_dir / POLICY_CHECKPOINTS
+        ).last()  # a policy per role saves all its policies here
+        if config.roles.policies
+        else CheckpointLog(log_dir / "checkpoints.jsonl").last()
+    )
     load_start = os.getloadavg()
     started = time.perf_counter()
     result = run_training(config, show_progress=show_progress)
@@ -161,25 +173,39 @@ SUCCESS_METRICS = ("correct", "success", "win")
 
 
 def _held_out_by_env(log_dir: Path, quantity: str) -> dict[str, dict[str, ComparisonJson]]:
-    """A multi-env run's (or one with per-rung held-out sets) before -> after for each env and rung."""
+    """A multi-env run's (or one with per-rung held-out sets) before -> after for each env and rung; a
+    run with a policy per role's for each policy (``policy:<name>``)."""
     from envsuite.trainers import compare_held_out, read_eval_rows
 
-    sets: dict[tuple[str, int | None], set[str]] = {}
+    sets: dict[tuple[str | None, int | None, str | None], set[str]] = {}
     for row in read_eval_rows(log_dir):
-        if "env" in row:
-            rung = row.get("rung")
+        if "env" in row or "policy" in row:
+            rung, policy = row.get("rung"), row.get("policy")
             metrics = row.get("metrics")
             names = set(metrics) if isinstance(metrics, dict) else set()
-            sets.setdefault((str(row["env"]), rung if isinstance(rung, int) else None), set()).update(names)
+            key = (
+                str(row["env"]) if "env" in row else None,
+                rung if isinstance(rung, int) else None,
+                str(policy) if policy is not None else None,
+            )
+            sets.setdefault(key, set()).update(names)
     out: dict[str, dict[str, ComparisonJson]] = {}
-    for (env, rung), names in sorted(sets.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
-        label = env + (f"@rung{rung}" if rung is not None else "")
+    for (env, rung, policy), names in sorted(
+        sets.items(), key=lambda i: (i[0][0] or "", i[0][1] or -1, i[0][2] or "")
+    ):
+        label = _set_label(env, rung, policy)
         success = next((m for m in SUCCESS_METRICS if m in names), None)
         wanted = [q for q in (quantity, "reward", success) if q is not None and (q == "reward" or q in names)]
         for name in dict.fromkeys(wanted):
-            comparison = compare_held_out(log_dir, name, env=env, rung=rung)
+            comparison = compare_held_out(log_dir, name, env=env, rung=rung, policy=policy)
             out.setdefault(label, {})[name] = _comparison_dict(comparison)
     return out
+
+
+def _set_label(env: str | None, rung: int | None, policy: str | None) -> str:
+    """``reasoning_gym/chain_sum@rung2``, ``policy:asker``: which held-out episodes a line compares."""
+    parts = [] if env is None else [env + (f"@rung{rung}" if rung is not None else "")]
+    return " ".join(parts + ([] if policy is None else [f"policy:{policy}"]))
 
 
 def _comparison_dict(comparison: HeldOutComparison) -> ComparisonJson:

@@ -8,6 +8,7 @@ opponents, self-play groups and opponent pools for it here.
 from envsuite.games.multiagent._builders import (
     CatalogSelfPlayBuilder,
     OpponentPoolGroupBuilder,
+    RoleSelfPlayBuilder,
     SeatOptions,
     SelfPlayGroupBuilder,
     VsOpponentGroupBuilder,
@@ -76,6 +77,7 @@ __all__ = [
     "play_match",
     # group builders
     "CatalogSelfPlayBuilder",
+    "RoleSelfPlayBuilder",
     "SeatOptions",
     "seat_options",
     "opponent_setting",

@@ -159,6 +159,27 @@ class CatalogSelfPlayBuilder(CatalogGroupBuilder):
         return [self.env_spec.base_id, "selfplay"]
 
 
+@dataclass(frozen=True)
+class RoleSelfPlayBuilder(CatalogSelfPlayBuilder):
+    """:class:`CatalogSelfPlayBuilder` for a role game (ids like ``referential_selfplay-v0``): train groups as
+    there, and a held-out group is every seat of one game, each against the env's ``opponent`` (the scripted
+    player by default), so an evaluation measures every role: with a policy per role, each policy on its own
+    seats (``policy/<name>/test/...``). Member ``i`` plays seat ``i``; the env class takes ``seat``."""
+
+    async def make_envs(self) -> Sequence[Env]:
+        if self.split == "train":
+            return await super().make_envs()
+        seats = spec_game_factory(self.env_spec, self.env_kwargs).make(self.seed).num_players
+        ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
+        envs: list[Env] = []
+        for seat in range(seats):
+            env = self.env_spec.load()(ctx, **{**self.env_kwargs, "seat": seat})
+            if not isinstance(env, Env):
+                raise TypeError(f"{self.env_id}: entry point built {type(env).__name__}, not an envsuite Env")
+            envs.append(env)
+        return envs
+
+
 class SeatOptions(TypedDict):
     """The :class:`SeatEnv` keyword arguments every seat of a catalog game env shares."""
 
