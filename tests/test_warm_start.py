@@ -94,3 +94,21 @@ def test_settings_that_cannot_go_with_a_warm_start_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _config(tmp_path, **changes).validate()
+
+
+def test_the_command_line_sets_the_warm_start_over_a_preset() -> None:
+    """``envsuite train --warm-start-steps N`` sets it on a plain run and overrides a preset's value."""
+    import argparse
+
+    from envsuite.cli._args import Subparsers
+    from envsuite.cli._train_cmd import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser()
+    sub: Subparsers = parser.add_subparsers(dest="command")
+    add_parser(sub)
+    plain = config_from_args(parser.parse_args(["train", "arithmetic_easy", "--warm-start-steps", "3"]))
+    assert plain.steps.warm_start_steps == 3
+    preset = ["train", "--preset", "workspace-shell-intro", "--log-dir", "x"]
+    assert config_from_args(parser.parse_args(preset)).steps.warm_start_steps == 8
+    changed = config_from_args(parser.parse_args([*preset, "--warm-start-steps", "0"]))
+    assert changed.steps.warm_start_steps == 0

@@ -37,6 +37,12 @@ _OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--lr", "learning_rate", float, "peak learning rate"),
     ("--lr-schedule", "lr_schedule", str, "constant | linear | cosine"),
     ("--warmup-steps", "warmup_steps", int, "linear warmup steps"),
+    (
+        "--warm-start-steps",
+        "warm_start_steps",
+        int,
+        "supervised steps on each train env's reference reply before the first GRPO step (fresh runs)",
+    ),
     ("--lora-rank", "lora_rank", int, "LoRA rank; 0 trains every weight (full fine-tune, local only)"),
     ("--loss", "loss_fn", str, "the loss sent to forward_backward (docs/backend.md)"),
     ("--ppo-clip", "ppo_clip", float, "clip epsilon of ppo, cispo and gspo"),
