@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,13 +322,39 @@ def test_openai_chat_completions_sample_on_vllm_token_exact_with_logprobs_the_lo
     )
     assert max(diffs) <= TOL, diffs
     # What vLLM's replies cannot carry is refused by name, not sampled on the local engine.
-    refused = {
-        "top_logprobs": {"logprobs": True, "top_logprobs": 2},
-        "response_format": {"response_format": {"type": "json_object"}},
-    }
-    for param, extra in refused.items():
-        answer = _chat(served.url, MODEL, max_tokens=4, **extra)
-        assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+    answer = _chat(served.url, MODEL, max_tokens=4, response_format={"type": "json_object"})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "response_format", answer.text
+
+
+def _check_top(logprob: float, top: Sequence[tuple[object, float]]) -> None:
+    """One position sampled with ``top_k`` 2 and three alternatives asked for: the distribution sampled
+    from holds two tokens (vLLM's ``-inf`` for the rest is left out, as the local engine leaves out what
+    top-k removed), most likely first, their probabilities summing to 1, the sampled token's among them."""
+    values = [value for _, value in top]
+    assert len(top) == 2 and values == sorted(values, reverse=True), top
+    assert abs(sum(np.exp(values)) - 1.0) < 1e-4, top  # top_k reached vLLM: two tokens hold all the mass
+    assert min(abs(logprob - value) for value in values) < 1e-5, (logprob, top)
+
+
+def test_top_k_and_top_logprobs_are_served_on_vllm_on_both_route_families(served: Served) -> None:
+    params = types.SamplingParams(max_tokens=8, seed=4, temperature=1.0, top_k=2, stop=[])
+    with sdk(served.url) as service:
+        sampler = service.create_sampling_client(base_model=MODEL).result()
+        reply = sampler.sample(_prompt(), 2, params, topk_sample_logprobs=3).result(timeout=300)
+    for sequence in reply.sequences:
+        assert sequence.logprobs is not None and sequence.topk_logprobs is not None
+        assert len(sequence.topk_logprobs) == len(sequence.tokens) == 8
+        for token, logprob, top in zip(
+            sequence.tokens, sequence.logprobs, sequence.topk_logprobs, strict=True
+        ):
+            assert top is not None and token in [t for t, _ in top]  # by token id: nothing re-tokenized
+            _check_top(logprob, top)
+    answer = _chat(served.url, MODEL, max_tokens=8, seed=4, top_k=2, logprobs=True, top_logprobs=3)
+    assert answer.status_code == 200, answer.text
+    entries = answer.json()["choices"][0]["logprobs"]["content"]
+    assert entries
+    for entry in entries:
+        _check_top(entry["logprob"], [(t["token"], t["logprob"]) for t in entry["top_logprobs"]])
 
 
 def _chat_until_answered(url: str, model: str, limit_s: float) -> list[httpx.Response]:

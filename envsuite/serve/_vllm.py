@@ -275,16 +275,19 @@ class VllmEngine:
         prompt: types.ModelInput,
         num_samples: int,
         params: types.SamplingParams,
+        topk_sample_logprobs: int = 0,
     ) -> concurrent.futures.Future[types.SampleResponse]:
         """Sample ``model`` (a published name) on vLLM; cancelling the future cancels the requests. A
-        request that names no ``max_tokens`` gets the local engine's default budget. A server that is
-        down, or lost while answering, fails the future with :class:`SamplerDown`."""
+        request that names no ``max_tokens`` gets the local engine's default budget; ``top_k``, ``top_p``
+        and the temperature go to vLLM as they are, and ``topk_sample_logprobs`` asks vLLM for each
+        position's alternatives. A server that is down, or lost while answering, fails the future with
+        :class:`SamplerDown`."""
         self.watchdog.check_up()
         if params.max_tokens is None:
             budget = min(ENGINE_DEFAULT_MAX_TOKENS, self.config.max_tokens)
             params = params.model_copy(update={"max_tokens": budget})
         client = VllmSamplingClient(self.url, model, base_model)
-        return self._run(self._sample(client, prompt, num_samples, params))
+        return self._run(self._sample(client, prompt, num_samples, params, topk_sample_logprobs))
 
     async def _sample(
         self,
@@ -292,9 +295,10 @@ class VllmEngine:
         prompt: types.ModelInput,
         num_samples: int,
         params: types.SamplingParams,
+        topk_sample_logprobs: int,
     ) -> types.SampleResponse:
         try:
-            return await client.sample(prompt, num_samples, params)
+            return await client.sample(prompt, num_samples, params, topk_sample_logprobs=topk_sample_logprobs)
         except VllmConnectionError as exc:
             raise self.watchdog.suspect(str(exc)) from exc
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from envsuite.backends.vllm._adapters import PeftAdapter, write_peft_adapter
 from envsuite.backends.vllm._client import (
+    MAX_TOPK_LOGPROBS,
     LoadedAdapter,
     VllmConnectionError,
     VllmEndpoint,
@@ -40,6 +41,7 @@ __all__ = [
     "VllmUnavailable",
     "find_vllm_python",
     # sampling and adapters over HTTP
+    "MAX_TOPK_LOGPROBS",
     "LoadedAdapter",
     "PeftAdapter",
     "VllmConnectionError",

@@ -3,7 +3,9 @@
 :class:`VllmSamplingClient` has the slice of ``tinker.SamplingClient`` the completers use (``sample``
 returning an awaitable ``tinker.SampleResponse``, ``get_base_model``), over vLLM's OpenAI-compatible
 ``/v1/completions``: the prompt goes as token ids, and the reply comes back as token ids
-(``return_token_ids``) with one logprob per token, so nothing is re-tokenized on either side.
+(``return_token_ids``) with one logprob per token, so nothing is re-tokenized on either side. Asked for
+(``topk_sample_logprobs``), each position's most likely alternatives come back by token id too
+(``return_tokens_as_token_ids``).
 
 Stop conditions follow the local backend's (``envsuite.backends.local``): ``None`` stops at the model's
 end-of-sequence token, ``[]`` never stops early, strings stop once the sampled text holds one, token ids
@@ -32,9 +34,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
     import tinker
+    from tinker.types.topk_logprobs import TopkLogprobs
 
 REQUEST_TIMEOUT_S = 600.0
 """One sampling request's bound (a long reply under load on 2 cores takes minutes)."""
+MAX_TOPK_LOGPROBS = 20
+"""The most alternatives per position (vLLM's default ``--max-logprobs``, and the local engine's bound)."""
+VLLM_NEG_INF = -9999.0
+"""What vLLM's OpenAI server writes for a logprob of ``-inf`` (a token top-k or top-p removed)."""
 
 
 class VllmConnectionError(ConnectionError):
@@ -133,14 +140,27 @@ class VllmSamplingClient:
         return self.base_model
 
     async def sample(
-        self, prompt: tinker.ModelInput, num_samples: int, sampling_params: tinker.SamplingParams
+        self,
+        prompt: tinker.ModelInput,
+        num_samples: int,
+        sampling_params: tinker.SamplingParams,
+        *,
+        topk_sample_logprobs: int = 0,
     ) -> tinker.SampleResponse:
+        """``topk_sample_logprobs`` (at most :data:`MAX_TOPK_LOGPROBS`) fills each sequence's
+        ``topk_logprobs`` as the local engine does: the most likely tokens at each sampled position under
+        the distribution sampled from (``processed_logprobs``), most likely first, tokens that
+        ``top_k``/``top_p`` removed left out."""
         import tinker
 
         if num_samples < 1:
             raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+        if not 0 <= topk_sample_logprobs <= MAX_TOPK_LOGPROBS:
+            raise ValueError(
+                f"topk_sample_logprobs must be in [0, {MAX_TOPK_LOGPROBS}], got {topk_sample_logprobs}"
+            )
         tokens = list(prompt.to_ints())
-        body = _request_body(self.model, tokens, sampling_params)
+        body = _request_body(self.model, tokens, sampling_params, topk_sample_logprobs)
         seed = sampling_params.seed
         if seed is None or num_samples == 1:
             choices = await self._complete(dict(body, n=num_samples))
@@ -149,7 +169,7 @@ class VllmSamplingClient:
                 *(self._complete(dict(body, n=1, seed=(seed + i) % 2**63)) for i in range(num_samples))
             )
             choices = [c for reply in replies for c in reply]
-        return tinker.SampleResponse(sequences=[self._sequence(c) for c in choices])
+        return tinker.SampleResponse(sequences=[self._sequence(c, topk_sample_logprobs) for c in choices])
 
     async def _complete(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         reply = (await _post(f"{self.url}/v1/completions", body, self.timeout_s)).json()
@@ -160,7 +180,7 @@ class VllmSamplingClient:
         choices: list[dict[str, Any]] = sorted(reply["choices"], key=lambda c: int(c["index"]))
         return choices
 
-    def _sequence(self, choice: dict[str, Any]) -> tinker.SampledSequence:
+    def _sequence(self, choice: dict[str, Any], topk: int) -> tinker.SampledSequence:
         import numpy as np
         import tinker
 
@@ -168,15 +188,45 @@ class VllmSamplingClient:
         logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
         if len(logprobs) != len(tokens):
             raise VllmConnectionError(f"vLLM returned {len(tokens)} tokens but {len(logprobs)} logprobs")
+        top = None
+        if topk:
+            top = topk_matrices([_top_row(row, topk) for row in choice["logprobs"]["top_logprobs"]])
         return tinker.SampledSequence(
             stop_reason="length" if choice.get("finish_reason") == "length" else "stop",
             sequence_id=f"vllm:{self._client_id}:{next(self._ids)}",
             tokens_np=np.asarray(tokens, dtype=np.int32),
             logprobs_np=np.asarray(logprobs, dtype=np.float32),
+            topk_logprobs_np=top,
         )
 
 
-def _request_body(model: str, prompt: list[int], params: tinker.SamplingParams) -> dict[str, Any]:
+def _top_row(row: dict[str, float] | None, k: int) -> list[tuple[int, float]]:
+    """One position's ``top_logprobs`` (keys ``token_id:N``: ``return_tokens_as_token_ids``) as the ``k``
+    most likely ``(token, logprob)`` pairs. vLLM lists the sampled token beside the top ``k`` (``k + 1``
+    entries when it is not among them) and writes a removed token's ``-inf`` as -9999."""
+    pairs = {int(key.rsplit(":", 1)[1]): float(value) for key, value in (row or {}).items()}
+    kept = [(token, value) for token, value in pairs.items() if value > VLLM_NEG_INF]
+    return sorted(kept, key=lambda pair: -pair[1])[:k]
+
+
+def topk_matrices(top_T: list[list[tuple[int, float]]]) -> TopkLogprobs:
+    """Per-position top-k lists as the SDK's dense matrices (short rows padded with its sentinel), as
+    the local backend builds them."""
+    import numpy as np
+    from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
+
+    k = max((len(row) for row in top_T), default=0)
+    token_ids = np.zeros((len(top_T), k), dtype=np.int32)
+    logprobs = np.full((len(top_T), k), MASK_LOGPROB, dtype=np.float32)
+    for position, row in enumerate(top_T):
+        for rank, (token, logprob) in enumerate(row):
+            token_ids[position, rank], logprobs[position, rank] = token, logprob
+    return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
+
+
+def _request_body(
+    model: str, prompt: list[int], params: tinker.SamplingParams, topk_sample_logprobs: int = 0
+) -> dict[str, Any]:
     """The ``/v1/completions`` body for one prompt under tinker's sampling params (see module docs)."""
     if not prompt:
         raise ValueError("the prompt is empty")
@@ -187,10 +237,12 @@ def _request_body(model: str, prompt: list[int], params: tinker.SamplingParams) 
         "temperature": params.temperature,
         "top_p": params.top_p,
         "top_k": params.top_k,
-        "logprobs": 0,  # the sampled token's own logprob (and no alternatives)
+        "logprobs": topk_sample_logprobs,  # 0: the sampled token's own logprob, no alternatives
         "return_token_ids": True,
         "skip_special_tokens": False,
     }
+    if topk_sample_logprobs:
+        body["return_tokens_as_token_ids"] = True  # alternatives by id (``token_id:N``), not by text
     if params.seed is not None:
         body["seed"] = params.seed % 2**63
     body.update(_stop_fields(params.stop))

@@ -138,7 +138,7 @@ async def _prepare_chat(request: Request) -> _Chat:
     )
     renderer = fmt.renderer if isinstance(fmt, RendererFormat) else None
     reply = reply_constraint(body, tools, renderer)
-    refuse_on_vllm(served, reply, (body.top_logprobs or 0) if body.logprobs else 0, "top_logprobs")
+    refuse_on_vllm(served, reply)
     constraint = await compiled(client, reply)
     # Placing a call may read the capture set's files (the first time), and rendering a long
     # conversation tokenizes megabytes: both off the event loop.

@@ -138,7 +138,7 @@ async def _prepare_completions(request: Request) -> _Completions:
             refuse_beyond_context(served, len(text), "prompt")
     prompts = await asyncio.to_thread(_prompts, body, served)
     reply = completion_constraint(body.structured_outputs)
-    refuse_on_vllm(served, reply, body.logprobs or 0, "logprobs")
+    refuse_on_vllm(served, reply)
     constraint = await compiled(served.client, reply)
     if capture is not None and len(prompts) > 1:
         raise OpenAIError(400, "a captured request takes one prompt (each call is one turn)", param="prompt")

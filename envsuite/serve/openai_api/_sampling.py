@@ -12,9 +12,10 @@ begin a stop string, or that ends inside a UTF-8 character, is held back until i
 
 Under ``--sampling-engine vllm`` (a :class:`~envsuite.serve.openai_api._models.VllmTarget`) the same
 spec goes to the vLLM server instead, as token ids (``VllmEngine.sample``): the sampled token ids and
-their logprobs come back, so nothing is re-tokenized. A stream then gets each reply's tokens together
-when the reply is complete (vLLM's own streaming is not mapped). A server that is down is a
-:class:`~envsuite.serve._errors.SamplerDown` (503 with ``Retry-After``; in a stream, an error event).
+their logprobs (and, asked for, each position's top alternatives) come back, so nothing is
+re-tokenized. A stream then gets each reply's tokens together when the reply is complete (vLLM's own
+streaming is not mapped). A server that is down is a :class:`~envsuite.serve._errors.SamplerDown` (503
+with ``Retry-After``; in a stream, an error event).
 """
 
 from __future__ import annotations
@@ -150,10 +151,11 @@ def _start(
     vllm: VllmTarget | None = None,
 ) -> concurrent.futures.Future[tinker.SampleResponse]:
     if vllm is not None:
-        # The routes refused what vLLM's replies here cannot carry (top logprobs, constraints).
-        assert spec.constraint is None and not spec.top_logprobs
+        assert spec.constraint is None  # the routes refused constraints on vLLM
         prompt = tinker.ModelInput.from_ints(spec.prompt_T)
-        return vllm.engine.sample(vllm.model, client.get_base_model(), prompt, spec.n, spec.params)
+        return vllm.engine.sample(
+            vllm.model, client.get_base_model(), prompt, spec.n, spec.params, spec.top_logprobs
+        )
     return client.sample(
         tinker.ModelInput.from_ints(spec.prompt_T),
         spec.n,
@@ -218,8 +220,11 @@ async def stream_all(
             if vllm is not None:  # no token callbacks from vLLM: each reply's tokens, now
                 for choice in choices:
                     row = choice.index - spec.first_index
-                    for token, logprob in zip(choice.tokens, choice.logprobs, strict=True):
-                        event = TokenEvent(choice.index, SampledToken(row, token, logprob, []))
+                    for position, (token, logprob) in enumerate(
+                        zip(choice.tokens, choice.logprobs, strict=True)
+                    ):
+                        top = choice.top[position] if choice.top is not None else []
+                        event = TokenEvent(choice.index, SampledToken(row, token, logprob, top))
                         loop.call_soon_threadsafe(queue.put_nowait, event)
             loop.call_soon_threadsafe(queue.put_nowait, ChoicesEvent(choices))
 

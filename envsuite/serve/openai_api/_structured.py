@@ -212,20 +212,15 @@ async def compiled(client: LocalSamplingClient, reply: ReplyConstraint | None) -
     return reply.constraint
 
 
-def refuse_on_vllm(
-    served: ServedModel, reply: ReplyConstraint | None, top_logprobs: int, top_param: str
-) -> None:
+def refuse_on_vllm(served: ServedModel, reply: ReplyConstraint | None) -> None:
     """A 400 naming what a request sampled on vLLM (``--sampling-engine vllm``) cannot have, as the
-    Tinker routes refuse ``topk_sample_logprobs`` and constraints there: its replies carry the sampled
-    token's logprob only, and envsuite's constraints are not mapped to vLLM's structured outputs.
-    Refused rather than sampled on the local engine, so every reply comes from one engine."""
-    if served.vllm is None:
+    Tinker routes refuse constraints there: envsuite's constraints are not mapped to vLLM's structured
+    outputs. Refused rather than sampled on the local engine, so every reply comes from one engine.
+    (Top logprobs are served: vLLM returns them by token id.)"""
+    if served.vllm is None or reply is None:
         return
     why = "not served when sampling on vLLM (envsuite serve --sampling-engine vllm)"
-    if reply is not None:
-        raise unsupported(reply.param, f"constrained decoding is {why}")
-    if top_logprobs:
-        raise unsupported(top_param, f"top logprobs are {why}; ask for the sampled tokens' logprobs only")
+    raise unsupported(reply.param, f"constrained decoding is {why}")
 
 
 def completion_constraint(value: object) -> ReplyConstraint | None:

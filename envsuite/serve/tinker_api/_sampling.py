@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from tinker import types
 
 from envsuite.backends.local import LocalSamplingClient
+from envsuite.backends.vllm import MAX_TOPK_LOGPROBS
 from envsuite.constraints import Constraint, ConstraintError
 from envsuite.serve._config import ServeConfig
 from envsuite.serve._futures import then
@@ -93,8 +94,9 @@ async def asample(request: Request) -> dict[str, Any]:
         if on_vllm:
             assert state.vllm is not None and vllm_model is not None
             sampled = state.vllm.sample(
-                vllm_model, client.get_base_model(), body.prompt, body.num_samples, params
-            )
+                vllm_model, client.get_base_model(), body.prompt, body.num_samples, params,
+                body.topk_sample_logprobs,
+            )  # fmt: skip
         else:
             sampled = _sample_locally(client, body, params, constraint)
         if not body.record_stability_info:
@@ -136,11 +138,14 @@ def _sample_locally(
 
 
 def _samples_on_vllm(body: types.SampleRequest, constraint: Constraint | None) -> bool:
-    """Whether a request on a vLLM-sampling server goes to vLLM: plain sampling does; prompt logprobs
-    (``compute_logprobs``) are scoring, done by the local engine on the same weights; what vLLM's
-    replies here cannot carry is refused rather than sampled elsewhere."""
-    if body.topk_sample_logprobs:
-        raise Unsupported("topk_sample_logprobs: not served when sampling on vLLM (--sampling-engine vllm)")
+    """Whether a request on a vLLM-sampling server goes to vLLM: sampling does (with its top-k
+    alternatives, ``topk_sample_logprobs``, as vLLM reports them); prompt logprobs (``compute_logprobs``)
+    are scoring, done by the local engine on the same weights; what vLLM's replies here cannot carry (a
+    constraint) is refused rather than sampled elsewhere."""
+    if not 0 <= body.topk_sample_logprobs <= MAX_TOPK_LOGPROBS:
+        raise Unsupported(
+            f"topk_sample_logprobs must be in [0, {MAX_TOPK_LOGPROBS}], got {body.topk_sample_logprobs}"
+        )
     if constraint is not None:
         raise Unsupported(
             "sampling_params.constraint: not served when sampling on vLLM (--sampling-engine vllm)"
