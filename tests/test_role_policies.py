@@ -196,6 +196,27 @@ def _episode(reward: float) -> Trajectory:
     return Trajectory([Transition(ob, ac, reward, True)], ob, StopReason.COMPLETED)
 
 
+def test_a_policy_starts_from_another_runs_trained_role(tmp_path: Path) -> None:
+    """``init_from``: the frozen ``high`` of a second run plays with the weights the first run trained for
+    ``low`` (train one role against the other's trained policy); a checkpoint of another base is refused."""
+    first = _config(tmp_path / "first", n_steps=1, policies={"low": {"seats": [0]}, "high": {"seats": [1]}})
+    assert run_training(first, show_progress=False).cause is StopCause.COMPLETED
+    trained = _records(Path(first.log_dir) / "policies" / "low" / "checkpoints.jsonl")[-1]
+    policies = {
+        "low": {"seats": [0]},
+        "high": {"seats": [1], "trainable": False, "init_from": trained["state_path"]},
+    }
+    second = _config(tmp_path / "second", n_steps=1, policies=policies)
+    assert run_training(second, show_progress=False).cause is StopCause.COMPLETED
+    [high] = _records(Path(second.log_dir) / "policies" / "high" / "checkpoints.jsonl")
+    assert _same(_adapter(high["sampler_path"]), _adapter(trained["sampler_path"]))
+    recorded = json.loads((Path(second.log_dir) / "config.json").read_text())
+    assert json.dumps(trained["state_path"]) in json.dumps(recorded)  # the run records where it started
+    other = _config(tmp_path / "other", n_steps=1, model="smollm2-135m-instruct", policies=policies)
+    with pytest.raises(Exception, match="trained from"):
+        run_training(other, show_progress=False)
+
+
 def test_advantages_are_centred_within_each_seat_of_a_group() -> None:
     from envsuite.trainers._role_rollouts import SeatedGroup, assemble_for_policy
 

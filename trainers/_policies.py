@@ -12,6 +12,7 @@ checkpoints and metrics; each plays the seats it lists (``seats``), and a policy
     seats = [1]
     trainable = false          # frozen: the asker trains against the base model's answers
     learning_rate = 1e-4       # optional: the run's learning_rate otherwise
+    # init_from = "runs/duel/checkpoints/.../step000040"   # optional: start from a saved state's weights
 
 The loop is ``trainers._role_loop``; docs/training.md ("A policy per role") says what it does and does not.
 """
@@ -41,6 +42,10 @@ class RolePolicy:
     """False: the policy samples (its adapter as initialized: the base model) but is never trained."""
     learning_rate: float | None = None
     """This policy's peak learning rate (the run's schedule and warmup apply); None: the run's."""
+    init_from: str | None = None
+    """A ``save_state`` checkpoint this policy starts from (a ``state_path`` of an earlier run's
+    ``checkpoints.jsonl`` or ``policies/<name>/checkpoints.jsonl``): its weights, with a fresh optimizer.
+    None: a fresh adapter on the base model. A resumed run restores its own checkpoint instead."""
 
     def checks(self) -> list[tuple[bool, str]]:
         where = f"policies.{self.name}"
@@ -53,14 +58,20 @@ class RolePolicy:
             (bool(self.seats), f"{where}.seats is empty: list the seats it plays, e.g. seats = [0]"),
             (all(s >= 0 for s in self.seats), f"{where}.seats must be >= 0, got {list(self.seats)}"),
             (lr is None or (math.isfinite(lr) and lr > 0), f"{where}.learning_rate must be > 0, got {lr}"),
+            (self.init_from is None or bool(self.init_from.strip()), f"{where}.init_from is empty"),
         ]
 
     def to_plain(self) -> dict[str, Any]:
         """The policy's table in ``config.json`` and config files (its name is the key)."""
-        return {"seats": list(self.seats), "trainable": self.trainable, "learning_rate": self.learning_rate}
+        plain: dict[str, Any] = {
+            "seats": list(self.seats),
+            "trainable": self.trainable,
+            "learning_rate": self.learning_rate,
+        }
+        return plain | ({"init_from": self.init_from} if self.init_from is not None else {})
 
 
-_FIELDS = ("seats", "trainable", "learning_rate")
+_FIELDS = ("seats", "trainable", "learning_rate", "init_from")
 
 
 def policy_from_table(name: str, table: object) -> RolePolicy:
@@ -83,7 +94,10 @@ def policy_from_table(name: str, table: object) -> RolePolicy:
     lr = table.get("learning_rate")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
         raise UsageError(f"policies.{name}.learning_rate must be a number, got {lr!r}")
-    return RolePolicy(name, tuple(seats), trainable, None if lr is None else float(lr))
+    init_from = table.get("init_from")
+    if init_from is not None and not isinstance(init_from, str):
+        raise UsageError(f"policies.{name}.init_from must be a checkpoint path, got {init_from!r}")
+    return RolePolicy(name, tuple(seats), trainable, None if lr is None else float(lr), init_from)
 
 
 def policies_from_value(value: object) -> tuple[RolePolicy, ...]:

@@ -128,10 +128,14 @@ class RolePolicyRun:
 async def open_policy(
     service: ServiceClient, config: TrainConfig, index: int, spec: RolePolicy, state: str | None
 ) -> RolePolicyRun:
-    """Policy ``spec``'s training client: restored from ``state`` (weights, optimizer, step) or a fresh
-    LoRA adapter on the base model (seeded by the run's seed and the policy's place in the list)."""
+    """Policy ``spec``'s training client: restored from ``state`` (weights, optimizer, step), started from
+    ``spec.init_from``'s weights (a fresh optimizer), or a fresh LoRA adapter on the base model (seeded by
+    the run's seed and the policy's place in the list)."""
     if state is not None:
         training = await service.create_training_client_from_state_with_optimizer(state)
+    elif spec.init_from is not None:
+        # The run's base model named: a checkpoint trained from another base is refused, not mixed in.
+        training = await service.create_training_client_from_state(spec.init_from, config.policy.model)
     else:
         training = await service.create_lora_training_client(
             config.policy.model,
