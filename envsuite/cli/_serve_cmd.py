@@ -116,6 +116,13 @@ def add_parser(sub: Subparsers) -> None:
         help="--sampling-engine vllm: the window --vllm-max-restarts counts losses in",
     )
     p.add_argument(
+        "--vllm-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=defaults.vllm_dtype,
+        help="--sampling-engine vllm: the dtype of a vLLM server started here (float32 as the learner "
+        "trains; a lower one moves its logprobs by about 1e-2 against the learner's)",
+    )
+    p.add_argument(
         "--vllm-gpu-memory-utilization",
         type=float,
         default=defaults.vllm_gpu_memory_utilization,
@@ -152,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         vllm_max_model_len=args.vllm_max_model_len,
         vllm_max_restarts=args.vllm_max_restarts,
         vllm_restart_window_s=args.vllm_restart_window,
+        vllm_dtype=args.vllm_dtype,
         vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
     )
 

@@ -79,6 +79,9 @@ class ServeConfig:
     """A vLLM server started here that dies is restarted, at most this many times within
     :attr:`vllm_restart_window_s`; once more and it is left down (``envsuite.serve._vllm_watch``)."""
     vllm_restart_window_s: float = 600.0
+    vllm_dtype: str = "float32"
+    """The vLLM server's ``--dtype`` (started here): fp32 as the learner trains; ``bfloat16`` where
+    vLLM's CUDA attention has no fp32 kernel (its logprobs then differ from the learner's by ~1e-2)."""
     vllm_gpu_memory_utilization: float = 0.4
     """``--device cuda``: the share of the GPU a vLLM server started here takes (the learner trains on
     the rest of the same GPU)."""

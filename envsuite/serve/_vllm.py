@@ -90,6 +90,7 @@ class VllmEngine:
                     max_model_len=config.vllm_max_model_len,
                     max_lora_rank=config.vllm_max_lora_rank,
                     device=config.device,
+                    dtype=config.vllm_dtype,
                     gpu_memory_utilization=config.vllm_gpu_memory_utilization,
                 )
             )
