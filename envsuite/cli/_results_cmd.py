@@ -33,6 +33,7 @@ RESULT_PRESETS = (
     "tools-search-easy",
     "tools-kv-store-easy",
     "workspace-shell-intro",
+    "referential-two-policies",
     "chain-sum-curriculum",
     "chain-sum-fixed",
     "mix-three-families",
