@@ -4,8 +4,11 @@ The plan (the command lines it would run: accepted by envsuite serve's real pars
 bench/gpu/steps.py's), ``--dry-run`` (writes the plan and the figures file, runs nothing), and the runner
 itself, on stand-in steps: setup steps that write figures, a stand-in ``envsuite serve`` answering its
 health check on loopback, a step past its timeout (its process group stopped), a failed setup step
-skipping what depends on it; then the figures file. Plus the CPU-runnable pieces of steps.py: the
-``env`` step, and the offline word problems fed to tinker-cookbook's ``rl_loop``.
+skipping what depends on it, the dtype fallback; then the figures file. Plus the CPU-runnable pieces of
+steps.py: the ``env`` step, the offline word problems fed to tinker-cookbook's ``rl_loop``, and the TRL
+step itself (``--allow-cpu``, the tiny model, one step). The ``sample`` and ``rl-loop`` steps need a
+running ``envsuite serve --sampling-engine vllm``; docs/vllm.md ("On a GPU") records their run against
+one on CPU.
 """
 
 from __future__ import annotations
@@ -235,3 +238,29 @@ def test_the_offline_word_problems_grade_in_cookbooks_rl_loop(monkeypatch: pytes
     answer = rows[0]["answer"].rsplit("#### ", 1)[1]
     assert rl_loop.get_reward(f"so \\boxed{{{answer}}}", rows[0]["answer"]) == 1.0
     assert rl_loop.get_reward("\\boxed{-1}", rows[0]["answer"]) == 0.0
+
+
+def test_the_trl_step_trains_and_checks_its_rewards_on_the_cpu(tmp_path: Path) -> None:
+    """steps.py trl, the check's TRL step, with ``--allow-cpu`` and the tiny model: one GRPO step, every
+    logged reward the env's grade of its completion, in the figures run.py collects."""
+    pytest.importorskip("trl")
+    from envsuite.models import resolve_model
+    from tests.conftest import TEST_MODEL
+
+    result = tmp_path / "trl.json"
+    model = str(resolve_model(TEST_MODEL).path)
+    command = [
+        sys.executable,
+        str(run.STEPS),
+        "trl",
+        "--result",
+        str(result),
+        "--model",
+        model,
+        "--steps",
+        "1",
+    ]
+    done = subprocess.run([*command, "--allow-cpu"], check=False, timeout=600, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(result.read_text())["figures"]
+    assert figures["trl_steps"]["value"] == 1 and figures["trl_rewards_match"]["value"] is True

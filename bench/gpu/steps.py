@@ -250,18 +250,22 @@ def offline_cookbook(rows: list[dict[str, str]]) -> None:
 def rl_loop_step(args: argparse.Namespace) -> int:
     from tinker_cookbook.recipes import rl_loop
 
-    offline_cookbook(word_problems(16 * args.steps))
+    offline_cookbook(word_problems(2 * args.rl_batch * args.steps))
     log_path = Path(args.result).parent / "rl_loop"
     config = rl_loop.Config(
-        base_url=args.url, log_path=str(log_path), model_name=args.model, batch_size=8, group_size=4,
-        lora_rank=16, max_tokens=96, max_steps=args.steps, save_every=0,
+        base_url=args.url, log_path=str(log_path), model_name=args.model, batch_size=args.rl_batch,
+        group_size=args.rl_group, lora_rank=16, max_tokens=args.rl_tokens, max_steps=args.steps, save_every=0,
     )  # fmt: skip
     _, seconds = _timed(lambda: rl_loop.main(config))
     rows = [json.loads(line) for line in (log_path / "metrics.jsonl").read_text().splitlines() if line]
     steps = [r for r in rows if "reward/total" in r]
     per_step = [float(r["time/total"]) for r in steps if "time/total" in r]
     figures = {
-        "rl_loop_steps": figure(len(steps), "", "cookbook rl_loop steps, batch 8 x group 4, 96 tokens"),
+        "rl_loop_steps": figure(
+            len(steps),
+            "",
+            f"rl_loop steps, {args.rl_batch} problems x {args.rl_group}, {args.rl_tokens} tokens",
+        ),
         "rl_loop_s": figure(round(seconds, 1), "s", "rl_loop.main, start to end"),
         "rl_loop_step_s": figure(
             round(sum(per_step) / max(1, len(per_step)), 2), "s", "its time/total, mean"
@@ -277,10 +281,16 @@ def rl_loop_step(args: argparse.Namespace) -> int:
 
 
 def trl_step(args: argparse.Namespace) -> int:
-    """tests/test_trl.py's two-step GRPO check, with the GPU and the given model."""
+    """tests/test_trl.py's two-step GRPO check, with the GPU and the given model (``--allow-cpu``: on the
+    CPU, fp32, where there is none: the CPU test of this code)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
+
+    cuda = torch.cuda.is_available()
+    if not (cuda or args.allow_cpu):
+        print("no CUDA device visible to torch (--allow-cpu runs on the CPU)", file=sys.stderr)
+        return 1
 
     from envsuite.adapters.trl import EnvReward, EnvTask, trl_dataset
 
@@ -296,7 +306,7 @@ def trl_step(args: argparse.Namespace) -> int:
     spy.__name__ = reward.__name__
     config = GRPOConfig(
         output_dir=str(Path(args.result).parent / "trl"), per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=32, max_steps=args.steps, learning_rate=1e-5, use_cpu=False, bf16=True,
+        max_completion_length=32, max_steps=args.steps, learning_rate=1e-5, use_cpu=not cuda, bf16=cuda,
         report_to=[], logging_steps=1, save_strategy="no", seed=0, dataloader_num_workers=0,
     )  # fmt: skip
     trainer = GRPOTrainer(
@@ -316,7 +326,7 @@ def trl_step(args: argparse.Namespace) -> int:
         "trl_steps": figure(
             trainer.state.global_step, "", "GRPOTrainer steps, 8 completions each, 32 tokens"
         ),
-        "trl_s": figure(round(seconds, 1), "s", "trainer.train() on CUDA"),
+        "trl_s": figure(round(seconds, 1), "s", f"trainer.train() on {'CUDA' if cuda else 'the CPU'}"),
         "trl_step_s": figure(round(seconds / max(1, args.steps), 2), "s", "per step"),
         "trl_rewards_match": figure(agree, "", "logged rewards == the env's grades of the same completions"),
         "trl_reward_mean": figure(round(sum(recomputed) / max(1, len(recomputed)), 3), "", "all completions"),
@@ -357,10 +367,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the model directory (a hub id for the model step)")
     p.add_argument("--dest", help="model: where a hub id is downloaded to")
     p.add_argument("--vllm-python", help="env: the vLLM venv's interpreter, for its version")
-    p.add_argument("--allow-cpu", action="store_true", help="env: succeed without CUDA (tests)")
+    p.add_argument("--allow-cpu", action="store_true", help="env, trl: run without CUDA (the CPU tests)")
     p.add_argument("--steps", type=int, default=None, help="rl-loop: 3, trl: 2 by default")
     p.add_argument("--batch", type=int, default=32, help="sample: prompts sampled at once")
     p.add_argument("--max-tokens", type=int, default=128, help="sample: tokens per reply")
+    p.add_argument("--rl-batch", type=int, default=8, help="rl-loop: problems per step")
+    p.add_argument("--rl-group", type=int, default=4, help="rl-loop: samples per problem")
+    p.add_argument("--rl-tokens", type=int, default=96, help="rl-loop: tokens per sample")
     return p
 
 
