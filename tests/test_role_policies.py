@@ -217,6 +217,26 @@ def test_a_policy_starts_from_another_runs_trained_role(tmp_path: Path) -> None:
         run_training(other, show_progress=False)
 
 
+def test_a_frozen_role_draws_each_groups_opponent_from_its_pool(tmp_path: Path) -> None:
+    """``pool``: a frozen role's seats of each group are played by one member of its own weights and the
+    saved states listed, drawn by the group's sampling seed; the rows count each member's groups."""
+    first = _config(tmp_path / "first", n_steps=2, policies={"low": {"seats": [0]}, "high": {"seats": [1]}})
+    assert run_training(first, show_progress=False).cause is StopCause.COMPLETED
+    saved = [
+        r["state_path"] for r in _records(Path(first.log_dir) / "policies" / "high" / "checkpoints.jsonl")
+    ]
+    policies = {"low": {"seats": [0]}, "high": {"seats": [1], "trainable": False, "pool": saved}}
+    second = _config(tmp_path / "second", n_steps=2, batch_size=4, policies=policies)
+    assert run_training(second, show_progress=False).cause is StopCause.COMPLETED
+    rows = _rows(second)
+    counts = [[int(row[f"policy/high/pool/{m}/groups"]) for m in range(3)] for row in rows]  # type: ignore[call-overload]
+    assert all(sum(c) == 4 for c in counts), counts  # every group drew one member
+    assert all(sum(c[m] for c in counts) > 0 for m in range(3)), counts  # each member played some group
+    assert "policy/low/pool/0/groups" not in rows[0]  # a policy without a pool draws nothing
+    recorded = json.loads((Path(second.log_dir) / "config.json").read_text())
+    assert json.dumps(saved) in json.dumps(recorded)
+
+
 def test_advantages_are_centred_within_each_seat_of_a_group() -> None:
     from envsuite.trainers._role_rollouts import SeatedGroup, assemble_for_policy
 
@@ -249,6 +269,8 @@ def test_bad_policy_settings_fail_before_any_model_loads(tmp_path: Path) -> None
         ({"a b": {"seats": [0]}}, "policy name"),
         ({"a": {"seats": [0], "lr": 1}}, "unknown keys"),
         ({"a": {"seats": [0]}}, r"seat\(s\) \[1\], which no policy plays"),
+        ({"a": {"seats": [0], "pool": ["x"]}, "b": {"seats": [1]}}, "pool needs trainable = false"),
+        ({"a": {"seats": [0]}, "b": {"seats": [1], "trainable": False, "pool": "x"}}, "list of checkpoint"),
     ]
     for policies, message in cases:
         with pytest.raises(ConfigError, match=message):

@@ -13,6 +13,8 @@ checkpoints and metrics; each plays the seats it lists (``seats``), and a policy
     trainable = false          # frozen: the asker trains against the base model's answers
     learning_rate = 1e-4       # optional: the run's learning_rate otherwise
     # init_from = "runs/duel/checkpoints/.../step000040"   # optional: start from a saved state's weights
+    # pool = ["runs/a/.../step000010", "runs/b/.../step000020"]  # frozen only: each group draws one of
+    #                                                            # its own weights and these saved states
 
 The loop is ``trainers._role_loop``; docs/training.md ("A policy per role") says what it does and does not.
 """
@@ -46,6 +48,10 @@ class RolePolicy:
     """A ``save_state`` checkpoint this policy starts from (a ``state_path`` of an earlier run's
     ``checkpoints.jsonl`` or ``policies/<name>/checkpoints.jsonl``): its weights, with a fresh optimizer.
     None: a fresh adapter on the base model. A resumed run restores its own checkpoint instead."""
+    pool: tuple[str, ...] = ()
+    """An opponent pool for this role (frozen policies only): saved states that, with the policy's own
+    weights (member 0), make the pool; each group's seats of this role are played by one member, drawn
+    by the group's sampling seed (a rerun draws the same)."""
 
     def checks(self) -> list[tuple[bool, str]]:
         where = f"policies.{self.name}"
@@ -59,6 +65,11 @@ class RolePolicy:
             (all(s >= 0 for s in self.seats), f"{where}.seats must be >= 0, got {list(self.seats)}"),
             (lr is None or (math.isfinite(lr) and lr > 0), f"{where}.learning_rate must be > 0, got {lr}"),
             (self.init_from is None or bool(self.init_from.strip()), f"{where}.init_from is empty"),
+            (
+                not self.pool or not self.trainable,
+                f"{where}.pool needs trainable = false (an opponent pool is a frozen role's)",
+            ),
+            (all(path.strip() for path in self.pool), f"{where}.pool has an empty path"),
         ]
 
     def to_plain(self) -> dict[str, Any]:
@@ -68,10 +79,11 @@ class RolePolicy:
             "trainable": self.trainable,
             "learning_rate": self.learning_rate,
         }
-        return plain | ({"init_from": self.init_from} if self.init_from is not None else {})
+        plain |= {"init_from": self.init_from} if self.init_from is not None else {}
+        return plain | ({"pool": list(self.pool)} if self.pool else {})
 
 
-_FIELDS = ("seats", "trainable", "learning_rate", "init_from")
+_FIELDS = ("seats", "trainable", "learning_rate", "init_from", "pool")
 
 
 def policy_from_table(name: str, table: object) -> RolePolicy:
@@ -97,7 +109,11 @@ def policy_from_table(name: str, table: object) -> RolePolicy:
     init_from = table.get("init_from")
     if init_from is not None and not isinstance(init_from, str):
         raise UsageError(f"policies.{name}.init_from must be a checkpoint path, got {init_from!r}")
-    return RolePolicy(name, tuple(seats), trainable, None if lr is None else float(lr), init_from)
+    pool = table.get("pool", [])
+    if isinstance(pool, str) or not isinstance(pool, Sequence) or not all(isinstance(p, str) for p in pool):
+        raise UsageError(f"policies.{name}.pool must be a list of checkpoint paths, got {pool!r}")
+    lr_value = None if lr is None else float(lr)
+    return RolePolicy(name, tuple(seats), trainable, lr_value, init_from, tuple(pool))
 
 
 def policies_from_value(value: object) -> tuple[RolePolicy, ...]:

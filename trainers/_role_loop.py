@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,6 +110,12 @@ class RolePolicyRun:
     spec: RolePolicy
     clients: PolicyClients
     checkpoints: CheckpointLog
+    pool: list[PolicyClients] = field(default_factory=list)
+    """The clients of ``spec.pool``'s saved states (a frozen role's opponent pool; member 0 is ``clients``)."""
+
+    def close(self) -> None:
+        for clients in (self.clients, *self.pool):
+            clients.close()
 
     @property
     def name(self) -> str:
@@ -144,9 +150,13 @@ async def open_policy(
             train_unembed=config.policy.train_unembed,
         )
     clients = PolicyClients(training, record_samples=config.loss.loss_fn == "stable_reinforce")
+    pool = [
+        PolicyClients(await service.create_training_client_from_state(path, config.policy.model))
+        for path in spec.pool
+    ]
     directory = Path(config.log_dir) / "policies" / spec.name
     directory.mkdir(parents=True, exist_ok=True)
-    return RolePolicyRun(spec, clients, CheckpointLog(directory / "checkpoints.jsonl"))
+    return RolePolicyRun(spec, clients, CheckpointLog(directory / "checkpoints.jsonl"), pool)
 
 
 def policy_learning_rate(config: TrainConfig, spec: RolePolicy, step: int) -> float:
@@ -226,7 +236,7 @@ class RolePoliciesTrainer:
                 result = await self._steps(start, resume, train_data, test_data)
             finally:
                 for policy in self.policies:
-                    policy.clients.close()
+                    policy.close()
                 self._trackers.close()
             LOGGER.info(result.message)
             return result
@@ -245,7 +255,10 @@ class RolePoliciesTrainer:
             policy.drop_records_after(resume.step if resume is not None else 0)
             self.policies.append(policy)
         clients = {p.name: p.clients for p in self.policies}
-        self._samplers = PolicySamplers(clients, config.roles.seat_owners(), SamplerSettings.of(config))
+        pools = {p.name: p.pool for p in self.policies}
+        self._samplers = PolicySamplers(
+            clients, config.roles.seat_owners(), SamplerSettings.of(config), pools
+        )
         for policy in self.policies:
             await self._samplers.refresh(policy.name)
 
@@ -278,6 +291,7 @@ class RolePoliciesTrainer:
         builders_P = train_data.get_batch(step)
         seeds_P = [group_seed(config.steps.seed, "sampling", step, i) for i in range(len(builders_P))]
         started = time.perf_counter()
+        self._require_samplers().reset_draws()  # the pool counts of this step's train groups only
         rollouts = await rollout_batch_by_seat(builders_P, seeds_P, self._require_samplers())
         row["time/rollout"] = time.perf_counter() - started
         row.update(episode_summary(rollouts.plain_P))
@@ -316,6 +330,8 @@ class RolePoliciesTrainer:
             "datums": len(assembled.datums_D),
             "trainable": int(policy.spec.trainable),
         }
+        for member, groups in enumerate(self._require_samplers().draws.get(policy.name, [])):
+            own[f"pool/{member}/groups"] = groups  # member 0: the policy's own weights
         if policy.spec.trainable:
             own["lr"] = policy_learning_rate(config, policy.spec, step)
             if assembled.datums_D:

@@ -16,6 +16,7 @@ Sampling the rows of several adapters in one engine step (multi-adapter batching
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,41 +64,68 @@ class PolicySamplers:
     """Each policy's current sampling client, and per seat the completer of the seat's policy.
 
     The seam of multi-adapter sampling: :meth:`completers` is the one place that decides how a seat's
-    replies are sampled (here: its policy's own client, one request per reply)."""
+    replies are sampled (here: its policy's own client, one request per reply). A frozen policy with an
+    opponent pool (``pool``) has several clients; each call draws one by its seed."""
 
     def __init__(
-        self, clients: Mapping[str, PolicyClients], owners: Mapping[int, str], settings: SamplerSettings
+        self,
+        clients: Mapping[str, PolicyClients],
+        owners: Mapping[int, str],
+        settings: SamplerSettings,
+        pools: Mapping[str, Sequence[PolicyClients]] | None = None,
     ) -> None:
         self._clients = dict(clients)
         self._owners = dict(owners)
         self._settings = settings
+        self._pools = {name: list(members) for name, members in (pools or {}).items() if members}
         self._sampling: dict[str, SamplingClient] = {}
+        self._pool_sampling: dict[str, list[SamplingClient]] = {}
+        self.draws: dict[str, list[int]] = {}
+        """Per pooled policy, how many groups each member (0: its own weights) played since the last reset."""
 
     @property
     def limits(self) -> RolloutLimits:
         return self._settings.limits
 
     async def refresh(self, name: str) -> None:
-        """A sampling client on policy ``name``'s current weights (the previous one let go first)."""
+        """A sampling client on policy ``name``'s current weights (the previous one let go first); the
+        first refresh of a pooled policy also opens its pool members' samplers."""
         self._sampling.pop(name, None)
         self._sampling[name] = await self._clients[name].refresh_sampler()
+        if name in self._pools and name not in self._pool_sampling:
+            self._pool_sampling[name] = [await member.refresh_sampler() for member in self._pools[name]]
+            self.draws[name] = [0] * (1 + len(self._pools[name]))
+
+    def reset_draws(self) -> None:
+        self.draws = {name: [0] * len(counts) for name, counts in self.draws.items()}
+
+    def _client(self, name: str, seed: int) -> SamplingClient:
+        """Policy ``name``'s client for the group seeded ``seed``: its own, or a pool member drawn by it."""
+        own = self._sampling.get(name)
+        if own is None:
+            raise RuntimeError(f"policy {name!r} has no sampler yet")
+        members = [own, *self._pool_sampling.get(name, [])]
+        if len(members) == 1:
+            return own
+        index = random.Random(f"{name}:{seed}").randrange(len(members))  # own RNG: never the global one
+        self.draws[name][index] += 1
+        return members[index]
 
     def completers(self, seed: int) -> dict[int, TokenCompleter]:
-        """Per seat, a completer seeded with ``seed`` on the seat's policy's current weights."""
+        """Per seat, a completer seeded with ``seed`` on the seat's policy's current weights (a pooled
+        policy's member drawn by ``seed``, one for all its seats of the group)."""
         from envsuite.completers import SamplingTokenCompleter
 
-        out: dict[int, TokenCompleter] = {}
-        for seat, name in self._owners.items():
-            client = self._sampling.get(name)
-            if client is None:
-                raise RuntimeError(f"policy {name!r} has no sampler yet")
-            out[seat] = SamplingTokenCompleter(
-                client,
+        clients = {name: self._client(name, seed) for name in dict.fromkeys(self._owners.values())}
+        return {
+            seat: SamplingTokenCompleter(
+                clients[name],
                 max_tokens=self._settings.max_tokens,
                 temperature=self._settings.temperature,
                 seed=seed,
             )
-        return out
+            for seat, name in self._owners.items()
+        }
 
 
 async def rollout_by_seat(
