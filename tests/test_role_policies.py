@@ -237,6 +237,34 @@ def test_a_frozen_role_draws_each_groups_opponent_from_its_pool(tmp_path: Path) 
     assert json.dumps(saved) in json.dumps(recorded)
 
 
+def test_a_policy_on_its_own_base_model(tmp_path: Path) -> None:
+    """``model``: the frozen ``high`` samples from SmolLM2-135M while ``low`` trains on the run's tiny model
+    (the two share SmolLM2's tokenizer); its checkpoints record its own base. A base model with another
+    tokenizer is refused."""
+    from envsuite.trainers._role_loop import check_same_tokenizer
+
+    policies = {
+        "low": {"seats": [0]},
+        "high": {"seats": [1], "trainable": False, "model": "smollm2-135m-instruct"},
+    }
+    config = _config(tmp_path, n_steps=1, policies=policies)
+    assert run_training(config, show_progress=False).cause is StopCause.COMPLETED
+    base_of = {}
+    for name in ("low", "high"):
+        [record] = _records(Path(config.log_dir) / "policies" / name / "checkpoints.jsonl")
+        meta = json.loads((Path(str(record["sampler_path"])) / "envsuite_checkpoint.json").read_text())
+        base_of[name] = meta["base_model"]
+    assert base_of == {"low": "tiny-random", "high": "smollm2-135m-instruct"}, base_of
+    from transformers import AutoTokenizer
+
+    from envsuite import RendererConfig
+
+    other = AutoTokenizer.from_pretrained(RendererConfig("tiny-random").build().tokenizer.name_or_path)  # type: ignore[attr-defined]
+    other.add_tokens(["<not-in-the-run's-vocabulary>"])
+    with pytest.raises(ConfigError, match="another tokenizer"):
+        check_same_tokenizer(config, config.roles.policies[1], other)
+
+
 def test_advantages_are_centred_within_each_seat_of_a_group() -> None:
     from envsuite.trainers._role_rollouts import SeatedGroup, assemble_for_policy
 

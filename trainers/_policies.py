@@ -1,4 +1,4 @@
-"""A policy per role: the ``policies`` a run names, each a LoRA adapter on the run's base model.
+"""A policy per role: the ``policies`` a run names, each a LoRA adapter on the run's base model (or its own).
 
 A run without policies trains one policy on every seat (the trainer as it always was). A run that names
 policies gives each its own training client (adapter and optimizer state), advantages, datums,
@@ -13,6 +13,7 @@ checkpoints and metrics; each plays the seats it lists (``seats``), and a policy
     trainable = false          # frozen: the asker trains against the base model's answers
     learning_rate = 1e-4       # optional: the run's learning_rate otherwise
     # init_from = "runs/duel/checkpoints/.../step000040"   # optional: start from a saved state's weights
+    # model = "smollm2-135m-instruct"   # optional: its own base model (the run's tokenizer); the run's otherwise
     # pool = ["runs/a/.../step000010", "runs/b/.../step000020"]  # frozen only: each group draws one of
     #                                                            # its own weights and these saved states
 
@@ -48,6 +49,9 @@ class RolePolicy:
     """A ``save_state`` checkpoint this policy starts from (a ``state_path`` of an earlier run's
     ``checkpoints.jsonl`` or ``policies/<name>/checkpoints.jsonl``): its weights, with a fresh optimizer.
     None: a fresh adapter on the base model. A resumed run restores its own checkpoint instead."""
+    model: str | None = None
+    """This policy's own base model (None: the run's ``model``). It must have the run's model's tokenizer:
+    the env renders every seat's prompt with the run's renderer (checked when the run opens it)."""
     pool: tuple[str, ...] = ()
     """An opponent pool for this role (frozen policies only): saved states that, with the policy's own
     weights (member 0), make the pool; each group's seats of this role are played by one member, drawn
@@ -70,6 +74,7 @@ class RolePolicy:
                 f"{where}.pool needs trainable = false (an opponent pool is a frozen role's)",
             ),
             (all(path.strip() for path in self.pool), f"{where}.pool has an empty path"),
+            (self.model is None or bool(self.model.strip()), f"{where}.model is empty"),
         ]
 
     def to_plain(self) -> dict[str, Any]:
@@ -80,10 +85,11 @@ class RolePolicy:
             "learning_rate": self.learning_rate,
         }
         plain |= {"init_from": self.init_from} if self.init_from is not None else {}
+        plain |= {"model": self.model} if self.model is not None else {}
         return plain | ({"pool": list(self.pool)} if self.pool else {})
 
 
-_FIELDS = ("seats", "trainable", "learning_rate", "init_from", "pool")
+_FIELDS = ("seats", "trainable", "learning_rate", "init_from", "pool", "model")
 
 
 def policy_from_table(name: str, table: object) -> RolePolicy:
@@ -106,14 +112,16 @@ def policy_from_table(name: str, table: object) -> RolePolicy:
     lr = table.get("learning_rate")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
         raise UsageError(f"policies.{name}.learning_rate must be a number, got {lr!r}")
-    init_from = table.get("init_from")
+    init_from, model = table.get("init_from"), table.get("model")
     if init_from is not None and not isinstance(init_from, str):
         raise UsageError(f"policies.{name}.init_from must be a checkpoint path, got {init_from!r}")
+    if model is not None and not isinstance(model, str):
+        raise UsageError(f"policies.{name}.model must be a model name or directory, got {model!r}")
     pool = table.get("pool", [])
     if isinstance(pool, str) or not isinstance(pool, Sequence) or not all(isinstance(p, str) for p in pool):
         raise UsageError(f"policies.{name}.pool must be a list of checkpoint paths, got {pool!r}")
     lr_value = None if lr is None else float(lr)
-    return RolePolicy(name, tuple(seats), trainable, lr_value, init_from, tuple(pool))
+    return RolePolicy(name, tuple(seats), trainable, lr_value, init_from, model, tuple(pool))
 
 
 def policies_from_value(value: object) -> tuple[RolePolicy, ...]:

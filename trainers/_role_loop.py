@@ -32,6 +32,7 @@ import numpy as np
 from envsuite.trainers._batches import split_minibatches
 from envsuite.trainers._checkpoints import CheckpointLog, CheckpointRecord
 from envsuite.trainers._clients import NonFiniteLoss, PolicyClients, make_service
+from envsuite.trainers._config import ConfigError
 from envsuite.trainers._datums import loss_data
 from envsuite.trainers._driver import StepDriver, drive_steps
 from envsuite.trainers._heldout import append_eval_rows, eval_rows, truncate_eval_rows
@@ -56,6 +57,8 @@ from envsuite.trainers._transcripts import write_transcripts
 from envsuite.trainers.async_rl import SamplerSettings, group_seed
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from envsuite.backends import ServiceClient
     from envsuite.core import RLDataset
     from envsuite.trainers._config import TrainConfig
@@ -137,26 +140,40 @@ async def open_policy(
     """Policy ``spec``'s training client: restored from ``state`` (weights, optimizer, step), started from
     ``spec.init_from``'s weights (a fresh optimizer), or a fresh LoRA adapter on the base model (seeded by
     the run's seed and the policy's place in the list)."""
+    base = spec.model or config.policy.model
     if state is not None:
         training = await service.create_training_client_from_state_with_optimizer(state)
     elif spec.init_from is not None:
-        # The run's base model named: a checkpoint trained from another base is refused, not mixed in.
-        training = await service.create_training_client_from_state(spec.init_from, config.policy.model)
+        # The policy's base model named: a checkpoint trained from another base is refused, not mixed in.
+        training = await service.create_training_client_from_state(spec.init_from, base)
     else:
         training = await service.create_lora_training_client(
-            config.policy.model,
+            base,
             rank=config.policy.lora_rank,
             seed=config.steps.seed + index,
             train_unembed=config.policy.train_unembed,
         )
     clients = PolicyClients(training, record_samples=config.loss.loss_fn == "stable_reinforce")
-    pool = [
-        PolicyClients(await service.create_training_client_from_state(path, config.policy.model))
-        for path in spec.pool
-    ]
+    if spec.model is not None:
+        check_same_tokenizer(config, spec, clients.tokenizer())
+    pool = [PolicyClients(await service.create_training_client_from_state(path, base)) for path in spec.pool]
     directory = Path(config.log_dir) / "policies" / spec.name
     directory.mkdir(parents=True, exist_ok=True)
     return RolePolicyRun(spec, clients, CheckpointLog(directory / "checkpoints.jsonl"), pool)
+
+
+def check_same_tokenizer(config: TrainConfig, spec: RolePolicy, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Refuse a policy whose own base model tokenizes differently from the run's model: the env renders
+    every seat's prompt, and parses every reply, with the run's renderer."""
+    from envsuite import RendererConfig
+
+    run_tokenizer = RendererConfig(config.policy.model, config.policy.renderer_name).build().tokenizer
+    run_vocab = getattr(run_tokenizer, "get_vocab", None)  # the renderer's Tokenizer protocol lacks it
+    if not callable(run_vocab) or run_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"policies.{spec.name}.model {spec.model!r} has another tokenizer than the run's model "
+            f"{config.policy.model!r}: a policy's own base model must share the run's tokenizer"
+        )
 
 
 def policy_learning_rate(config: TrainConfig, spec: RolePolicy, step: int) -> float:
