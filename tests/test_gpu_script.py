@@ -64,10 +64,17 @@ def test_the_plan_installs_two_venvs_and_its_commands_parse_as_envsuite_serve_an
     assert all("--find-links=/wheels" in argv for argv in pips) and len(pips) == 5
     vllm = next(s for s in install if s.name == "pip-vllm")
     assert vllm.argv[0] == o.vllm_python and "vllm==0.12.0" in vllm.argv  # its own venv, never the project's
-    assert f"{run.REPO}[trl]" in next(s for s in install if s.name == "pip-envsuite").argv
+    envsuite = next(s for s in install if s.name == "pip-envsuite").argv
+    assert f"{run.REPO}[trl]" in envsuite and envsuite[envsuite.index("-c") + 1] == str(
+        run.constraints_path(o)
+    )
+    pinned = run.write_constraints(o).read_text().splitlines()  # as tested, less the CPU torch
+    assert not [line for line in pinned if line.startswith(("torch==", "triton=="))]
+    assert any(line.startswith("transformers==") for line in pinned) and len(pinned) > 100
     cookbook = next(s for s in install if s.name == "pip-cookbook").argv
     assert "--no-deps" in cookbook and "tinker-cookbook==0.6.1" in cookbook
     assert {s.phase for s in install} == {"setup"}
+    assert "torch==2.13.0" in next(s for s in install if s.name == "pip-torch").argv  # the tested version
 
     serve = run.serve_argv(o, 8123)
     assert serve[0] == str(tmp_path / "work" / "venv" / "bin" / "envsuite")

