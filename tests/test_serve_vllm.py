@@ -287,13 +287,19 @@ def test_a_sampler_made_after_a_training_step_samples_the_version_it_names(serve
     assert against_base > 10 * TOL, against_base  # vLLM sampled the new version, not the base
 
 
-def _generated_on_vllm(vllm_url: str) -> float:
-    """vLLM's own count of the tokens it has generated (its Prometheus ``/metrics``)."""
+def _vllm_metric(vllm_url: str, name: str) -> float:
+    """One of vLLM's own counters or gauges, summed over its labels (its Prometheus ``/metrics``)."""
     text = httpx.get(f"{vllm_url}/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(GENERATED))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def _generated_on_vllm(vllm_url: str) -> float:
+    """vLLM's own count of the tokens it has generated."""
+    return _vllm_metric(vllm_url, GENERATED)
 
 
 GENERATED = "vllm:generation_tokens_total"
+RUNNING = "vllm:num_requests_running"
 CAPTURE = {"X-Envsuite-Capture": "on-vllm"}
 
 
@@ -386,6 +392,13 @@ def test_a_vllm_server_killed_under_serve_is_restarted_with_its_adapters(served:
         training = service.create_lora_training_client(MODEL, rank=8, seed=0).result()
         snapshot = training.save_weights_and_get_sampling_client().result()
         adapter = _vllm_model(served.url, snapshot)
+        # A Tinker sample in flight when vLLM dies is sent again once it is back: the SDK's future waits.
+        long = types.SamplingParams(max_tokens=128, seed=3, temperature=1.0, stop=[])
+        in_flight = snapshot.sample(_prompt(), 1, long)
+        deadline = time.monotonic() + 60
+        while _vllm_metric(served.vllm_url, RUNNING) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _vllm_metric(served.vllm_url, RUNNING) >= 1, "the long sample never reached vLLM"
         [old] = _vllm_servers(served.process.pid)
         old.send_signal(signal.SIGKILL)  # the API server alone, as a crash would
         killed = time.monotonic()
@@ -396,6 +409,7 @@ def test_a_vllm_server_killed_under_serve_is_restarted_with_its_adapters(served:
         served.vllm_url = f"http://127.0.0.1:{new.cmdline()[new.cmdline().index('--port') + 1]}"
         # The snapshot published before the kill was loaded again: it samples on both routes.
         reply = snapshot.sample(_prompt(), 1, params).result(timeout=300).sequences[0]
+        replayed = in_flight.result(timeout=START_TIMEOUT_S).sequences[0]
         live = set(asyncio.run(VllmEndpoint(served.vllm_url).models()))
     unavailable = [a for a in answers if a.status_code == 503]
     LOG.info(
@@ -407,6 +421,7 @@ def test_a_vllm_server_killed_under_serve_is_restarted_with_its_adapters(served:
     assert unavailable[0].json()["error"]["code"] == "sampler_unavailable"
     assert answers[-1].status_code == 200, answers[-1].text
     assert new.pid != old.pid and adapter in live and len(reply.tokens) == 8
+    assert len(replayed.tokens) == 128 and replayed.stop_reason == "length"  # whole, from the new server
     log = served.log.read_text(errors="replace")
     assert "vLLM server lost" in log and "vLLM server restarted" in log
 

@@ -32,7 +32,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ from envsuite.backends.vllm import (
 )
 from envsuite.errors import UsageError
 from envsuite.serve._config import ENGINE_DEFAULT_MAX_TOKENS, ServeConfig
-from envsuite.serve._vllm_watch import ServerProbe, VllmWatchdog, WatchSettings
+from envsuite.serve._vllm_watch import Phase, ServerProbe, VllmWatchdog, WatchSettings
 
 logger = logging.getLogger("envsuite.serve")
 T = TypeVar("T")
@@ -60,6 +60,9 @@ BASE_NAME = "base"
 """The base model's name on a server started here."""
 PUBLISH_WAIT_S = 600.0
 """How long a publish waits for a server being restarted (a start takes 30-150 s on 2 cores)."""
+LOSS_NOTICE_S = 10.0
+"""How long a request the server lost waits for the watchdog to mark it down before it is sent again
+(a server that only dropped one request stays up, and the request goes again after this)."""
 EXTERNAL_RETRY_S = 10.0
 """The ``Retry-After`` while a user's server (``--vllm-url``) is away: its return time is unknown."""
 
@@ -277,31 +280,50 @@ class VllmEngine:
         num_samples: int,
         params: types.SamplingParams,
         topk_sample_logprobs: int = 0,
+        *,
+        replay: bool = False,
     ) -> concurrent.futures.Future[types.SampleResponse]:
         """Sample ``model`` (a published name) on vLLM; cancelling the future cancels the requests. A
         request that names no ``max_tokens`` gets the local engine's default budget; ``top_k``, ``top_p``
         and the temperature go to vLLM as they are, and ``topk_sample_logprobs`` asks vLLM for each
-        position's alternatives. A server that is down, or lost while answering, fails the future with
-        :class:`SamplerDown`."""
+        position's alternatives. A server that is down fails the future with :class:`SamplerDown`; one
+        lost while answering does too, unless ``replay``: then the request is sent again once the server
+        is back with its adapters (a Tinker future, which the SDK waits on, rather than an OpenAI reply,
+        whose client is told to retry)."""
         self.watchdog.check_up()
         if params.max_tokens is None:
             budget = min(ENGINE_DEFAULT_MAX_TOKENS, self.config.max_tokens)
             params = params.model_copy(update={"max_tokens": budget})
-        client = VllmSamplingClient(self.url, model, base_model)
-        return self._run(self._sample(client, prompt, num_samples, params, topk_sample_logprobs))
+
+        async def once() -> types.SampleResponse:
+            client = VllmSamplingClient(self.url, model, base_model)  # a restart moves the URL
+            return await client.sample(prompt, num_samples, params, topk_sample_logprobs=topk_sample_logprobs)
+
+        return self._run(self._sample(once, replay))
 
     async def _sample(
-        self,
-        client: VllmSamplingClient,
-        prompt: types.ModelInput,
-        num_samples: int,
-        params: types.SamplingParams,
-        topk_sample_logprobs: int,
+        self, once: Callable[[], Awaitable[types.SampleResponse]], replay: bool
     ) -> types.SampleResponse:
         try:
-            return await client.sample(prompt, num_samples, params, topk_sample_logprobs=topk_sample_logprobs)
+            return await once()
+        except VllmConnectionError as exc:
+            down = self.watchdog.suspect(str(exc))
+            if not replay:
+                raise down from exc
+        await self._back_up()
+        try:
+            return await once()
         except VllmConnectionError as exc:
             raise self.watchdog.suspect(str(exc)) from exc
+
+    async def _back_up(self) -> None:
+        """Return once a server that lost a request is back (adapters loaded again); raise
+        :class:`SamplerDown` when it will not be. The watchdog is given a moment to see the loss first
+        (it looks every second): a server still marked up may be one not yet found dead."""
+        noticed_by = time.monotonic() + LOSS_NOTICE_S
+        while self.watchdog.phase is Phase.UP and time.monotonic() < noticed_by:
+            await asyncio.sleep(0.25)
+        await asyncio.to_thread(self.watchdog.wait_up, PUBLISH_WAIT_S)
 
     # -- the watchdog's side ---------------------------------------------------------------------
 

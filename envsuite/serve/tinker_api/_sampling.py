@@ -93,9 +93,10 @@ async def asample(request: Request) -> dict[str, Any]:
     def begin(request_id: str) -> Any:
         if on_vllm:
             assert state.vllm is not None and vllm_model is not None
+            # replay: the SDK waits on the future, so a server lost meanwhile is waited for, not a failure.
             sampled = state.vllm.sample(
                 vllm_model, client.get_base_model(), body.prompt, body.num_samples, params,
-                body.topk_sample_logprobs,
+                body.topk_sample_logprobs, replay=True,
             )  # fmt: skip
         else:
             sampled = _sample_locally(client, body, params, constraint)
