@@ -424,6 +424,7 @@ def test_a_vllm_server_killed_under_serve_is_restarted_with_its_adapters(served:
     assert len(replayed.tokens) == 128 and replayed.stop_reason == "length"  # whole, from the new server
     log = served.log.read_text(errors="replace")
     assert "vLLM server lost" in log and "vLLM server restarted" in log
+    assert "vLLM request failed" in log  # the in-flight sample was cut off, then sent again
 
 
 def test_the_watchdog_restarts_a_lost_server_a_bounded_number_of_times(
