@@ -37,6 +37,7 @@ RESULT_PRESETS = (
     "chain-sum-curriculum",
     "chain-sum-fixed",
     "mix-three-families",
+    "judged-instructions",
 )
 """One preset per env family of docs/results.md, in its order."""
 
