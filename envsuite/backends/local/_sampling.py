@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tinker
 from tinker.lib.public_interfaces.backcompat_client_future import BackcompatClientFuture
-from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
+from envsuite.backends._topk import topk_matrices
 from envsuite.backends.local._constrained import ConstrainedSampledSequence, constraint_of
 from envsuite.backends.local._futures import LocalFuture, failed_future
 from envsuite.backends.local._sequences import SequenceScope
@@ -448,19 +448,8 @@ def _sequence_fields(seq: GeneratedSequence, sequence_id: str) -> dict[str, Any]
         "sequence_id": sequence_id,
         "tokens_np": np.asarray(seq.tokens, dtype=np.int32),
         "logprobs_np": np.asarray(seq.logprobs, dtype=np.float32),
-        "topk_logprobs_np": None if seq.top_logprobs is None else _topk_matrices(seq.top_logprobs),
+        "topk_logprobs_np": None if seq.top_logprobs is None else topk_matrices(seq.top_logprobs),
     }
-
-
-def _topk_matrices(top_T: list[list[tuple[int, float]]]) -> TopkLogprobs:
-    """Per-position top-k lists as the SDK's dense matrices (short rows padded with its sentinel)."""
-    k = max((len(row) for row in top_T), default=0)
-    token_ids = np.zeros((len(top_T), k), dtype=np.int32)
-    logprobs = np.full((len(top_T), k), MASK_LOGPROB, dtype=np.float32)
-    for position, row in enumerate(top_T):
-        for rank, (token, logprob) in enumerate(row):
-            token_ids[position, rank], logprobs[position, rank] = token, logprob
-    return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
 
 
 def _token_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
     import tinker
-    from tinker.types.topk_logprobs import TopkLogprobs
 
 REQUEST_TIMEOUT_S = 600.0
 """One sampling request's bound (a long reply under load on 2 cores takes minutes)."""
@@ -190,6 +189,8 @@ class VllmSamplingClient:
             raise VllmConnectionError(f"vLLM returned {len(tokens)} tokens but {len(logprobs)} logprobs")
         top = None
         if topk:
+            from envsuite.backends._topk import topk_matrices
+
             top = topk_matrices([_top_row(row, topk) for row in choice["logprobs"]["top_logprobs"]])
         return tinker.SampledSequence(
             stop_reason="length" if choice.get("finish_reason") == "length" else "stop",
@@ -207,21 +208,6 @@ def _top_row(row: dict[str, float] | None, k: int) -> list[tuple[int, float]]:
     pairs = {int(key.rsplit(":", 1)[1]): float(value) for key, value in (row or {}).items()}
     kept = [(token, value) for token, value in pairs.items() if value > VLLM_NEG_INF]
     return sorted(kept, key=lambda pair: -pair[1])[:k]
-
-
-def topk_matrices(top_T: list[list[tuple[int, float]]]) -> TopkLogprobs:
-    """Per-position top-k lists as the SDK's dense matrices (short rows padded with its sentinel), as
-    the local backend builds them."""
-    import numpy as np
-    from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
-
-    k = max((len(row) for row in top_T), default=0)
-    token_ids = np.zeros((len(top_T), k), dtype=np.int32)
-    logprobs = np.full((len(top_T), k), MASK_LOGPROB, dtype=np.float32)
-    for position, row in enumerate(top_T):
-        for rank, (token, logprob) in enumerate(row):
-            token_ids[position, rank], logprobs[position, rank] = token, logprob
-    return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
 
 
 def _request_body(
