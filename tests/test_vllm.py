@@ -190,6 +190,32 @@ def test_each_step_samples_with_the_lora_version_published_after_the_last(
     assert against_base > 10 * TOL, against_base  # the tolerance tells versions apart
 
 
+def test_two_vllm_replicas_share_each_steps_groups_and_get_every_version(
+    server: VllmServer, parity_env: str, tmp_path: Path
+) -> None:
+    """``vllm_url`` naming two servers: each step's groups spread over both (the one with fewer groups in
+    flight first), every version is loaded into both before the next step samples, and the learner
+    agrees with the tokens of either (the sampler-vs-learner KL as in the one-server test)."""
+    settings = VllmServerSettings(MODEL, served_name="base", max_model_len=2048)
+    with VllmServer(settings, _vllm_python()) as second:
+        config = _config(tmp_path, parity_env, vllm_url=f"{server.url},{second.url}", batch_size=4)
+        result = run_training(config, show_progress=False)
+        assert result.cause is StopCause.COMPLETED, result.message
+        rows = read_metrics(Path(config.log_dir) / "metrics.jsonl")
+        assert [(r["vllm/replica/0/groups"], r["vllm/replica/1/groups"]) for r in rows] == [(2, 2), (2, 2)]
+        assert [(r["vllm/sampled_version_min"], r["vllm/sampled_version_max"]) for r in rows] == [
+            (0, 0),
+            (1, 1),
+        ]
+        assert [r["vllm/published_version"] for r in rows] == [1, 2]
+        assert all(float(r["kl_sample_train_v2"]) <= TOL**2 / 2 for r in rows), rows
+        for url in (server.url, second.url):
+            assert "policy-v2" in asyncio.run(VllmEndpoint(url).models()), url
+    refused = _config(tmp_path, parity_env, vllm_url=f"{server.url},{server.url}", samplers=3)
+    with pytest.raises(ValueError, match="lists 2 vLLM server"):
+        refused.validate()
+
+
 def _vllm_api_servers() -> list[psutil.Process]:
     """This process's live descendants running vLLM's API server. A zombie (any exited child not yet
     reaped, often not vLLM's at all) has no command line to read and runs nothing: it is skipped, as

@@ -362,9 +362,11 @@ class ReplicaSection:
     executor's workers)."""
     sampler: str = "backend"
     """Which engine samples the rollouts: ``backend`` (the backend's own sampler, or ``samplers``
-    replicas) or ``vllm`` (a vLLM server, fed each new LoRA version as a peft adapter: docs/vllm.md)."""
+    replicas) or ``vllm`` (a vLLM server, or ``samplers`` of them, fed each new LoRA version as a peft
+    adapter: docs/vllm.md)."""
     vllm_url: str | None = None
-    """``sampler`` vllm: a running vLLM server's URL (None: envsuite starts one from the vLLM venv)."""
+    """``sampler`` vllm: a running vLLM server's URL, or several comma-separated (one replica each; None:
+    envsuite starts ``samplers`` servers from the vLLM venv, one when 0)."""
 
     def checks(self) -> list[Check]:
         return [
@@ -381,10 +383,16 @@ class ReplicaSection:
                 "vllm_url names the vLLM server of sampler 'vllm': pass --sampler vllm too",
             ),
             (
-                self.sampler == "backend" or self.samplers == 0,
-                "sampler 'vllm' samples on one vLLM server (it batches every group itself): drop samplers",
+                self.sampler == "backend"
+                or not self.vllm_url
+                or self.samplers in (0, self._vllm_url_count()),
+                f"samplers {self.samplers} but vllm_url lists {self._vllm_url_count()} vLLM server(s): "
+                "give one number of replicas (or drop samplers: one per URL)",
             ),
         ]
+
+    def _vllm_url_count(self) -> int:
+        return len([url for url in (self.vllm_url or "").split(",") if url.strip()])
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""

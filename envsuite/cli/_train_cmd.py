@@ -87,7 +87,12 @@ _OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
     ("--kl-penalty", "kl_penalty_coef", float, "KL penalty coefficient against the reference (0: off)"),
     ("--kl-discount", "kl_discount_factor", float, "discount of the KL penalty over later tokens"),
     ("--kl-reference", "kl_reference_checkpoint", str, "KL reference: a sampler checkpoint (default: base)"),
-    ("--samplers", "samplers", int, "sampler replicas of the executor's kind, env work with them (0: here)"),
+    (
+        "--samplers",
+        "samplers",
+        int,
+        "sampler replicas of the executor's kind, env work with them (0: here); --sampler vllm: vLLM servers",
+    ),
     (
         "--sampler",
         "sampler",
@@ -98,7 +103,7 @@ _OPTIONS: list[tuple[str, str, Callable[[str], object], str]] = [
         "--vllm-url",
         "vllm_url",
         str,
-        "--sampler vllm: a running vLLM server (default: start one from .venv-vllm)",
+        "--sampler vllm: a running vLLM server, or several URLs comma-separated (default: start them)",
     ),
 ]
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from envsuite.executors import WorkerPool
     from envsuite.trainers._clients import PolicyClients
     from envsuite.trainers._config import TrainConfig
+    from envsuite.trainers.async_rl._vllm_replicas import VllmReplicaSet
 
 MAX_RECOVERIES = 3
 """Times one group may find the server gone before the run stops (saved)."""
@@ -81,6 +82,15 @@ class _WatchedPolicy(TokenCompleter):
         except VllmConnectionError as exc:
             self.watch.lost = str(exc)
             raise
+
+
+def check_step_versions(done: Sequence[SampledGroup], expected: int) -> None:
+    """A synchronous step's groups must all have been sampled by the step's version."""
+    stale = sorted({d.version for d in done if d.version != expected})
+    if stale:
+        raise RuntimeError(
+            f"groups sampled by {[adapter_name(v) for v in stale]}, not {adapter_name(expected)}"
+        )
 
 
 class VllmSampling(SamplingService):
@@ -193,11 +203,7 @@ class VllmSampling(SamplingService):
         started = time.perf_counter()
         expected = self._version
         done = await asyncio.gather(*(self.rollout(b, s) for b, s in zip(builders_P, seeds_P, strict=True)))
-        stale = sorted({d.version for d in done if d.version != expected})
-        if stale:
-            raise RuntimeError(
-                f"groups sampled by {[adapter_name(v) for v in stale]}, not {adapter_name(expected)}"
-            )
+        check_step_versions(done, expected)
         return batch_from_results([d.result for d in done], time.perf_counter() - started)
 
     async def _with_server(self, call: Callable[[], Awaitable[None]]) -> None:
@@ -261,25 +267,40 @@ class VllmSampling(SamplingService):
 
 def open_vllm_sampling(
     config: TrainConfig, clients: PolicyClients, pool: WorkerPool | None, settings: SamplerSettings
-) -> VllmSampling:
-    """The run's vLLM sampling service: at ``config.replicas.vllm_url``, or on a server started here."""
-    server = None
-    if config.replicas.vllm_url is None:
-        server = VllmServer(
-            VllmServerSettings(
-                model=config.policy.model,
-                max_model_len=config.sampling.max_context_tokens + config.sampling.max_tokens,
-                max_lora_rank=next(
-                    (r for r in VLLM_LORA_RANKS if r >= config.policy.lora_rank), VLLM_LORA_RANKS[-1]
-                ),
-            )
+) -> VllmSampling | VllmReplicaSet:
+    """The run's vLLM sampling: the servers at ``config.replicas.vllm_url`` (one URL or several,
+    comma-separated), else ``samplers`` servers started here (one when 0); several make a replica set."""
+    urls = vllm_urls(config.replicas.vllm_url)
+    count = len(urls) or max(1, config.replicas.samplers)
+    adapter_dir = Path(config.log_dir) / "vllm_adapters"
+    replicas = [
+        VllmSampling(
+            clients,
+            pool,
+            settings,
+            base_model=config.policy.model,
+            adapter_dir=adapter_dir if count == 1 else adapter_dir / f"replica{index}",
+            server=None if urls else VllmServer(_server_settings(config)),
+            url=urls[index] if urls else None,
         )
-    return VllmSampling(
-        clients,
-        pool,
-        settings,
-        base_model=config.policy.model,
-        adapter_dir=Path(config.log_dir) / "vllm_adapters",
-        server=server,
-        url=config.replicas.vllm_url,
+        for index in range(count)
+    ]
+    if count == 1:
+        return replicas[0]
+    from envsuite.trainers.async_rl._vllm_replicas import VllmReplicaSet
+
+    return VllmReplicaSet(replicas)
+
+
+def vllm_urls(setting: str | None) -> list[str]:
+    """The URLs ``vllm_url`` names (comma-separated for several servers; none when unset)."""
+    return [url.strip() for url in (setting or "").split(",") if url.strip()]
+
+
+def _server_settings(config: TrainConfig) -> VllmServerSettings:
+    """A vLLM server for the run's model, its context and LoRA rank (the smallest vLLM takes that fits)."""
+    return VllmServerSettings(
+        model=config.policy.model,
+        max_model_len=config.sampling.max_context_tokens + config.sampling.max_tokens,
+        max_lora_rank=next((r for r in VLLM_LORA_RANKS if r >= config.policy.lora_rank), VLLM_LORA_RANKS[-1]),
     )

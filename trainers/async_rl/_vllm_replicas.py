@@ -1,0 +1,118 @@
+"""Several vLLM servers behind one trainer (``sampler="vllm"`` with ``samplers`` N, or ``vllm_url`` listing
+N URLs): the learner stays local and publishes each LoRA version to every replica.
+
+Each replica is a :class:`~envsuite.trainers.async_rl._vllm_sampling.VllmSampling` (its own server or
+URL, its own adapter folder, its own restart-and-retry on a lost server). A group plays on the live
+replica with the fewest groups in flight (ties: the lowest index), so a batch spreads over the servers
+and a slow one gets less. Every version is loaded into every live replica before :meth:`publish`
+returns, so a group records the version that sampled it whichever replica played it. A replica that
+cannot be brought back (its :class:`NoSamplersLeftError`) is dropped and its group played again on
+another; the run stops (saved) only when none is left.
+
+Invariants: ``version`` is the newest version every live replica holds; ``vllm/replica/<i>/groups``
+counts the groups replica ``i`` finished since the last :meth:`metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from envsuite.core import EnvGroupBuilder
+from envsuite.trainers._batches import BatchRollouts, batch_from_results
+from envsuite.trainers._report import LOGGER
+from envsuite.trainers.async_rl._replicas import NoSamplersLeftError
+from envsuite.trainers.async_rl._samplers import Row, SampledGroup, SamplingService
+from envsuite.trainers.async_rl._vllm_sampling import VllmSampling, check_step_versions
+
+
+class VllmReplicaSet(SamplingService):
+    """Plays each group on one of several vLLM replicas; publishes every version to all of them."""
+
+    def __init__(self, replicas: Sequence[VllmSampling]) -> None:
+        super().__init__()
+        if len(replicas) < 2:
+            raise ValueError("a replica set needs at least two vLLM samplers (one is a VllmSampling)")
+        self._replicas = list(replicas)
+        self._live = list(range(len(replicas)))
+        self._in_flight = [0] * len(replicas)
+        self._groups = [0] * len(replicas)
+        self._dropped = 0
+
+    @property
+    def version(self) -> int:
+        return min(self._replicas[i].version for i in self._live)
+
+    @property
+    def urls(self) -> list[str]:
+        return [replica.url for replica in self._replicas]
+
+    async def start(self) -> None:
+        await asyncio.gather(*(replica.start() for replica in self._replicas))
+
+    async def publish(self, version: int) -> None:
+        outcomes = await asyncio.gather(
+            *(self._replicas[i].publish(version) for i in self._live), return_exceptions=True
+        )
+        for index, outcome in zip(list(self._live), outcomes, strict=True):
+            if isinstance(outcome, NoSamplersLeftError):
+                self._drop(index, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        if self.on_version is not None:
+            await self.on_version()
+
+    def _drop(self, index: int, why: BaseException) -> None:
+        if index in self._live:
+            self._live.remove(index)
+            self._dropped += 1
+            LOGGER.warning("vLLM replica %d dropped (%s); %d left", index, why, len(self._live))
+        if not self._live:
+            raise NoSamplersLeftError(f"every vLLM replica is gone; the last: {why}") from why
+
+    async def _play(self, builder: EnvGroupBuilder, seed: int) -> SampledGroup:
+        while True:
+            index = min(self._live, key=lambda i: (self._in_flight[i], i))
+            self._in_flight[index] += 1
+            try:
+                played = await self._replicas[index]._play(builder, seed)
+            except NoSamplersLeftError as exc:
+                self._drop(index, exc)  # raises when it was the last one
+                continue
+            finally:
+                self._in_flight[index] -= 1
+            self._groups[index] += 1
+            return SampledGroup(played.result, played.version, played.seconds, sampler=index)
+
+    async def rollout_batch(
+        self, builders_P: Sequence[EnvGroupBuilder], seeds_P: Sequence[int]
+    ) -> BatchRollouts:
+        """Every group of a synchronous step, spread over the replicas, each checked to be sampled by
+        the step's version."""
+        started = time.perf_counter()
+        expected = self.version
+        done = await asyncio.gather(*(self.rollout(b, s) for b, s in zip(builders_P, seeds_P, strict=True)))
+        check_step_versions(done, expected)
+        return batch_from_results([d.result for d in done], time.perf_counter() - started)
+
+    def metrics(self) -> Row:
+        """The replicas' counters summed, the versions that sampled over all of them, and per replica
+        the groups it finished (``vllm/replica/<i>/groups``) since the last call."""
+        rows = [replica.metrics() for replica in self._replicas]
+        row: Row = {"vllm/replicas_live": len(self._live), "vllm/replicas_dropped": self._dropped}
+        for key in ("vllm/retried_groups", "vllm/restarts"):
+            row[key] = sum(float(r.get(key, 0)) for r in rows)
+        row["vllm/publish_s"] = max(float(r.get("vllm/publish_s", 0)) for r in rows)  # they publish at once
+        row["vllm/published_version"] = self.version
+        for key, pick in (("vllm/sampled_version_min", min), ("vllm/sampled_version_max", max)):
+            values = [r[key] for r in rows if key in r]
+            if values:
+                row[key] = pick(values)
+        for index, groups in enumerate(self._groups):
+            row[f"vllm/replica/{index}/groups"] = groups
+        self._groups = [0] * len(self._replicas)
+        return row
+
+    async def close(self) -> None:
+        await asyncio.gather(*(replica.close() for replica in self._replicas), return_exceptions=True)
