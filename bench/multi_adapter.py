@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from envsuite.engine.sampling import EngineRequest, EngineResult, SamplingEngine
+from envsuite.engine.sampling import EngineConfig, EngineRequest, EngineResult, SamplingEngine
 from envsuite.engine.weights import LoraFactors, LoraModule, LoraSpec, load_base_model, unmerged_model
 from envsuite.models import resolve_model
 
@@ -140,6 +140,11 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch's intra-op threads (default: torch's)"
     )
+    parser.add_argument(
+        "--no-captured-step",
+        action="store_true",
+        help="one-adapter steps op by op too, as the mixed step runs (how much of its cost is that)",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -155,7 +160,8 @@ def main() -> None:
     assert merged0 is not None
     # As a session's shared engine: the base's adapted layers on a copy of their weights (laid out).
     shared = frozenset(id(p) for p in base.parameters())
-    engine = SamplingEngine(unmerged_model(merged0, factors0), lambda tokens: "", shared_weights=shared)
+    config = EngineConfig(captured_step=not args.no_captured_step)
+    engine = SamplingEngine(unmerged_model(merged0, factors0), lambda tokens: "", config, shared)
     variants = [engine.add_variant(merged or merged0, factors, shared) for merged, factors in adapters]
     print(f"{MODEL}, rank-{args.rank} adapters, {args.new_tokens} new tokens per row, prompts of "
           f"{args.prompt_tokens}, median of {args.repeats}")  # fmt: skip
@@ -173,7 +179,10 @@ def main() -> None:
                 row = Row(rows, count, way, seconds, args.new_tokens)
                 results.append(row)
                 print(f"{rows:>4} {count:>8} {way:<18} {row.tokens_per_s:>9.0f} {row.ms_per_position:>11.1f}")
-    print(f"mixed steps run: {engine.variants.mixed_steps}; torch threads: {torch.get_num_threads()}")
+    print(
+        f"mixed steps run: {engine.variants.mixed_steps}; torch threads: {torch.get_num_threads()}; "
+        f"captured one-adapter steps: {config.captured_step}"
+    )
     engine.close()
 
 
