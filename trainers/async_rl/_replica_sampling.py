@@ -169,7 +169,7 @@ async def open_sampling(
     done: Callable[[], None] = _no_cleanup
     service: SamplingService
     if config.replicas.sampler == "vllm":
-        from envsuite.trainers.async_rl._vllm_sampling import open_vllm_sampling
+        from envsuite.trainers.async_rl._vllm_replicas import open_vllm_sampling
 
         vllm = open_vllm_sampling(config, clients, pool, settings)
         service = vllm

@@ -9,6 +9,9 @@ returns, so a group records the version that sampled it whichever replica played
 cannot be brought back (its :class:`NoSamplersLeftError`) is dropped and its group played again on
 another; the run stops (saved) only when none is left.
 
+:func:`open_vllm_sampling` builds the run's vLLM sampling: one :class:`VllmSampling`, or a
+:class:`VllmReplicaSet` of several.
+
 Invariants: ``version`` is the newest version every live replica holds; ``vllm/replica/<i>/groups``
 counts the groups replica ``i`` finished since the last :meth:`metrics`.
 """
@@ -18,13 +21,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from envsuite.backends.vllm import VllmServer, VllmServerSettings
 from envsuite.core import EnvGroupBuilder
 from envsuite.trainers._batches import BatchRollouts, batch_from_results
 from envsuite.trainers._report import LOGGER
 from envsuite.trainers.async_rl._replicas import NoSamplersLeftError
-from envsuite.trainers.async_rl._samplers import Row, SampledGroup, SamplingService
-from envsuite.trainers.async_rl._vllm_sampling import VllmSampling, check_step_versions
+from envsuite.trainers.async_rl._samplers import Row, SampledGroup, SamplerSettings, SamplingService
+from envsuite.trainers.async_rl._vllm_sampling import (
+    VLLM_LORA_RANKS,
+    VllmSampling,
+    check_step_versions,
+)
+
+if TYPE_CHECKING:
+    from envsuite.executors import WorkerPool
+    from envsuite.trainers._clients import PolicyClients
+    from envsuite.trainers._config import TrainConfig
 
 
 class VllmReplicaSet(SamplingService):
@@ -116,3 +131,40 @@ class VllmReplicaSet(SamplingService):
 
     async def close(self) -> None:
         await asyncio.gather(*(replica.close() for replica in self._replicas), return_exceptions=True)
+
+
+def open_vllm_sampling(
+    config: TrainConfig, clients: PolicyClients, pool: WorkerPool | None, settings: SamplerSettings
+) -> VllmSampling | VllmReplicaSet:
+    """The run's vLLM sampling: the servers at ``config.replicas.vllm_url`` (one URL or several,
+    comma-separated), else ``samplers`` servers started here (one when 0); several make a replica set."""
+    urls = vllm_urls(config.replicas.vllm_url)
+    count = len(urls) or max(1, config.replicas.samplers)
+    adapter_dir = Path(config.log_dir) / "vllm_adapters"
+    replicas = [
+        VllmSampling(
+            clients,
+            pool,
+            settings,
+            base_model=config.policy.model,
+            adapter_dir=adapter_dir if count == 1 else adapter_dir / f"replica{index}",
+            server=None if urls else VllmServer(_server_settings(config)),
+            url=urls[index] if urls else None,
+        )
+        for index in range(count)
+    ]
+    return replicas[0] if count == 1 else VllmReplicaSet(replicas)
+
+
+def vllm_urls(setting: str | None) -> list[str]:
+    """The URLs ``vllm_url`` names (comma-separated for several servers; none when unset)."""
+    return [url.strip() for url in (setting or "").split(",") if url.strip()]
+
+
+def _server_settings(config: TrainConfig) -> VllmServerSettings:
+    """A vLLM server for the run's model, its context and LoRA rank (the smallest vLLM takes that fits)."""
+    return VllmServerSettings(
+        model=config.policy.model,
+        max_model_len=config.sampling.max_context_tokens + config.sampling.max_tokens,
+        max_lora_rank=next((r for r in VLLM_LORA_RANKS if r >= config.policy.lora_rank), VLLM_LORA_RANKS[-1]),
+    )

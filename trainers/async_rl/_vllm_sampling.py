@@ -30,7 +30,6 @@ from envsuite.backends.vllm import (
     VllmEndpoint,
     VllmSamplingClient,
     VllmServer,
-    VllmServerSettings,
     VllmStartError,
     write_peft_adapter,
 )
@@ -44,8 +43,6 @@ from envsuite.trainers.async_rl._samplers import Row, SampledGroup, SamplerSetti
 if TYPE_CHECKING:
     from envsuite.executors import WorkerPool
     from envsuite.trainers._clients import PolicyClients
-    from envsuite.trainers._config import TrainConfig
-    from envsuite.trainers.async_rl._vllm_replicas import VllmReplicaSet
 
 MAX_RECOVERIES = 3
 """Times one group may find the server gone before the run stops (saved)."""
@@ -263,44 +260,3 @@ class VllmSampling(SamplingService):
     async def close(self) -> None:
         if self._server is not None:
             await asyncio.to_thread(self._server.stop)
-
-
-def open_vllm_sampling(
-    config: TrainConfig, clients: PolicyClients, pool: WorkerPool | None, settings: SamplerSettings
-) -> VllmSampling | VllmReplicaSet:
-    """The run's vLLM sampling: the servers at ``config.replicas.vllm_url`` (one URL or several,
-    comma-separated), else ``samplers`` servers started here (one when 0); several make a replica set."""
-    urls = vllm_urls(config.replicas.vllm_url)
-    count = len(urls) or max(1, config.replicas.samplers)
-    adapter_dir = Path(config.log_dir) / "vllm_adapters"
-    replicas = [
-        VllmSampling(
-            clients,
-            pool,
-            settings,
-            base_model=config.policy.model,
-            adapter_dir=adapter_dir if count == 1 else adapter_dir / f"replica{index}",
-            server=None if urls else VllmServer(_server_settings(config)),
-            url=urls[index] if urls else None,
-        )
-        for index in range(count)
-    ]
-    if count == 1:
-        return replicas[0]
-    from envsuite.trainers.async_rl._vllm_replicas import VllmReplicaSet
-
-    return VllmReplicaSet(replicas)
-
-
-def vllm_urls(setting: str | None) -> list[str]:
-    """The URLs ``vllm_url`` names (comma-separated for several servers; none when unset)."""
-    return [url.strip() for url in (setting or "").split(",") if url.strip()]
-
-
-def _server_settings(config: TrainConfig) -> VllmServerSettings:
-    """A vLLM server for the run's model, its context and LoRA rank (the smallest vLLM takes that fits)."""
-    return VllmServerSettings(
-        model=config.policy.model,
-        max_model_len=config.sampling.max_context_tokens + config.sampling.max_tokens,
-        max_lora_rank=next((r for r in VLLM_LORA_RANKS if r >= config.policy.lora_rank), VLLM_LORA_RANKS[-1]),
-    )
