@@ -383,16 +383,15 @@ class ReplicaSection:
                 "vllm_url names the vLLM server of sampler 'vllm': pass --sampler vllm too",
             ),
             (
-                self.sampler == "backend"
-                or not self.vllm_url
-                or self.samplers in (0, self._vllm_url_count()),
-                f"samplers {self.samplers} but vllm_url lists {self._vllm_url_count()} vLLM server(s): "
+                self.sampler == "backend" or not self.vllm_url or self.samplers in (0, len(self.vllm_urls())),
+                f"samplers {self.samplers} but vllm_url lists {len(self.vllm_urls())} vLLM server(s): "
                 "give one number of replicas (or drop samplers: one per URL)",
             ),
         ]
 
-    def _vllm_url_count(self) -> int:
-        return len([url for url in (self.vllm_url or "").split(",") if url.strip()])
+    def vllm_urls(self) -> list[str]:
+        """The URLs ``vllm_url`` names (comma-separated for several servers; none when unset)."""
+        return [url.strip() for url in (self.vllm_url or "").split(",") if url.strip()]
 
     def executor_config(self) -> ExecutorConfig:
         """The executor these settings name (raises ``ExecutorConfigError``, a ValueError, if bad)."""

@@ -95,10 +95,9 @@ def run_one(
     config = preset.config(str(log_dir), **overrides)
     summary_path = log_dir / "summary.json"
     previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    # A run with a policy per role records its saves (every policy's) in its own file.
     done_before = (
-        RoleCheckpointLog(
-            log_dir / POLICY_CHECKPOINTS
-        ).last()  # a policy per role saves all its policies here
+        RoleCheckpointLog(log_dir / POLICY_CHECKPOINTS).last()
         if config.roles.policies
         else CheckpointLog(log_dir / "checkpoints.jsonl").last()
     )

@@ -9,7 +9,7 @@ Every member of a group plays the same seed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from envsuite import DEFAULT_MAX_CONTEXT_TOKENS, CatalogGroupBuilder, RendererConfig, env_context
@@ -170,14 +170,9 @@ class RoleSelfPlayBuilder(CatalogSelfPlayBuilder):
         if self.split == "train":
             return await super().make_envs()
         seats = spec_game_factory(self.env_spec, self.env_kwargs).make(self.seed).num_players
-        ctx = env_context(self.env_id, self.seed, self.split, self.renderer, self.max_context_tokens)
-        envs: list[Env] = []
-        for seat in range(seats):
-            env = self.env_spec.load()(ctx, **{**self.env_kwargs, "seat": seat})
-            if not isinstance(env, Env):
-                raise TypeError(f"{self.env_id}: entry point built {type(env).__name__}, not an envsuite Env")
-            envs.append(env)
-        return envs
+        return [
+            replace(self, env_kwargs={**self.env_kwargs, "seat": seat}).make_env() for seat in range(seats)
+        ]
 
 
 class SeatOptions(TypedDict):

@@ -19,21 +19,20 @@ counts the groups replica ``i`` finished since the last :meth:`metrics`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envsuite.backends.vllm import VllmServer, VllmServerSettings
 from envsuite.core import EnvGroupBuilder
-from envsuite.trainers._batches import BatchRollouts, batch_from_results
+from envsuite.trainers._batches import BatchRollouts
 from envsuite.trainers._report import LOGGER
 from envsuite.trainers.async_rl._replicas import NoSamplersLeftError
 from envsuite.trainers.async_rl._samplers import Row, SampledGroup, SamplerSettings, SamplingService
 from envsuite.trainers.async_rl._vllm_sampling import (
     VLLM_LORA_RANKS,
     VllmSampling,
-    check_step_versions,
+    rollout_batch_at_version,
 )
 
 if TYPE_CHECKING:
@@ -58,10 +57,6 @@ class VllmReplicaSet(SamplingService):
     @property
     def version(self) -> int:
         return min(self._replicas[i].version for i in self._live)
-
-    @property
-    def urls(self) -> list[str]:
-        return [replica.url for replica in self._replicas]
 
     async def start(self) -> None:
         await asyncio.gather(*(replica.start() for replica in self._replicas))
@@ -105,11 +100,7 @@ class VllmReplicaSet(SamplingService):
     ) -> BatchRollouts:
         """Every group of a synchronous step, spread over the replicas, each checked to be sampled by
         the step's version."""
-        started = time.perf_counter()
-        expected = self.version
-        done = await asyncio.gather(*(self.rollout(b, s) for b, s in zip(builders_P, seeds_P, strict=True)))
-        check_step_versions(done, expected)
-        return batch_from_results([d.result for d in done], time.perf_counter() - started)
+        return await rollout_batch_at_version(self, builders_P, seeds_P)
 
     def metrics(self) -> Row:
         """The replicas' counters summed, the versions that sampled over all of them, and per replica
@@ -138,7 +129,7 @@ def open_vllm_sampling(
 ) -> VllmSampling | VllmReplicaSet:
     """The run's vLLM sampling: the servers at ``config.replicas.vllm_url`` (one URL or several,
     comma-separated), else ``samplers`` servers started here (one when 0); several make a replica set."""
-    urls = vllm_urls(config.replicas.vllm_url)
+    urls = config.replicas.vllm_urls()
     count = len(urls) or max(1, config.replicas.samplers)
     adapter_dir = Path(config.log_dir) / "vllm_adapters"
     replicas = [
@@ -154,11 +145,6 @@ def open_vllm_sampling(
         for index in range(count)
     ]
     return replicas[0] if count == 1 else VllmReplicaSet(replicas)
-
-
-def vllm_urls(setting: str | None) -> list[str]:
-    """The URLs ``vllm_url`` names (comma-separated for several servers; none when unset)."""
-    return [url.strip() for url in (setting or "").split(",") if url.strip()]
 
 
 def _server_settings(config: TrainConfig) -> VllmServerSettings:

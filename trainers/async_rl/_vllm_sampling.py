@@ -81,13 +81,20 @@ class _WatchedPolicy(TokenCompleter):
             raise
 
 
-def check_step_versions(done: Sequence[SampledGroup], expected: int) -> None:
-    """A synchronous step's groups must all have been sampled by the step's version."""
+async def rollout_batch_at_version(
+    service: SamplingService, builders_P: Sequence[EnvGroupBuilder], seeds_P: Sequence[int]
+) -> BatchRollouts:
+    """Every group of a synchronous step on ``service``, each checked to be sampled by the version
+    published for the step (one server's or a replica set's)."""
+    started = time.perf_counter()
+    expected = service.version
+    done = await asyncio.gather(*(service.rollout(b, s) for b, s in zip(builders_P, seeds_P, strict=True)))
     stale = sorted({d.version for d in done if d.version != expected})
     if stale:
         raise RuntimeError(
             f"groups sampled by {[adapter_name(v) for v in stale]}, not {adapter_name(expected)}"
         )
+    return batch_from_results([d.result for d in done], time.perf_counter() - started)
 
 
 class VllmSampling(SamplingService):
@@ -197,11 +204,7 @@ class VllmSampling(SamplingService):
         self, builders_P: Sequence[EnvGroupBuilder], seeds_P: Sequence[int]
     ) -> BatchRollouts:
         """Every group of a synchronous step, each checked to be sampled by the step's version."""
-        started = time.perf_counter()
-        expected = self._version
-        done = await asyncio.gather(*(self.rollout(b, s) for b, s in zip(builders_P, seeds_P, strict=True)))
-        check_step_versions(done, expected)
-        return batch_from_results([d.result for d in done], time.perf_counter() - started)
+        return await rollout_batch_at_version(self, builders_P, seeds_P)
 
     async def _with_server(self, call: Callable[[], Awaitable[None]]) -> None:
         """``call`` against the server, recovering it (then calling again) when it is gone."""
