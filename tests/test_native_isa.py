@@ -27,6 +27,7 @@ KERNEL_TESTS = (
     "tests/test_native_layers.py",
     "tests/test_sampling_fast_paths.py",
     "tests/test_kernel_plan.py",
+    "tests/test_native_adapters.py",
 )
 """Every test file that runs the native kernels' ops (they skip without them)."""
 TORCH_CAPABILITY = {

@@ -6,6 +6,7 @@
 //                         pack_panels)
 //   _native_step.cpp      the decode step's other kernels (rms_norm, rotary_split, silu_mul,
 //                         decode_attention)
+//   _native_adapters.cpp  a multi-adapter step's per-row LoRA terms at one product site (low_rank_add_)
 //   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows, sample_masked_rows)
 //   _native_layers.cpp    the whole layer stack in one call (decode_layers), by op or as a team
 //   _native_memory.cpp    huge-page arenas for the weights' panels
@@ -189,6 +190,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rotary_split(const at::Tensor& qkv, const at::Tensor& cos,
                                                            const at::Tensor& sin, int64_t H, int64_t KV);
 at::Tensor silu_mul(const at::Tensor& gate_up);
+at::Tensor low_rank_add_(at::Tensor out, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+                         const at::Tensor& spans, at::IntArrayRef part_outputs);
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& mask, double scale);
 at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,

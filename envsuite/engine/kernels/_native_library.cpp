@@ -12,6 +12,7 @@ TORCH_LIBRARY(envsuite, m) {
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
   m.def("rotary_split(Tensor qkv, Tensor cos, Tensor sin, int heads, int kv_heads) -> (Tensor, Tensor, Tensor)");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("low_rank_add_(Tensor(a!) out, Tensor x, Tensor a, Tensor b, Tensor spans, int[] part_outputs) -> Tensor(a!)");
   m.def(
       "decode_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
       "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
@@ -36,6 +37,7 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("decode_attention", &envsuite::decode_attention);
   m.impl("rotary_split", &envsuite::rotary_split);
   m.impl("silu_mul", &envsuite::silu_mul);
+  m.impl("low_rank_add_", &envsuite::low_rank_add_);
   m.impl("decode_layers", &envsuite::decode_layers);
   m.impl("sample_rows", &envsuite::sample_rows);
   m.impl("sample_masked_rows", &envsuite::sample_masked_rows);

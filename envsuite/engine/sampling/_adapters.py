@@ -9,11 +9,16 @@ adds its rows' low-rank terms, ``scale * (x @ A.T) @ B.T`` of the row's own adap
 The adapters' factors of one product site (the fused q/k/v product, o, the fused gate/up product, down,
 the LM head) are laid side by side (:class:`_Site`): ``A`` stacks every adapter's down projections
 (``[R, in]``, ``R`` the sum of their ranks, per fused part), ``B`` their up projections with the scale
-folded in, each in its own part's output columns (``[R, out]``, zeros elsewhere). A step then costs two
-thin products per site whatever the number of adapters, ``(x @ A.T) * mask @ B``, where the step's
-``mask`` (rows by ``R``) keeps each row's own adapter's columns and zeros the others', so a row gets
-exactly its adapter's term (its other columns add exact zeros). The thin products grow with the adapters'
-total rank: at rank 32 on SmolLM2-135M four adapters add ~30% to the base products' weight bytes.
+folded in, each in its own part's output columns (``[R, out]``, zeros elsewhere). With the native
+kernels a site's terms are one call (``torch.ops.envsuite.low_rank_add_``,
+``envsuite/engine/kernels/_native_adapters.cpp``): each row computes only its own adapter's columns and
+reads only its own part's blocks of ``B``, given the row's column span; rows of one adapter share the
+loads of its factors. Without them (torch's path) a step costs two thin products per site whatever the
+number of adapters, ``(x @ A.T) * mask @ B``, where the step's ``mask`` (rows by ``R``) keeps each row's
+own adapter's columns and zeros the others', so a row gets exactly its adapter's term (its other
+columns add exact zeros). The bytes grow with the adapters' rank: at rank 32 on SmolLM2-135M each
+adapter's factors are ~9% of a layer's base weights (0.33 M floats against 3.54 M); torch's path reads
+``B``'s zero blocks too (0.97 M floats a layer at two adapters, 1.94 M at four).
 
 A row's logits so differ from its merged-weight logits only by rounding: ``x @ (W + s B A).T`` against
 ``x @ W.T + s (x @ A.T) @ B.T``, the same sums in another order (docs/backend_sampling.md gives the
@@ -42,17 +47,36 @@ _LAYER_SITES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 @dataclass(frozen=True)
+class _StepRows:
+    """Which adapter columns each of a step's rows takes: ``spans`` for the native op (``(rows, 2)``: the
+    row's adapter's first column and width within a part's ``R``; width 0 for a base row), else torch's
+    ``masks`` (per fused-part count, ``(rows, parts * R)``: 1 on the row's adapter's columns)."""
+
+    spans: torch.Tensor | None
+    masks: Mapping[int, torch.Tensor]
+
+    def first(self, rows: int) -> _StepRows:
+        """The first ``rows`` rows' (a step's batch without its prompt-tail rows)."""
+        if self.spans is not None:
+            return _StepRows(self.spans[:rows], {})
+        return _StepRows(None, {parts: mask[:rows] for parts, mask in self.masks.items()})
+
+
+@dataclass(frozen=True)
 class _Site:
-    """One product site's adapters side by side: ``a_T`` ``[in, parts * R]``, ``b`` ``[parts * R, out]``."""
+    """One product site's adapters side by side: ``a`` ``[parts * R, in]``, ``b`` ``[parts * R, out]``."""
 
-    a_T: torch.Tensor
+    a: torch.Tensor
     b: torch.Tensor
-    parts: int
+    part_outputs: tuple[int, ...]
+    """Each fused part's output width, in order (they sum to ``out``)."""
 
-    def add(self, out: torch.Tensor, x: torch.Tensor, masks: Mapping[int, torch.Tensor]) -> torch.Tensor:
-        """``out`` (the base product of ``x``) plus each row's adapter term."""
+    def add(self, out: torch.Tensor, x: torch.Tensor, rows: _StepRows) -> torch.Tensor:
+        """``out`` (the base product of ``x``) plus each row's adapter term (the native op: in place)."""
+        if rows.spans is not None:
+            return torch.ops.envsuite.low_rank_add_(out, x, self.a, self.b, rows.spans, self.part_outputs)
         shape = out.shape
-        low = torch.mm(x.reshape(-1, x.shape[-1]), self.a_T).mul_(masks[self.parts])
+        low = torch.mm(x.reshape(-1, x.shape[-1]), self.a.T).mul_(rows.masks[len(self.part_outputs)])
         return torch.addmm(out.reshape(-1, shape[-1]), low, self.b).view(shape)
 
 
@@ -80,8 +104,8 @@ def _site(names: Sequence[str], adapters: Sequence[LoraFactors], widths: Sequenc
                 b[column : column + lora_rank, start : start + out_sizes[part]] = module.b.T * module.scale
             column += width
     assert b is not None
-    a_T = torch.cat([a.to(b.device) for a in a_parts]).T.contiguous()
-    return _Site(a_T=a_T, b=b.contiguous(), parts=len(names))
+    a = torch.cat([a.to(b.device) for a in a_parts]).contiguous()
+    return _Site(a=a, b=b.contiguous(), part_outputs=tuple(out_sizes))
 
 
 def _module_of(adapters: Sequence[LoraFactors], name: str) -> LoraModule:
@@ -117,16 +141,30 @@ class AdapterDeltas:
             self.layers.append(sites)
         head = model.get_output_embeddings()
         self.lm_head = _site([names[id(head)]], factors, self.widths)
-        self._owner = torch.tensor(
-            [v for v, width in zip(self.variants, self.widths, strict=True) for _ in range(width)]
-        )
 
-    def masks(self, row_variants: Sequence[int], device: torch.device) -> dict[int, torch.Tensor]:
-        """Per fused-part count, the step's ``(rows, parts * R)`` mask: 1 on each row's adapter's columns."""
-        owner = self._owner.to(device)
-        rows = torch.tensor(list(row_variants), device=device)
-        mask = (rows[:, None] == owner[None, :]).to(torch.float32)
-        return {parts: mask.repeat(1, parts) if parts > 1 else mask for parts in (1, 2, 3)}
+    def step_rows(self, row_variants: Sequence[int], device: torch.device, native: bool) -> _StepRows:
+        """The adapter columns of a step's rows (by variant id; 0, the base, takes none): spans for the
+        native op, else masks."""
+        return _step_rows(self.variants, self.widths, row_variants, device, native)
+
+
+def _step_rows(
+    variants: Sequence[int],
+    widths: Sequence[int],
+    row_variants: Sequence[int],
+    device: torch.device,
+    native: bool,
+) -> _StepRows:
+    """:meth:`AdapterDeltas.step_rows` for adapters ``variants`` of ``widths`` columns each, in order."""
+    starts = {v: sum(widths[:k]) for k, v in enumerate(variants)}
+    width = dict(zip(variants, widths, strict=True))
+    if native:
+        spans = [(starts.get(v, 0), width.get(v, 0)) for v in row_variants]
+        return _StepRows(torch.tensor(spans, dtype=torch.int64, device=device).reshape(-1, 2), {})
+    owner = torch.tensor([v for v, w in zip(variants, widths, strict=True) for _ in range(w)], device=device)
+    rows = torch.tensor(list(row_variants), device=device)
+    mask = (rows[:, None] == owner[None, :]).to(torch.float32)
+    return _StepRows(None, {parts: mask.repeat(1, parts) if parts > 1 else mask for parts in (1, 2, 3)})
 
 
 class MixedDecoder:
@@ -140,6 +178,12 @@ class MixedDecoder:
     def __init__(self, base: LlamaDecoder, deltas: AdapterDeltas) -> None:
         self.base = base
         self.deltas = deltas
+        self.native = base.native and all(
+            site.a.dtype == torch.float32 and site.a.device.type == "cpu"
+            for site in (*(s for layer in deltas.layers for s in layer.values()), deltas.lm_head)
+            if site is not None
+        )
+        """Whether each site's terms run as one native call (``low_rank_add_``), else torch's operations."""
         self._row_variants: list[int] = []
 
     def for_rows(self, row_variants: Sequence[int]) -> MixedDecoder:
@@ -171,7 +215,7 @@ class MixedDecoder:
             positions = torch.cat([positions, torch.tensor(more, device=ids.device)])
         if len(self._row_variants) != ids.shape[0]:
             raise ValueError(f"{len(self._row_variants)} row variants for a step of {ids.shape[0]} rows")
-        masks = self.deltas.masks(self._row_variants, ids.device)
+        rows = self.deltas.step_rows(self._row_variants, ids.device, self.native)
         hidden = d.embed(ids[:, None])
         if d.rotary_table is not None:
             cos, sin = d.rotary_table(hidden, positions)
@@ -182,11 +226,11 @@ class MixedDecoder:
         mask = d.attention_mask(mask_B_L)
         fed = d._fed_tails(tails, mask_B_L, batch)
         for weights, sites, layer in zip(d.layers, self.deltas.layers, cache_layers, strict=True):
-            hidden = self._layer(hidden, weights, sites, masks, (cos, sin, mask), layer, batch, fed)
+            hidden = self._layer(hidden, weights, sites, rows, (cos, sin, mask), layer, batch, fed)
         hidden = d._rms_norm(hidden[:batch], d.final_norm)
         logits = d.lm_head(hidden)
         if self.deltas.lm_head is not None:
-            logits = self.deltas.lm_head.add(logits, hidden, {1: masks[1][:batch]})
+            logits = self.deltas.lm_head.add(logits, hidden, rows.first(batch))
         return logits[:, -1, :]
 
     def _layer(
@@ -194,7 +238,7 @@ class MixedDecoder:
         hidden_B1D: torch.Tensor,
         w: Any,
         sites: Mapping[str, _Site],
-        masks: Mapping[int, torch.Tensor],
+        step_rows: _StepRows,
         rotary_and_mask: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
         cache: AppendingLayer,
         batch: int,
@@ -205,7 +249,7 @@ class MixedDecoder:
         cos, sin, mask = rotary_and_mask
         rows = hidden_B1D.shape[0]
         x = d._rms_norm(hidden_B1D, w.input_norm)
-        qkv = _product(w.qkv, x, sites.get("qkv"), masks)
+        qkv = _product(w.qkv, x, sites.get("qkv"), step_rows)
         query, key, value = d._heads(qkv, cos, sin, rows)
         keys, values = cache.update(key[:batch], value[:batch]) if rows != batch else cache.update(key, value)
         for f in fed:
@@ -220,20 +264,18 @@ class MixedDecoder:
             attn = attn.reshape(batch, d.heads, 1, d.head_dim).transpose(1, 2).reshape(batch, 1, -1)
         if fed:
             attn = torch.cat([attn, *(d._tail_attention(f, query[f.rows], keys, values) for f in fed)])
-        hidden_B1D = hidden_B1D + _product((w.o,), attn, sites.get("o"), masks)
+        hidden_B1D = hidden_B1D + _product((w.o,), attn, sites.get("o"), step_rows)
         x = d._rms_norm(hidden_B1D, w.post_norm)
-        up_in = _product(w.mlp_in, x, sites.get("mlp_in"), masks)
+        up_in = _product(w.mlp_in, x, sites.get("mlp_in"), step_rows)
         if len(w.mlp_in) == 1 and d.native_silu:
             mlp = torch.ops.envsuite.silu_mul(up_in)
         else:
             gate, up = up_in.chunk(2, dim=-1)
             mlp = d.act(gate) * up
-        return hidden_B1D + _product((w.down,), mlp, sites.get("down"), masks)
+        return hidden_B1D + _product((w.down,), mlp, sites.get("down"), step_rows)
 
 
-def _product(
-    products: Sequence[Any], x: torch.Tensor, site: _Site | None, masks: Mapping[int, torch.Tensor]
-) -> torch.Tensor:
+def _product(products: Sequence[Any], x: torch.Tensor, site: _Site | None, rows: _StepRows) -> torch.Tensor:
     """The base products of ``x`` (fused, or side by side), plus the site's terms where it has one."""
     out = products[0](x) if len(products) == 1 else torch.cat([product(x) for product in products], dim=-1)
-    return out if site is None else site.add(out, x, masks)
+    return out if site is None else site.add(out, x, rows)
