@@ -44,6 +44,26 @@ inline vec splat(float v) { return vec{} + v; }
 
 typedef int32_t ivec __attribute__((vector_size(P * sizeof(int32_t))));
 
+// One vector register of floats: 16 on AVX-512, 8 on AVX/AVX2, 4 on SSE and NEON. Kernels that carry
+// accumulators across a loop hold them as rvecs (RV to a panel's 16 floats): GCC 12 keeps a loop-carried
+// `vec` wider than the registers in memory, storing and reloading it at every step (on the AMD EPYC
+// Zen 3 box, AVX2, every multiply-add of the panel products went through the stack).
+#if defined(__AVX512F__)
+constexpr int RW = 16;
+#elif defined(__AVX__)
+constexpr int RW = 8;
+#else
+constexpr int RW = 4;
+#endif
+constexpr int RV = P / RW;
+typedef float rvec __attribute__((vector_size(RW * sizeof(float))));
+inline rvec rload(const float* p) {
+  rvec v;
+  std::memcpy(&v, p, sizeof(rvec));
+  return v;
+}
+inline void rstore(float* p, rvec v) { std::memcpy(p, &v, sizeof(rvec)); }
+
 // e^x in every lane, within ~1 ulp of std::exp for x in [-87.3, 88.7] (Cephes' expf: x = n ln2 + r with
 // ln2 split in two, a degree-6 polynomial for e^r, 2^n put in the exponent bits); 0 below that range,
 // e^88.7 above it. std::exp one value at a time was most of SiLU's and the softmax's time (a step at 32

@@ -17,30 +17,17 @@ namespace envsuite {
 
 namespace {
 
-// One vector register of floats: this file's kernels hold their accumulators across loop iterations,
-// and GCC 12 keeps a loop-carried `vec` (16 floats) wider than the registers (AVX2's 8, SSE's and
-// NEON's 4) in memory, storing and reloading it at every step (a first version on `vec` ran 3-5x
-// slower than torch's path on the AMD EPYC Zen 3 box, AVX2).
+// Accumulators in rvecs (_native.h: GCC 12 keeps a loop-carried `vec` wider than the registers in
+// memory; a first version on `vec` ran 3-5x slower than torch's path on the AMD EPYC Zen 3 box, AVX2).
+constexpr int V = RW;
 #if defined(__AVX512F__)
-constexpr int V = 16;
 constexpr int RB = 4;  // rows per tile: 4 x 2 or 4 accumulators of 32 registers
-#elif defined(__AVX__)
-constexpr int V = 8;
-constexpr int RB = 2;  // 2 x 4 accumulators + loads of 16 registers
 #else
-constexpr int V = 4;
-constexpr int RB = 2;
+constexpr int RB = 2;  // 2 x 4 accumulators + loads of 16 registers
 #endif
-typedef float rvec __attribute__((vector_size(V * sizeof(float))));
 constexpr int CV = 32 / V < 4 ? 32 / V : 4;  // vectors of output columns per tile (32 floats, or 16)
 constexpr int CB = 4;                          // columns of x @ a.T per tile
 
-inline rvec rload(const float* p) {
-  rvec v;
-  std::memcpy(&v, p, sizeof(rvec));
-  return v;
-}
-inline void rstore(float* p, rvec v) { std::memcpy(p, &v, sizeof(rvec)); }
 inline float rsum(rvec v) {
   float sum = 0.f;
   for (int i = 0; i < V; ++i) sum += v[i];

@@ -27,11 +27,28 @@ constexpr int MR = 8;  // rows per microkernel: 8 x 2 accumulators + 2 weights o
 // faster at 256.
 constexpr int MR_DECODE = 12;
 constexpr int64_t DECODE_ROWS = 48;
-#else
-constexpr int MR = 4;  // 16 or fewer vector registers
-constexpr int MR_DECODE = 4;
-constexpr int64_t DECODE_ROWS = 0;
 #endif
+// Below AVX-512: 16 vector registers (AVX2's of 8 floats, SSE's of 4), so a panel row of 16 floats takes
+// RV = 2 or 4 of them, and MR rows x a panel pair would hold 4 x 2 x RV registers of accumulators before
+// any weight or broadcast. Rows per chunk by item width instead, 12 registers of accumulators, as an
+// AVX2 GEMM blocks its registers (6 x 16 floats): AVX2 6 rows of one panel or 3 of a pair (+ 2 or 4
+// weights + 1 broadcast; the compiler reads weights from L1 inside the multiply-adds), SSE 3 or 1.
+// (Until 2026-11-29 every accumulator of these builds lived on the stack, _native.h's rvec, and the
+// chunks were MR = 4 rows of either width: the step's products from memory on the AMD EPYC Zen 3 box
+// took 111-220 ms at one row and 3.3-4.8 s at 64, now 22-41 ms and 149-297 ms, under load 5-7.)
+constexpr int ACCUMULATORS = 12;
+
+// Rows per chunk of an M-row product whose items are `per_item` panels wide.
+int64_t rows_per_chunk(int64_t M, int64_t per_item) {
+#if defined(__AVX512F__)
+  (void)per_item;
+  return M <= DECODE_ROWS ? MR_DECODE : MR;
+#else
+  (void)M;
+  return std::max<int64_t>(1, ACCUMULATORS / (RV * per_item));
+#endif
+}
+
 // 13-16 rows, "by k": each panel of an item in one pass over every row (16 accumulators) and its whole
 // K, x read from a k-major copy (x_t[k * M + r]: one pointer serves all rows' broadcasts; row-major x
 // would need one per row, more than the general registers, and that kernel ran 1.40x slower from
@@ -146,10 +163,12 @@ struct Ahead {
 template <int R, bool TWO>
 inline void panel_micro(const float* x, int64_t K, const float* w0, const float* w1, int64_t k0, int64_t k1,
                         float* out, int64_t ldo, Ahead ahead) {
-  vec a0[R], a1[R];
+  rvec a0[R][RV], a1[R][RV];  // rvecs, not vecs: see _native.h
   for (int r = 0; r < R; ++r) {
-    a0[r] = k0 ? load(out + r * ldo) : vec{};
-    a1[r] = (TWO && k0) ? load(out + r * ldo + P) : vec{};
+    for (int v = 0; v < RV; ++v) {
+      a0[r][v] = k0 ? rload(out + r * ldo + v * RW) : rvec{};
+      a1[r][v] = (TWO && k0) ? rload(out + r * ldo + P + v * RW) : rvec{};
+    }
   }
   int64_t left = 0;
   for (int64_t k = k0; k < k1; ++k) {
@@ -160,17 +179,24 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
       ahead.w1 += ahead.every * P;
       left = ahead.every - 1;
     }
-    const vec b0 = load(w0 + k * P);
-    const vec b1 = TWO ? load(w1 + k * P) : vec{};
+    rvec b0[RV], b1[RV];
+    for (int v = 0; v < RV; ++v) {
+      b0[v] = rload(w0 + k * P + v * RW);
+      b1[v] = TWO ? rload(w1 + k * P + v * RW) : rvec{};
+    }
     for (int r = 0; r < R; ++r) {
       const float s = x[r * K + k];
-      a0[r] += s * b0;
-      if (TWO) a1[r] += s * b1;
+      for (int v = 0; v < RV; ++v) {
+        a0[r][v] += s * b0[v];
+        if (TWO) a1[r][v] += s * b1[v];
+      }
     }
   }
   for (int r = 0; r < R; ++r) {
-    store(out + r * ldo, a0[r]);
-    if (TWO) store(out + r * ldo + P, a1[r]);
+    for (int v = 0; v < RV; ++v) {
+      rstore(out + r * ldo + v * RW, a0[r][v]);
+      if (TWO) rstore(out + r * ldo + P + v * RW, a1[r][v]);
+    }
   }
 }
 
@@ -179,7 +205,7 @@ inline void panel_micro(const float* x, int64_t K, const float* w0, const float*
 // broadcast (row-major x needs one per row: 16 of them do not fit the general registers).
 template <int R>
 inline void panel_micro_by_k(const float* x_t, const float* w, int64_t K, float* out, int64_t ldo, Ahead ahead) {
-  vec a[R] = {};
+  rvec a[R][RV] = {};
   int64_t left = 0;
   for (int64_t k = 0; k < K; ++k) {
     if (left-- == 0) {
@@ -187,11 +213,14 @@ inline void panel_micro_by_k(const float* x_t, const float* w, int64_t K, float*
       ahead.w0 += ahead.every * P;
       left = ahead.every - 1;
     }
-    const vec b = load(w + k * P);
+    rvec b[RV];
+    for (int v = 0; v < RV; ++v) b[v] = rload(w + k * P + v * RW);
     const float* xk = x_t + k * R;
-    for (int r = 0; r < R; ++r) a[r] += xk[r] * b;
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < RV; ++v) a[r][v] += xk[r] * b[v];
   }
-  for (int r = 0; r < R; ++r) store(out + r * ldo, a[r]);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < RV; ++v) rstore(out + r * ldo + v * RW, a[r][v]);
 }
 
 void panel_by_k(const float* x_t, const float* w, int64_t K, float* out, int64_t ldo, int rows, Ahead ahead) {
@@ -224,9 +253,11 @@ void panel_rows(const float* x, int64_t K, const float* w0, const float* w1, int
     ENVSUITE_PANEL_CASE(2)
     ENVSUITE_PANEL_CASE(3)
     ENVSUITE_PANEL_CASE(4)
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
     ENVSUITE_PANEL_CASE(5)
     ENVSUITE_PANEL_CASE(6)
+#endif
+#if defined(__AVX512F__)
     ENVSUITE_PANEL_CASE(7)
     ENVSUITE_PANEL_CASE(8)
     ENVSUITE_PANEL_CASE(9)
@@ -271,7 +302,7 @@ PanelProduct::PanelProduct(const float* x, const at::Tensor& panels, float* out,
       K(panels.size(1)),
       npanels(panels.size(0)),
       ldo(panels.size(0) * P),
-      chunk(M <= DECODE_ROWS ? MR_DECODE : MR),
+      chunk(rows_per_chunk(M, per_item)),
       blocks((panels.size(1) + KC - 1) / KC),
       per_item(per_item),
       blocks_ahead(ahead_blocks(K, blocks)),
