@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +227,38 @@ def test_doctor_prints_each_way_per_bucket_and_the_choice(
         cells = rows[bucket].split()[1:-2]
         assert rows[bucket].endswith(f"-> {name}") and cells.count("1.00") == 1
         assert len(cells) == len(STEP_WAYS) and cells.count("5.00") == len(STEP_WAYS) - 1
+
+
+EXIT_MID_MEASUREMENT = textwrap.dedent(
+    """
+    import sys, time
+    from envsuite.backends.local import EngineConfig, load_sampling_model
+    from envsuite.engine.sampling._step_timing import step_choice
+
+    model = load_sampling_model(base_model="smollm2-135m-instruct").model
+    assert step_choice(model, EngineConfig(kernel_cache=sys.argv[1]), wait=False) is None
+    time.sleep(float(sys.argv[2]))  # then the script ends while the timing runs on its daemon thread
+    """
+)
+
+
+@pytest.mark.parametrize("seconds", [2.0, 12.0])
+def test_a_process_ending_while_its_step_timing_runs_exits_cleanly(tmp_path: Path, seconds: float) -> None:
+    """The step timing (and the kernel preparation) run on daemon threads; a process that ends while
+    one is inside torch's C++ aborted ("terminate called without an active exception", status -6).
+    Now the exit stops them at their next stop point and waits, and nothing half-measured is cached.
+    Two exit points: while the settings are laid out and calibrated, and while steps are timed."""
+    if not native_kernels().available:
+        pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
+    env = {**os.environ, "ENVSUITE_KERNEL_SETUP": "background"}
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_MID_MEASUREMENT, str(tmp_path), str(seconds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "terminate called" not in done.stderr
+    assert "timing this machine's decode step ways" in done.stderr
+    assert not list(tmp_path.glob("steps-*.json")), "a stopped timing cached nothing"

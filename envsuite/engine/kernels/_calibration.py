@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from envsuite.engine._background import stop_point
 from envsuite.engine._host import cpu_identity
 from envsuite.engine.kernels._native import instruction_set, source_digest
 from envsuite.engine.kernels._products import ROW_BUCKETS, Layout, ProductPath, lay_out, run_path
@@ -201,6 +202,7 @@ def _time_paths(
     times: dict[ProductPath, list[float]] = {path: [] for path in paths}
     order = list(runs)
     for repeat in range(repeats):
+        stop_point()
         for path in order[repeat % len(order) :] + order[: repeat % len(order)]:
             started = time.perf_counter()
             runs[path](loops)

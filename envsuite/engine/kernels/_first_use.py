@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from envsuite.engine._background import start_background
 from envsuite.engine.kernels._calibration import Shape, cache_directory, uncalibrated
 from envsuite.engine.kernels._native import native_kernels, native_kernels_built
 from envsuite.engine.kernels._plan import KernelPlan, ProductSite, product_sites, sample_sites, weights_of
@@ -94,7 +95,7 @@ def _prepare(
         "first use of envsuite's kernels on this machine: sampling through F.linear now; building and "
         "measuring the native kernels in the background (once; later engines use them)"
     )
-    preparation.thread.start()
+    start_background(preparation.thread)
     return preparation
 
 

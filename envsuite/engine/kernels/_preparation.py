@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from envsuite.engine._background import BackgroundStopped
 from envsuite.engine.kernels._calibration import Shape, calibrated_timings
 from envsuite.engine.kernels._native import building_in_background, native_kernels
 from envsuite.engine.kernels._products import usable_paths
@@ -75,6 +76,9 @@ class Preparation:
             if len(paths) > 1:
                 with torch.inference_mode():
                     calibrated_timings(self.shapes, weights_of, paths, self.directory)
+        except BackgroundStopped:  # the process is exiting; the next one prepares again
+            self.error = "stopped: the process exited first"
+            return
         except Exception as exc:  # the engine keeps its first-use plan whatever failed here
             self.error = f"{type(exc).__name__}: {exc}"
             logger.warning("envsuite's background kernel preparation failed: %s", self.error)

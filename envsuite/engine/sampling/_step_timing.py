@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from envsuite.engine._background import BackgroundStopped, start_background, stop_point
 from envsuite.engine.kernels import (
     ROW_BUCKETS,
     KernelPlan,
@@ -147,6 +148,7 @@ def _time_bucket(
     best = {way: steps[way]() for way in ways}  # warm-up (its time counts only if least)
     for round_ in range(ROUNDS):
         for way in ways[round_ % len(ways) :] + ways[: round_ % len(ways)]:
+            stop_point()
             best[way] = min([best[way], *(steps[way]() for _ in range(STEPS))])
     return {way: 1000 * seconds for way, seconds in best.items()}
 
@@ -218,6 +220,8 @@ def _measure_in_background(
     def run() -> None:
         try:
             _measure(plain, missing, config, file, signature)
+        except BackgroundStopped:  # the process is exiting: nothing is cached, the next one measures
+            return
         except Exception:  # a background measurement never fails the engine: it keeps the fixed default
             logger.exception("timing the decode step's ways failed; engines keep the fixed default")
 
@@ -229,7 +233,7 @@ def _measure_in_background(
         thread = threading.Thread(target=run, name="envsuite-step-timing", daemon=True)
         plain = copy.deepcopy(plain)
         _running[(file, signature)] = thread
-    thread.start()
+    start_background(thread)
 
 
 def step_choice(model: PreTrainedModel, config: EngineConfig, wait: bool | None = None) -> StepChoice | None:
