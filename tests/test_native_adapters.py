@@ -10,15 +10,13 @@ for bit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 import torch
 
 from envsuite.engine.kernels import native_kernels
 from envsuite.engine.sampling._adapters import _site, _step_rows
 from envsuite.engine.weights import LoraFactors, LoraModule
+from tests.support.native import torch_threads
 
 K = 83
 FUSED = {"q": 40, "k": 24, "v": 24}
@@ -36,16 +34,6 @@ on the vector width): 1.07e-5 apart once in the portable build, for terms of mag
 def _native() -> None:
     if not native_kernels().available:
         pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
-
-
-@contextmanager
-def _threads(count: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _adapters(outputs: dict[str, int]) -> dict[int, LoraFactors]:
@@ -114,7 +102,7 @@ def test_the_native_terms_are_torchs_and_each_rows_own_adapters(
             _step_rows(variants, widths, row_variants, x.device, native) for native in (True, False)
         )
         by_torch = site.add(out.clone(), x, masks)
-        with _threads(threads):
+        with torch_threads(threads):
             native = site.add(out.clone(), x, spans)
         assert native.shape == out.shape
         torch.testing.assert_close(native, by_torch, **TOLERANCE)

@@ -8,14 +8,13 @@ spans of 256 and 24, the last 8 values past the vectors)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from envsuite.engine.kernels import CLOCK_ENV, TEAM_PHASES, native_kernels, read_team_clock
+from tests.support.native import torch_threads
 
 LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 3, 80, 6, 2, 16, 280
 PANELS = 3  # ProductCode.PANELS (envsuite/engine/sampling/_captured_step.py)
@@ -27,16 +26,6 @@ VOCAB = 250  # not a multiple of 16: the logits are the panels' first 250 column
 def _native() -> None:
     if not native_kernels().available:
         pytest.skip(f"the native kernels are not built here: {native_kernels().reason}")
-
-
-@contextmanager
-def _threads(count: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass
@@ -140,7 +129,7 @@ def test_the_team_gives_what_the_ops_give(threads: int, rows: int, monkeypatch: 
     """Rows 1 and 5 take items of one panel, 12 and 16 of two (16 through x read k-major, each thread
     its own copy); three threads on this machine's two cores share
     uneven runs (and wait for each other through the barrier's yield)."""
-    with _threads(threads):
+    with torch_threads(threads):
         for masked in (False, True):
             stack = _stack(rows, masked, seed=rows + 10 * threads)
             by_op, cache_by_op = stack.run(team=False, monkeypatch=monkeypatch)
@@ -163,7 +152,7 @@ def test_with_the_lm_head_the_team_gives_the_ops_logits(
     norm = 1 + 0.1 * torch.randn(WIDTH, generator=generator)
     weight = torch.randn(VOCAB, WIDTH, generator=generator) / WIDTH**0.5
     heads = {PANELS: torch.ops.envsuite.pack_panels(weight), 0: weight}
-    with _threads(threads):
+    with torch_threads(threads):
         stack = _stack(rows, masked=True, seed=rows)
         logits = {}
         for code, head in heads.items():
@@ -234,7 +223,7 @@ def test_the_team_clocks_its_phases_only_when_asked(monkeypatch: pytest.MonkeyPa
     norm = 1 + 0.1 * torch.randn(WIDTH, generator=generator)
     head = (norm, torch.ops.envsuite.pack_panels(torch.randn(VOCAB, WIDTH, generator=generator)), PANELS)
     read_team_clock(reset=True)
-    with _threads(2):
+    with torch_threads(2):
         stack.run(team=True, monkeypatch=monkeypatch)  # not asked
         monkeypatch.setenv(CLOCK_ENV, "1")
         stack.run(team=False, monkeypatch=monkeypatch)  # op by op: no barriers
