@@ -31,7 +31,8 @@ from envsuite.backends.local import (
     LocalTrainingClient,
     resolve_checkpoint_path,
 )
-from envsuite.engine.sampling import EngineRequest, EngineResult, SamplingEngine
+from envsuite.engine.kernels import native_kernels
+from envsuite.engine.sampling import EngineConfig, EngineRequest, EngineResult, SamplingEngine
 from envsuite.engine.weights import (
     LoraFactors,
     LoraSpec,
@@ -55,8 +56,10 @@ def _decode(tokens: list[int]) -> str:
     return " ".join(map(str, tokens))
 
 
-def _adapter(seed: int) -> tuple[PreTrainedModel, LoraFactors, frozenset[int]]:
-    """A merged rank-4 adapter of the tiny model with random non-zero B, its factors, its shared tensors."""
+def _adapter(seed: int) -> tuple[PreTrainedModel, LoraFactors, frozenset[int], Any]:
+    """A merged rank-4 adapter of the tiny model with random non-zero B, its factors, its shared tensors'
+    ids and the peft model that holds them (keep it while an engine is built on those ids: a freed
+    tensor's id may be reused by a copy that is then wrongly kept plain)."""
     base = load_base_model(str(resolve_model(MODEL).path))
     peft = add_lora(base, LoraSpec(rank=4, seed=seed))
     generator = torch.Generator().manual_seed(1000 + seed)
@@ -65,7 +68,7 @@ def _adapter(seed: int) -> tuple[PreTrainedModel, LoraFactors, frozenset[int]]:
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * B_STD)
     shared = frozenset(id(p) for p in peft.parameters())
-    return merge_lora(peft), lora_factors(peft), shared
+    return merge_lora(peft), lora_factors(peft), shared, peft
 
 
 def _requests(adapter: int, greedy: bool) -> list[EngineRequest]:
@@ -90,7 +93,7 @@ def _results(
 
 def _alone(greedy: bool, index: int) -> list[EngineResult]:
     """What the adapter samples on its own merged weights (a fresh copy, its own engine)."""
-    merged, _, _ = _adapter(index)
+    merged, _, _, _ = _adapter(index)
     engine = SamplingEngine(merged, _decode)
     try:
         return [future.result(timeout=120) for future in _results(engine, _requests(index, greedy))]
@@ -105,24 +108,47 @@ def test_each_row_samples_its_own_adapters_tokens_in_mixed_steps(count: int, gre
     tokens_alone = [[seq.tokens for result in results for seq in result.sequences] for results in alone]
     assert len({str(tokens) for tokens in tokens_alone}) == count, "the adapters must sample differently"
 
-    merged0, factors0, shared0 = _adapter(0)
-    engine = SamplingEngine(unmerged_model(merged0, factors0), _decode, shared_weights=shared0)
-    try:
-        variants = []
-        for k in range(count):
-            merged, factors, shared = _adapter(k)
-            variants.append(engine.add_variant(merged, factors, shared))
-        futures = [_results(engine, _requests(k, greedy), variants[k]) for k in range(count)]
-        together = [[future.result(timeout=120) for future in part] for part in futures]
-    finally:
-        engine.close()
-
-    assert engine.variants.mixed_steps > 0, "the adapters' rows never shared a step"
+    together, mixed_steps, _ = _together(count, greedy, EngineConfig())
+    assert mixed_steps > 0, "the adapters' rows never shared a step"
     for k in range(count):
         for mixed, solo in zip(together[k], alone[k], strict=True):
             for seq_mixed, seq_solo in zip(mixed.sequences, solo.sequences, strict=True):
                 assert seq_mixed.tokens == seq_solo.tokens
                 diff = max(abs(a - b) for a, b in zip(seq_mixed.logprobs, seq_solo.logprobs, strict=True))
+                assert diff <= LOGPROB_TOLERANCE
+
+
+def _together(count: int, greedy: bool, config: EngineConfig) -> tuple[list[list[EngineResult]], int, int]:
+    """Every adapter's requests at once on one engine of the unmerged base: the results per adapter, the
+    mixed steps run, and how many of them ran as one native call."""
+    merged0, factors0, shared0, _peft0 = _adapter(0)
+    engine = SamplingEngine(unmerged_model(merged0, factors0), _decode, config, shared_weights=shared0)
+    try:
+        variants = []
+        for k in range(count):
+            merged, factors, shared, _peft = _adapter(k)
+            variants.append(engine.add_variant(merged, factors, shared))
+        futures = [_results(engine, _requests(k, greedy), variants[k]) for k in range(count)]
+        together = [[future.result(timeout=120) for future in part] for part in futures]
+    finally:
+        engine.close()
+    return together, engine.variants.mixed_steps, engine.variants.mixed_counts.captured
+
+
+def test_mixed_steps_run_as_one_native_call_and_sample_what_the_step_by_step_python_samples() -> None:
+    """The captured mixed step (the base's stack in one native call, each site's terms after its
+    product) against the mixed step run from Python op by op: the same tokens, logprobs within rounding."""
+    if not native_kernels().available:
+        pytest.skip(f"native kernels unavailable: {native_kernels().reason}")
+    captured, steps, native_steps = _together(2, False, EngineConfig())
+    by_op, steps_by_op, native_by_op = _together(2, False, EngineConfig(captured_step=False))
+    assert native_steps > 0 and steps > 0, "no mixed step ran as one native call"
+    assert native_by_op == 0 and steps_by_op > 0
+    for part, part_by_op in zip(captured, by_op, strict=True):
+        for result, result_by_op in zip(part, part_by_op, strict=True):
+            for seq, seq_by_op in zip(result.sequences, result_by_op.sequences, strict=True):
+                assert seq.tokens == seq_by_op.tokens
+                diff = max(abs(a - b) for a, b in zip(seq.logprobs, seq_by_op.logprobs, strict=True))
                 assert diff <= LOGPROB_TOLERANCE
 
 
@@ -133,10 +159,10 @@ def test_base_rows_and_adapter_rows_share_a_step() -> None:
         expected = [f.result(timeout=120) for f in _results(base_alone, _requests(0, True))]
     finally:
         base_alone.close()
-    merged0, factors0, shared0 = _adapter(0)
+    merged0, factors0, shared0, _peft0 = _adapter(0)
     engine = SamplingEngine(unmerged_model(merged0, factors0), _decode, shared_weights=shared0)
     try:
-        merged, factors, shared = _adapter(1)
+        merged, factors, shared, _peft = _adapter(1)
         variant = engine.add_variant(merged, factors, shared)
         base_futures = _results(engine, _requests(0, True))
         _results(engine, _requests(1, True), variant)
@@ -148,10 +174,10 @@ def test_base_rows_and_adapter_rows_share_a_step() -> None:
 
 
 def test_a_removed_variant_fails_its_requests_and_takes_no_more() -> None:
-    merged0, factors0, shared0 = _adapter(0)
+    merged0, factors0, shared0, _peft0 = _adapter(0)
     engine = SamplingEngine(unmerged_model(merged0, factors0), _decode, shared_weights=shared0)
     try:
-        merged, factors, shared = _adapter(2)
+        merged, factors, shared, _peft = _adapter(2)
         variant = engine.add_variant(merged, factors, shared)
         engine.remove_variant(variant)
         late = _results(engine, _requests(2, True), variant)[0]

@@ -241,3 +241,68 @@ def test_the_team_clocks_its_phases_only_when_asked(monkeypatch: pytest.MonkeyPa
     waited = sum(sum(clock.waiting_us(t).values()) for t in range(2))
     assert waited > 0  # 3 layers x 9 barriers: someone waited
     assert read_team_clock(reset=True).calls == 0  # reset
+
+
+def _terms(rows: int, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Random LoRA terms of two adapters (4 and 3 columns a part) at every site but layer 1's o product,
+    and each row's span: adapter 0, adapter 1 and the base (no term) in turn."""
+    generator = torch.Generator().manual_seed(seed)
+    widths, columns = (4, 3), 7
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    shapes = [
+        (WIDTH, (q, kv, kv)),
+        (HEADS * HEAD_DIM, (WIDTH,)),
+        (WIDTH, (INTERMEDIATE,) * 2),
+        (INTERMEDIATE, (WIDTH,)),
+    ]
+    a_sites: list[torch.Tensor] = []
+    b_sites: list[torch.Tensor] = []
+    for layer in range(LAYERS):
+        for site, (k, parts) in enumerate(shapes):
+            if (layer, site) == (1, 1):
+                a_sites.append(torch.empty(0))
+                b_sites.append(torch.empty(0))
+                continue
+            a_sites.append(torch.randn(len(parts) * columns, k, generator=generator) / k**0.5)
+            b_sites.append(0.3 * torch.randn(len(parts) * columns, sum(parts), generator=generator))
+    a_sites.append(torch.randn(columns, WIDTH, generator=generator) / WIDTH**0.5)
+    b_sites.append(0.3 * torch.randn(columns, VOCAB, generator=generator))
+    spans = [(0, widths[0]), (widths[0], widths[1]), (0, 0)]
+    return a_sites, b_sites, torch.tensor([spans[row % 3] for row in range(rows)], dtype=torch.int64)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("rows", [3, 12, 16])
+def test_with_adapter_terms_the_team_gives_the_ops_logits(
+    threads: int, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decode_layers_adapted`` (a multi-adapter step: each row's own adapter's low-rank terms added into
+    every product) as a team and op by op: the same logits and caches, bit for bit; a base row's logits
+    are the stack's without terms, an adapter row's are not."""
+    generator = torch.Generator().manual_seed(rows)
+    norm = 1 + 0.1 * torch.randn(WIDTH, generator=generator)
+    head = torch.ops.envsuite.pack_panels(torch.randn(VOCAB, WIDTH, generator=generator) / WIDTH**0.5)
+    a_sites, b_sites, spans = _terms(rows, seed=rows + threads)
+    stack = _stack(rows, masked=True, seed=rows + 20 * threads)
+    results = {}
+    with torch_threads(threads):
+        for team in (False, True):
+            monkeypatch.setenv("ENVSUITE_DECODE_TEAM", "1" if team else "0")
+            assert _runs_as_team(stack.weights, [PANELS] * (4 * LAYERS)) == team
+            keys = [k.clone() for k in stack.keys]
+            values = [v.clone() for v in stack.values]
+            logits = torch.ops.envsuite.decode_layers_adapted(
+                stack.hidden, stack.cos, stack.sin, stack.mask, stack.weights, [PANELS] * (4 * LAYERS), keys,
+                values, stack.start, stack.end, HEADS, KV_HEADS, INTERMEDIATE, 1e-5, HEAD_DIM**-0.5, norm, head,
+                PANELS, VOCAB, a_sites, b_sites, spans,
+            )  # fmt: skip
+            results[team] = logits, keys + values
+        plain, _ = stack.call(head=(norm, head, PANELS))
+    (by_op, cache_by_op), (team_logits, cache_team) = results[False], results[True]
+    assert team_logits.shape == (rows, VOCAB) and torch.isfinite(team_logits).all()
+    assert torch.equal(team_logits, by_op)
+    for ours, theirs in zip(cache_team, cache_by_op, strict=True):
+        assert torch.equal(ours, theirs)
+    base_rows = spans[:, 1] == 0
+    assert torch.equal(team_logits[base_rows], plain[base_rows])
+    assert (team_logits[~base_rows] - plain[~base_rows]).abs().amax(dim=-1).min() > 1e-3

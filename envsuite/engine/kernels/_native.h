@@ -8,7 +8,9 @@
 //                         decode_attention)
 //   _native_adapters.cpp  a multi-adapter step's per-row LoRA terms at one product site (low_rank_add_)
 //   _native_sampling.cpp  next-token choice for a batch of rows (sample_rows, sample_masked_rows)
-//   _native_layers.cpp    the whole layer stack in one call (decode_layers), by op or as a team
+//   _native_layers.cpp    the whole layer stack in one call (decode_layers; with a multi-adapter step's
+//                         terms, decode_layers_adapted), by op
+//   _native_team.cpp      the same stack as one team of threads (one parallel region a step)
 //   _native_memory.cpp    huge-page arenas for the weights' panels
 //   _native_library.cpp   the torch.ops.envsuite schema of every op above
 //
@@ -28,6 +30,8 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace envsuite {
 
@@ -169,12 +173,60 @@ struct PanelProduct {
   bool by_k;             // one pass per panel over all M rows and all K, x read k-major (13-16 rows)
 };
 
+// A multi-adapter step's rows by adapter (spans: per row its adapter's first column and width within a
+// part's columns; width 0: a base row, no term).
+struct AdapterRows {
+  struct Group {
+    int64_t start, width;
+    std::vector<int64_t> rows;
+  };
+  AdapterRows(const int64_t* spans, int64_t rows);
+  bool fits(int64_t R) const { return groups.empty() || (least_start >= 0 && most_end <= R); }
+  std::vector<Group> groups;
+  int64_t most = 0;  // the widest adapter's columns
+  int64_t least_start = INT64_MAX, most_end = 0;
+};
+
+// One product site's low-rank terms (_native_adapters.cpp), item by item: first every dot item (low =
+// x @ a.T, each row its own adapter's columns), then, after all of them, every axpy item (out += low @ b
+// over up to 32 columns of a part). low_rank_add_ shares the items out with at::parallel_for;
+// decode_layers' team (_native_team.cpp) shares them itself. a: (parts * R, K), b: (parts * R, N);
+// low: rows x (parts * most) floats of the caller's.
+class LowRankSite {
+ public:
+  LowRankSite(const AdapterRows& rows, const float* a, const float* b, int64_t R, int64_t K,
+              std::vector<int64_t> part_outputs, float* low);
+  int64_t dot_items() const { return (int64_t)dots_.size(); }
+  int64_t axpy_items() const { return (int64_t)axpys_.size(); }
+  void dot(int64_t item, const float* x) const;  // x: rows of K floats
+  std::pair<int64_t, int64_t> axpy(int64_t item, float* out, int64_t ldo) const;  // the columns it added to
+  int64_t dot_flops() const;
+  int64_t axpy_flops() const;
+
+ private:
+  struct DotItem {
+    const AdapterRows::Group* group;
+    int64_t part, column;
+  };
+  struct AxpyItem {
+    int64_t part, column, count;  // output columns [column, column + count) of part `part`
+  };
+  const AdapterRows& rows_;
+  const float* a_;
+  const float* b_;
+  int64_t R_, K_, N_ = 0, ldl_ = 0;
+  std::vector<int64_t> parts_;
+  float* low_;
+  std::vector<DotItem> dots_;
+  std::vector<AxpyItem> axpys_;
+};
+
 // A tensor for weights a decode step streams (_native_memory.cpp): of 64 KB or more, on transparent huge
 // pages where the system has them, laid out after the previous such tensor; smaller ones: at::empty.
 at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options);
 
 // The decode step's row-level pieces (_native_step.cpp): the ops share out their rows with
-// at::parallel_for; decode_layers' team (_native_layers.cpp) shares them out itself.
+// at::parallel_for; decode_layers' team (_native_team.cpp) shares them out itself.
 void rms_norm_rows(const float* x, const float* w, float* out, int64_t D, float eps, int64_t begin, int64_t end);
 // q (rows, H, D), k and v (rows, KV, D) out of qkv (rows, (H + 2 KV) D), q and k rotated.
 void rotary_rows(const float* qkv, const float* cos, const float* sin, float* q, float* k, float* v, int64_t H,
@@ -220,6 +272,13 @@ at::Tensor decode_layers(const at::Tensor& hidden, const at::Tensor& cos, const 
                          int64_t kv_heads, int64_t intermediate, double eps, double scale,
                          const std::optional<at::Tensor>& final_norm, const std::optional<at::Tensor>& lm_head,
                          int64_t lm_head_path, int64_t vocab);
+at::Tensor decode_layers_adapted(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                                 const std::optional<at::Tensor>& mask, at::TensorList weights,
+                                 at::IntArrayRef paths, at::TensorList keys, at::TensorList values, int64_t start,
+                                 int64_t end, int64_t heads, int64_t kv_heads, int64_t intermediate, double eps,
+                                 double scale, const at::Tensor& final_norm, const at::Tensor& lm_head,
+                                 int64_t lm_head_path, int64_t vocab, at::TensorList adapter_a,
+                                 at::TensorList adapter_b, const at::Tensor& adapter_spans);
 std::tuple<at::Tensor, int64_t> decode_layers_clock(bool reset);
 bool decode_layers_team(at::TensorList weights, at::IntArrayRef paths, int64_t width, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, int64_t intermediate);
@@ -229,5 +288,49 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_masked_rows(co
                                                                               const at::Tensor& temperatures,
                                                                               const at::Tensor& uniforms,
                                                                               const at::Tensor& bits);
+
+// ------------------------------------------------------------------------------------------ the layer stack
+
+// What decode_layers' two ways share (_native_layers.cpp by op, _native_team.cpp as a team).
+// How decode_layers runs each product (envsuite.engine.kernels.ProductPath, by number: see
+// envsuite/engine/sampling/_captured_step.py, which passes them). PANELS_BY_OP: envsuite's panels, each
+// product as its own op (the step then runs by op, not as a team: a choice the step's calibration
+// measures, envsuite/engine/sampling/_step_choice.py).
+enum ProductCode : int64_t { F_LINEAR = 0, ONEDNN = 1, ROWS = 2, PANELS = 3, PANELS_BY_OP = 4 };
+
+// The final norm and the LM head, when the caller hands them over: the call then returns the logits.
+struct Head {
+  at::Tensor norm;    // (hidden_size,)
+  at::Tensor weight;  // the LM head in its layout
+  int64_t code;       // its ProductCode
+  int64_t vocab;      // its output columns
+};
+
+// A multi-adapter step's per-row LoRA terms (envsuite/engine/sampling/_adapters.py lays them out): per
+// product site, in order (per layer q/k/v, o, gate/up, down; then the LM head), the adapters' factors a
+// and b side by side, empty where no adapter touches the site; spans: each row's adapter's columns (the
+// width 0 for a base row). Each site's terms are added into its base product before anything reads it.
+struct Terms {
+  at::TensorList a, b;
+  at::Tensor spans;
+
+  void add(at::Tensor& out, const at::Tensor& x, size_t site, at::IntArrayRef part_outputs) const {
+    if (a[site].numel() > 0) low_rank_add_(out, x, a[site], b[site], spans, part_outputs);
+  }
+};
+
+// Rows [0, B) x columns [c0, c1) of dst (row stride ldd) += src (row stride lds).
+void add_columns(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t B, int64_t c0, int64_t c1);
+// The new position's heads of rows [begin, end) into a cache buffer's column (_native_layers.cpp).
+void write_rows(float* column, int64_t row, int64_t head, const float* heads, int64_t KV, int64_t D, int64_t begin,
+                int64_t end);
+// The logits (B, vocab) of the residual stream after the last layer (B, width), op by op.
+at::Tensor head_by_op(const at::Tensor& hidden, const Head& head, double eps, const Terms* terms);
+// The stack as one team of threads (decode_layers_team said it fits).
+at::Tensor layers_as_team(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
+                          const std::optional<at::Tensor>& mask, at::TensorList weights, at::TensorList keys,
+                          at::TensorList values, int64_t start, int64_t end, int64_t heads, int64_t kv_heads,
+                          int64_t intermediate, double eps, double scale, const std::optional<Head>& head,
+                          const Terms* terms);
 
 }  // namespace envsuite

@@ -34,12 +34,6 @@ inline float rsum(rvec v) {
   return sum;
 }
 
-// The rows of one adapter: its columns [start, start + width) within each part's R.
-struct Group {
-  int64_t start, width;
-  std::vector<int64_t> rows;
-};
-
 // low[r][c] = x[r] . a[c] over K for R_ rows and C_ columns (rows of x and of a: K contiguous floats).
 template <int R_, int C_>
 inline void dot_tile(const float* const* x, const float* const* a, int64_t K, float* const* low) {
@@ -111,6 +105,95 @@ inline void axpy_rows(const float* const* low, const float* b, int64_t ldb, int6
 
 }  // namespace
 
+AdapterRows::AdapterRows(const int64_t* spans, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t start = spans[2 * r], width = spans[2 * r + 1];
+    if (width == 0) continue;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& g) { return g.start == start && g.width == width; });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{start, width, {}});
+    it->rows.push_back(r);
+    most = std::max(most, width);
+    least_start = std::min(least_start, start);
+    most_end = std::max(most_end, start + width);
+  }
+}
+
+LowRankSite::LowRankSite(const AdapterRows& rows, const float* a, const float* b, int64_t R, int64_t K,
+                         std::vector<int64_t> part_outputs, float* low)
+    : rows_(rows), a_(a), b_(b), R_(R), K_(K), parts_(std::move(part_outputs)), low_(low) {
+  N_ = 0;
+  for (const int64_t w : parts_) N_ += w;
+  const int64_t parts = (int64_t)parts_.size();
+  ldl_ = parts * rows.most;
+  for (const AdapterRows::Group& g : rows.groups)
+    for (int64_t p = 0; p < parts; ++p)
+      for (int64_t c = 0; c < g.width; c += CB) dots_.push_back({&g, p, c});
+  for (int64_t p = 0, column = 0; p < parts; column += parts_[p], ++p)
+    for (int64_t c = 0; c < parts_[p]; c += 32) axpys_.push_back({p, column + c, std::min<int64_t>(32, parts_[p] - c)});
+}
+
+// x @ a.T for CB columns of one part of one adapter, over all its rows (x: rows of K floats).
+void LowRankSite::dot(int64_t i, const float* x) const {
+  const DotItem& item = dots_[i];
+  const AdapterRows::Group& g = *item.group;
+  const int64_t first = item.part * R_ + g.start + item.column, at = item.part * rows_.most + item.column;
+  const int columns = (int)std::min<int64_t>(CB, g.width - item.column);
+  const float* ac[CB];
+  for (int c = 0; c < CB; ++c) ac[c] = a_ + (first + std::min(c, columns - 1)) * K_;
+  const int64_t n = (int64_t)g.rows.size();
+  for (int64_t k = 0; k < n; k += RB) {
+    const float* xr[RB];
+    float* lr[RB];
+    const int rows_here = (int)std::min<int64_t>(RB, n - k);
+    for (int r = 0; r < rows_here; ++r) {
+      xr[r] = x + g.rows[k + r] * K_;
+      lr[r] = low_ + g.rows[k + r] * ldl_ + at;
+    }
+    if (rows_here == RB) {
+      dot_rows<RB>(xr, ac, K_, lr, columns);
+    } else {
+      for (int r = 0; r < rows_here; ++r) dot_rows<1>(xr + r, ac, K_, lr + r, columns);
+    }
+  }
+}
+
+// out += low @ b over up to 32 output columns of one part, every adapter's rows; returns the columns.
+std::pair<int64_t, int64_t> LowRankSite::axpy(int64_t i, float* out, int64_t ldo) const {
+  const AxpyItem& item = axpys_[i];
+  for (const AdapterRows::Group& g : rows_.groups) {
+    const float* bb = b_ + (item.part * R_ + g.start) * N_ + item.column;
+    const int64_t n = (int64_t)g.rows.size(), at = item.part * rows_.most;
+    for (int64_t k = 0; k < n; k += RB) {
+      const float* lr[RB];
+      float* orow[RB];
+      const int rows_here = (int)std::min<int64_t>(RB, n - k);
+      for (int r = 0; r < rows_here; ++r) {
+        lr[r] = low_ + g.rows[k + r] * ldl_ + at;
+        orow[r] = out + g.rows[k + r] * ldo + item.column;
+      }
+      if (rows_here == RB) {
+        axpy_rows<RB>(lr, bb, N_, g.width, orow, item.count);
+      } else {
+        for (int r = 0; r < rows_here; ++r) axpy_rows<1>(lr + r, bb, N_, g.width, orow + r, item.count);
+      }
+    }
+  }
+  return {item.column, item.column + item.count};
+}
+
+int64_t LowRankSite::dot_flops() const {
+  int64_t flops = 0;
+  for (const DotItem& item : dots_) flops += 2 * CB * K_ * (int64_t)item.group->rows.size();
+  return flops;
+}
+
+int64_t LowRankSite::axpy_flops() const {
+  int64_t flops = 0;  // per item
+  for (const AdapterRows::Group& g : rows_.groups) flops += 64 * g.width * (int64_t)g.rows.size();
+  return flops;
+}
+
 // out[r] += (x[r] @ a[cols(r)].T) @ b[cols(r)] for each row r, cols(r) its adapter's columns in every
 // part (spans[r] = (start, width) within a part's R; width 0: the row gets no term), b's rows of part p
 // read only in part p's output columns (part_outputs: each part's width, in order). out is changed in
@@ -132,110 +215,26 @@ at::Tensor low_rank_add_(at::Tensor out, const at::Tensor& x_in, const at::Tenso
   const int64_t rows = N ? out.numel() / N : 0;
   const at::Tensor view = out.view({rows, N});
   TORCH_CHECK(view.stride(1) == 1, "low_rank_add_: out's rows must have unit stride");
-  const int64_t ldo = view.stride(0);
   const at::Tensor x = x_in.contiguous();
   const at::Tensor spans = spans_in.to(at::kLong).contiguous();
   TORCH_CHECK(x.numel() == rows * K && spans.numel() == rows * 2, "low_rank_add_: ", rows, " rows of out, ",
               x.numel() / std::max<int64_t>(K, 1), " of x, ", spans.numel() / 2, " spans");
-
-  // The rows grouped by adapter (few rows, few adapters: a linear search per row).
-  const int64_t* sp = spans.const_data_ptr<int64_t>();
-  std::vector<Group> groups;
-  int64_t most = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t start = sp[2 * r], width = sp[2 * r + 1];
-    if (width == 0) continue;
-    TORCH_CHECK(start >= 0 && width > 0 && start + width <= R, "low_rank_add_: span (", start, ", ", width,
-                ") of row ", r, " outside the ", R, " columns of a part");
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const Group& g) { return g.start == start && g.width == width; });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{start, width, {}});
-    it->rows.push_back(r);
-    most = std::max(most, width);
-  }
-  if (groups.empty()) return out;
-
-  const float* xp = x.const_data_ptr<float>();
-  const float* ap = a.const_data_ptr<float>();
-  const float* bp = b.const_data_ptr<float>();
-  float* op = view.mutable_data_ptr<float>();
+  const AdapterRows groups(spans.const_data_ptr<int64_t>(), rows);
+  TORCH_CHECK(groups.fits(R), "low_rank_add_: a span outside the ", R, " columns of a part");
+  if (groups.groups.empty()) return out;
   // low[r, p * most + j]: row r's term's j-th column of part p (only its own adapter's columns).
-  std::unique_ptr<float[]> low(new float[rows * parts * most]);
-  float* lp = low.get();
-  const int64_t ldl = parts * most;
-
-  // x @ a.T: an item is CB columns of one part of one group, over all its rows.
-  struct DotItem {
-    const Group* group;
-    int64_t part, column;
-  };
-  std::vector<DotItem> dots;
-  int64_t dot_flops = 0;
-  for (const Group& g : groups)
-    for (int64_t p = 0; p < parts; ++p)
-      for (int64_t c = 0; c < g.width; c += CB) {
-        dots.push_back({&g, p, c});
-        dot_flops += 2 * CB * K * (int64_t)g.rows.size();
-      }
-  const int64_t n_dots = (int64_t)dots.size();
-  at::parallel_for(0, n_dots, grain(dot_flops / n_dots), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const DotItem& item = dots[i];
-      const Group& g = *item.group;
-      const int64_t first = item.part * R + g.start + item.column, at = item.part * most + item.column;
-      const int columns = (int)std::min<int64_t>(CB, g.width - item.column);
-      const float* ac[CB];
-      for (int c = 0; c < CB; ++c) ac[c] = ap + (first + std::min(c, columns - 1)) * K;
-      const int64_t n = (int64_t)g.rows.size();
-      for (int64_t k = 0; k < n; k += RB) {
-        const float* xr[RB];
-        float* lr[RB];
-        const int rows_here = (int)std::min<int64_t>(RB, n - k);
-        for (int r = 0; r < rows_here; ++r) {
-          xr[r] = xp + g.rows[k + r] * K;
-          lr[r] = lp + g.rows[k + r] * ldl + at;
-        }
-        if (rows_here == RB) {
-          dot_rows<RB>(xr, ac, K, lr, columns);
-        } else {
-          for (int r = 0; r < rows_here; ++r) dot_rows<1>(xr + r, ac, K, lr + r, columns);
-        }
-      }
-    }
+  std::unique_ptr<float[]> low(new float[rows * parts * groups.most]);
+  const LowRankSite site(groups, a.const_data_ptr<float>(), b.const_data_ptr<float>(), R, K,
+                         std::vector<int64_t>(part_outputs.begin(), part_outputs.end()), low.get());
+  const float* xp = x.const_data_ptr<float>();
+  const int64_t n_dots = site.dot_items();
+  at::parallel_for(0, n_dots, grain(site.dot_flops() / n_dots), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) site.dot(i, xp);
   });
-
-  // out += low @ b: an item is 32 output columns (or a part's last, fewer) over every group's rows.
-  struct AxpyItem {
-    int64_t part, column, count;  // output columns [column, column + count) of part `part`
-  };
-  std::vector<AxpyItem> axpys;
-  for (int64_t p = 0, column = 0; p < parts; column += part_outputs[p], ++p)
-    for (int64_t c = 0; c < part_outputs[p]; c += 32)
-      axpys.push_back({p, column + c, std::min<int64_t>(32, part_outputs[p] - c)});
-  int64_t term_flops = 0;  // per item
-  for (const Group& g : groups) term_flops += 64 * g.width * (int64_t)g.rows.size();
-  at::parallel_for(0, (int64_t)axpys.size(), grain(term_flops), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const AxpyItem& item = axpys[i];
-      for (const Group& g : groups) {
-        const float* bb = bp + (item.part * R + g.start) * N + item.column;
-        const int64_t n = (int64_t)g.rows.size(), at = item.part * most;
-        for (int64_t k = 0; k < n; k += RB) {
-          const float* lr[RB];
-          float* orow[RB];
-          const int rows_here = (int)std::min<int64_t>(RB, n - k);
-          for (int r = 0; r < rows_here; ++r) {
-            lr[r] = lp + g.rows[k + r] * ldl + at;
-            orow[r] = op + g.rows[k + r] * ldo + item.column;
-          }
-          if (rows_here == RB) {
-            axpy_rows<RB>(lr, bb, N, g.width, orow, item.count);
-          } else {
-            for (int r = 0; r < rows_here; ++r) axpy_rows<1>(lr + r, bb, N, g.width, orow + r, item.count);
-          }
-        }
-      }
-    }
+  float* op = view.mutable_data_ptr<float>();
+  const int64_t ldo = view.stride(0);
+  at::parallel_for(0, site.axpy_items(), grain(site.axpy_flops()), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) site.axpy(i, op, ldo);
   });
   return out;
 }

@@ -18,6 +18,11 @@ TORCH_LIBRARY(envsuite, m) {
       "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
       "float scale, Tensor? final_norm=None, Tensor? lm_head=None, int lm_head_path=3, int vocab=0) -> Tensor");
   m.def(
+      "decode_layers_adapted(Tensor hidden, Tensor cos, Tensor sin, Tensor? mask, Tensor[] weights, int[] paths, "
+      "Tensor[] keys, Tensor[] values, int start, int end, int heads, int kv_heads, int intermediate, float eps, "
+      "float scale, Tensor final_norm, Tensor lm_head, int lm_head_path, int vocab, Tensor[] adapter_a, "
+      "Tensor[] adapter_b, Tensor adapter_spans) -> Tensor");
+  m.def(
       "decode_layers_team(Tensor[] weights, int[] paths, int width, int heads, int kv_heads, int head_dim, "
       "int intermediate) -> bool");
   // no tensor argument to dispatch on: one kernel for every key
@@ -39,6 +44,7 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
   m.impl("silu_mul", &envsuite::silu_mul);
   m.impl("low_rank_add_", &envsuite::low_rank_add_);
   m.impl("decode_layers", &envsuite::decode_layers);
+  m.impl("decode_layers_adapted", &envsuite::decode_layers_adapted);
   m.impl("sample_rows", &envsuite::sample_rows);
   m.impl("sample_masked_rows", &envsuite::sample_masked_rows);
   m.impl("decode_layers_team", &envsuite::decode_layers_team);
@@ -47,5 +53,6 @@ TORCH_LIBRARY_IMPL(envsuite, CPU, m) {
 // A stack whose products hold oneDNN's reordered (opaque mkldnn) weights dispatches on that key.
 TORCH_LIBRARY_IMPL(envsuite, MkldnnCPU, m) {
   m.impl("decode_layers", &envsuite::decode_layers);
+  m.impl("decode_layers_adapted", &envsuite::decode_layers_adapted);
   m.impl("decode_layers_team", &envsuite::decode_layers_team);
 }

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from envsuite.engine.sampling._captured_step import StepTerms
 from envsuite.engine.sampling._llama_decode import AppendingLayer, LlamaDecoder, TailTokens
 from envsuite.engine.weights import LoraFactors, LoraModule
 
@@ -167,23 +168,40 @@ def _step_rows(
     return _StepRows(None, {parts: mask.repeat(1, parts) if parts > 1 else mask for parts in (1, 2, 3)})
 
 
+@dataclass
+class MixedStepCounts:
+    """What an engine's mixed steps ran (shared by its mixed-step decoders)."""
+
+    captured: int = 0
+    """Mixed steps run as one native call (the base's captured stack with the rows' terms)."""
+
+
 class MixedDecoder:
     """A lean decode step on the base model's decoder, each row with its own adapter's terms.
 
     It has the lean decoder's ``step`` signature, so a :class:`KVBatch` steps through it unchanged;
-    :meth:`for_rows` sets the rows' adapters before each step. It runs the base decoder's own tensors and
-    kernels operation by operation (never its captured one-call stack, which has no room for the terms).
+    :meth:`for_rows` sets the rows' adapters before each step. Where the base decoder has a captured
+    stack and the terms run natively, a step without prompt tails is one native call: the stack run by
+    op with each site's terms after its product (``decode_layers`` with :class:`StepTerms`); else it
+    runs the base decoder's own tensors and kernels operation by operation from Python.
     """
 
-    def __init__(self, base: LlamaDecoder, deltas: AdapterDeltas) -> None:
+    def __init__(
+        self, base: LlamaDecoder, deltas: AdapterDeltas, counts: MixedStepCounts | None = None
+    ) -> None:
         self.base = base
         self.deltas = deltas
+        self.counts = counts if counts is not None else MixedStepCounts()
         self.native = base.native and all(
             site.a.dtype == torch.float32 and site.a.device.type == "cpu"
             for site in (*(s for layer in deltas.layers for s in layer.values()), deltas.lm_head)
             if site is not None
         )
         """Whether each site's terms run as one native call (``low_rank_add_``), else torch's operations."""
+        sites = [*(layer.get(name) for layer in deltas.layers for name, _ in _LAYER_SITES), deltas.lm_head]
+        empty = torch.empty(0)
+        self._site_a = [empty if site is None else site.a for site in sites]
+        self._site_b = [empty if site is None else site.b for site in sites]
         self._row_variants: list[int] = []
 
     def for_rows(self, row_variants: Sequence[int]) -> MixedDecoder:
@@ -224,6 +242,12 @@ class MixedDecoder:
             cos, sin = d.rotary(hidden, positions[:, None])
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         mask = d.attention_mask(mask_B_L)
+        if rows.spans is not None and not tails and d.captured is not None:
+            terms = StepTerms(self._site_a, self._site_b, rows.spans)
+            logits = d.captured.run(hidden, cos, sin, mask, cache_layers, terms)
+            if logits is not None:
+                self.counts.captured += 1
+                return logits
         fed = d._fed_tails(tails, mask_B_L, batch)
         for weights, sites, layer in zip(d.layers, self.deltas.layers, cache_layers, strict=True):
             hidden = self._layer(hidden, weights, sites, rows, (cos, sin, mask), layer, batch, fed)

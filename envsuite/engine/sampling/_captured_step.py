@@ -11,6 +11,9 @@ runs envsuite's panels, the call runs the whole stack in one parallel region, it
 barrier between phases (``_native_layers.cpp``; :attr:`CapturedLayers.team_by_bucket`). Its logits
 equal the step-by-step Python's (tested: the same tokens and logprobs).
 
+A multi-adapter step hands it each row's LoRA terms too (:class:`StepTerms`; ``decode_layers_adapted``):
+each product's terms are added into it before anything reads it, as a team or by op.
+
 It covers what the engine builds by default: fp32 on the CPU with the native kernels loaded, fused q/k/v
 and gate/up products without biases, SiLU, a :class:`~envsuite.engine.sampling._kv_cache_layer.GrowableLayer`
 cache, one token per row (no prompt tails). Anything else returns None from :meth:`CapturedLayers.of` or
@@ -65,6 +68,20 @@ class LayerTensors(Protocol):
     def mlp_in(self) -> tuple[Product, ...]: ...
     @property
     def down(self) -> Product: ...
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """A multi-adapter step's per-row LoRA terms as ``decode_layers`` takes them (``_adapters.py`` lays
+    them out): with them the call runs its stack by op, each product followed by its site's terms."""
+
+    a: list[torch.Tensor]
+    """Per product site (per layer q/k/v, o, gate/up, down; then the LM head) the adapters' down
+    projections side by side; an empty tensor where no adapter touches the site."""
+    b: list[torch.Tensor]
+    """The sites' up projections (scale folded in), as ``a``."""
+    spans: torch.Tensor
+    """``(rows, 2)`` int64: each row's adapter's first column and width within a part's columns."""
 
 
 @dataclass(frozen=True)
@@ -182,10 +199,11 @@ class CapturedLayers:
         sin: torch.Tensor,
         mask_B_L: torch.Tensor | None,
         cache_layers: Sequence[object],
+        terms: StepTerms | None = None,
     ) -> torch.Tensor | None:
-        """The next-token logits ``(B, V)`` after every layer, the final norm and the LM head, the new
-        position appended to every cache layer; None (nothing written, nothing appended) where the cache
-        is not one it can write."""
+        """The next-token logits ``(B, V)`` after every layer, the final norm and the LM head (with each
+        row's adapter's ``terms`` where given), the new position appended to every cache layer; None
+        (nothing written, nothing appended) where the cache is not one it can write."""
         batch = hidden_B1D.shape[0]
         free = free_columns(cache_layers, batch)
         if free is None:
@@ -193,7 +211,8 @@ class CapturedLayers:
         start, end = free.start, free.end
         if mask_B_L is not None and mask_B_L.shape[1] != end + 1 - start:
             return None
-        out: torch.Tensor = torch.ops.envsuite.decode_layers(
+        call = torch.ops.envsuite.decode_layers if terms is None else torch.ops.envsuite.decode_layers_adapted
+        out: torch.Tensor = call(
             hidden_B1D,
             cos,
             sin,
@@ -213,6 +232,7 @@ class CapturedLayers:
             self.lm_head,
             self.lm_head_codes[bucket],
             self.vocab,
+            *((terms.a, terms.b, terms.spans) if terms is not None else ()),
         )
         advance_all(cast(Sequence[GrowableLayer], cache_layers))  # (free_columns checked their type)
         return out

@@ -22,7 +22,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from envsuite.engine.kernels import KernelPlan, ReorderReport
-from envsuite.engine.sampling._adapters import AdapterDeltas, MixedDecoder
+from envsuite.engine.sampling._adapters import AdapterDeltas, MixedDecoder, MixedStepCounts
 from envsuite.engine.sampling._jobs import Job, Row
 from envsuite.engine.sampling._kv_batch import KVBatch, StepDecoder
 from envsuite.engine.sampling._llama_decode import LlamaDecoder
@@ -60,6 +60,8 @@ class Variants:
         self._mixed: dict[tuple[int, ...], MixedDecoder] = {}
         self.mixed_steps = 0
         """Decode steps run so far with rows of two or more variants in one step."""
+        self.mixed_counts = MixedStepCounts()
+        """How many of them ran as one native call."""
 
     def add(self, variant: Variant) -> int:
         """Register ``variant`` (the caller holds the engine's lock); returns its id."""
@@ -116,6 +118,7 @@ class Variants:
             mixed = MixedDecoder(
                 base.decoder,
                 AdapterDeltas(base.model, {i: lora for i, lora in adapters.items() if lora is not None}),
+                self.mixed_counts,
             )
         self._mixed[key] = mixed  # the most recent last
         while len(self._mixed) > _KEPT_DELTAS:
