@@ -181,9 +181,11 @@ class MixedDecoder:
 
     It has the lean decoder's ``step`` signature, so a :class:`KVBatch` steps through it unchanged;
     :meth:`for_rows` sets the rows' adapters before each step. Where the base decoder has a captured
-    stack and the terms run natively, a step without prompt tails is one native call: the stack run by
-    op with each site's terms after its product (``decode_layers`` with :class:`StepTerms`); else it
-    runs the base decoder's own tensors and kernels operation by operation from Python.
+    stack and the terms run natively, a step without prompt tails is one native call
+    (``decode_layers_adapted`` with :class:`StepTerms`: each site's terms added into its product, the
+    stack as one team of threads or by op, as the base's step choice runs it at that row count; its
+    ``captured_at`` is not consulted, since the alternative here is the slower Python step); else it runs
+    the base decoder's own tensors and kernels operation by operation from Python.
     """
 
     def __init__(

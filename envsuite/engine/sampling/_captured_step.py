@@ -72,8 +72,8 @@ class LayerTensors(Protocol):
 
 @dataclass(frozen=True)
 class StepTerms:
-    """A multi-adapter step's per-row LoRA terms as ``decode_layers`` takes them (``_adapters.py`` lays
-    them out): with them the call runs its stack by op, each product followed by its site's terms."""
+    """A multi-adapter step's per-row LoRA terms as ``decode_layers_adapted`` takes them (``_adapters.py``
+    lays them out): each product's site's terms are added into it before anything reads it."""
 
     a: list[torch.Tensor]
     """Per product site (per layer q/k/v, o, gate/up, down; then the LM head) the adapters' down
