@@ -57,7 +57,6 @@ from envsuite.engine.kernels import (
     ShapeTiming,
     WeightUse,
     cache_directory,
-    calibrated_timings,
     calibration_file,
     choose,
     kernel_plan,
@@ -194,48 +193,6 @@ def test_a_calibration_is_reused_only_on_the_same_machine_key(tmp_path: Path) ->
     )
     assert cache_directory(str(tmp_path)) == tmp_path
     assert cache_directory() == Path(os.environ["ENVSUITE_KERNEL_CACHE"])
-
-
-STOP_MID_CALIBRATION = textwrap.dedent(
-    """
-    import sys, threading, time
-    from pathlib import Path
-    import torch
-    from envsuite.engine._background import start_background
-    from envsuite.engine.kernels import calibrated_timings, usable_paths
-
-    directory = Path(sys.argv[1])
-    shapes = [(64, 48), (96, 64), (128, 80)]
-    paths = usable_paths(torch.zeros(2, 2), native=False)
-    run = lambda: calibrated_timings(shapes, lambda s: [torch.randn(s[1], s[0])], paths, directory)
-    start_background(threading.Thread(target=run, daemon=True))
-    deadline = time.monotonic() + 120
-    while not list(directory.glob("calibration-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    print("saved", flush=True)  # then the script ends while the next shape is measured
-    """
-)
-
-
-def test_a_calibration_stopped_at_exit_keeps_the_shapes_it_measured(tmp_path: Path) -> None:
-    """The calibration saves each shape as it is measured: a process that exits while its background
-    calibration runs (the exit stops it at its next stop point) keeps the shapes measured whole, and
-    the next process measures only the rest (a short-lived process on a new CPU no longer starts over)."""
-    done = subprocess.run(
-        [sys.executable, "-c", STOP_MID_CALIBRATION, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and "saved" in done.stdout, done.stderr[-3000:]
-    (cache_file,) = tmp_path.glob("calibration-*.json")
-    kept = set(json.loads(cache_file.read_text())["shapes"])
-    assert "64x48" in kept and len(kept) < 3, kept
-    paths = usable_paths(torch.zeros(2, 2), native=False)
-    shapes = [(64, 48), (96, 64), (128, 80)]
-    again = calibrated_timings(shapes, lambda s: [torch.randn(s[1], s[0])], paths, tmp_path)
-    assert again.measured_shapes == 3 - len(kept)
-    assert set(again.timings) == set(shapes)
 
 
 def _timing(ms: dict[ProductPath, list[float]]) -> ShapeTiming:

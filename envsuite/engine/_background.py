@@ -8,7 +8,7 @@ exception", exit status -6; seen on a fresh AMD EPYC Zen 3 box by ``bench/first_
 exits while the step timing runs). So such threads start through :func:`start_background`, their
 loops call :func:`stop_point` between timed pieces of work (each well under a second), and at exit
 :func:`stop_background` asks them to stop and waits for them; nothing half-measured is cached (the
-calibration keeps each product shape it measured whole; the next process measures the rest).
+next process measures again).
 """
 
 from __future__ import annotations

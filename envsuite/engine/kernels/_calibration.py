@@ -345,14 +345,11 @@ def calibrated_timings(
                 len(missing),
                 cache.path,
             )
-            # Saved shape by shape: a process that stops midway (its background measurement ends at
-            # exit, ``_background``) keeps what it measured, and the next one measures only the rest.
-            for shape, weights in missing.items():
-                timing = calibrate({shape: weights}, paths)[shape]
+            for shape, timing in calibrate(missing, paths).items():
                 merged = dict(known[shape].ms) if shape in known else {}
                 merged.update(timing.ms)
                 known[shape] = ShapeTiming(shape[0], shape[1], merged)
-                cache.save(known)
+            cache.save(known)
     timings = {shape: known[shape] for shape in shapes}
     return CalibrationResult(timings, len(missing), time.perf_counter() - started, cache.path)
 
