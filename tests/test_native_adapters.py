@@ -126,3 +126,18 @@ def test_the_native_terms_of_the_first_rows_skip_the_tail_rows() -> None:
         got = site.add(out.clone(), x, rows)
         expected = _reference(out[:, 0], x[:, 0], row_variants[:4], adapters, ["head"])
         torch.testing.assert_close(got[:, 0].double(), expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "span",
+    [(0, -2), (-1, 3), (5, 4), (0, 9)],
+    ids=["negative width", "negative start", "past R", "wider than R"],
+)
+def test_a_span_outside_a_parts_columns_is_refused(span: tuple[int, int]) -> None:
+    """Spans index the factors' rows: one that does not lie within a part's R columns (here 8) raises
+    rather than reading another part's or past the tensor's rows."""
+    a, b = torch.randn(2 * 8, 12), torch.randn(2 * 8, 10)
+    out, x = torch.zeros(2, 10), torch.randn(2, 12)
+    spans = torch.tensor([(0, 8), span])
+    with pytest.raises(RuntimeError, match="outside"):
+        torch.ops.envsuite.low_rank_add_(out, x, a, b, spans, [4, 6])

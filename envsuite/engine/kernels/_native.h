@@ -181,11 +181,16 @@ struct AdapterRows {
     std::vector<int64_t> rows;
   };
   AdapterRows(const int64_t* spans, int64_t rows);
-  bool fits(int64_t R) const { return groups.empty() || (least_start >= 0 && most_end <= R); }
+  // Whether every span lies within a part's R columns (and none is of negative width).
+  bool fits(int64_t R) const { return groups.empty() || (least_start >= 0 && least_width > 0 && most_end <= R); }
   std::vector<Group> groups;
   int64_t most = 0;  // the widest adapter's columns
-  int64_t least_start = INT64_MAX, most_end = 0;
+  int64_t least_start = INT64_MAX, least_width = INT64_MAX, most_end = 0;
 };
+
+// A site's factors checked (fp32, contiguous and 2-d; a (parts * R, K), b (parts * R, N) with N the
+// parts' widths summed; `op` names the caller in the message): their R, a part's columns.
+int64_t low_rank_columns(const at::Tensor& a, const at::Tensor& b, at::IntArrayRef part_outputs, const char* op);
 
 // One product site's low-rank terms (_native_adapters.cpp), item by item: first every dot item (low =
 // x @ a.T, each row its own adapter's columns), then, after all of them, every axpy item (out += low @ b

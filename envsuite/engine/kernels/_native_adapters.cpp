@@ -115,8 +115,21 @@ AdapterRows::AdapterRows(const int64_t* spans, int64_t rows) {
     it->rows.push_back(r);
     most = std::max(most, width);
     least_start = std::min(least_start, start);
+    least_width = std::min(least_width, width);
     most_end = std::max(most_end, start + width);
   }
+}
+
+int64_t low_rank_columns(const at::Tensor& a, const at::Tensor& b, at::IntArrayRef part_outputs, const char* op) {
+  TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, op, ": float32 factors");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && a.dim() == 2 && b.dim() == 2, op,
+              ": contiguous 2-d factors");
+  const int64_t parts = (int64_t)part_outputs.size();
+  int64_t widths = 0;
+  for (const int64_t w : part_outputs) widths += w;
+  TORCH_CHECK(parts > 0 && a.size(0) % parts == 0 && b.size(0) == a.size(0) && b.size(1) == widths, op,
+              ": factors ", a.sizes(), " and ", b.sizes(), " for parts of ", part_outputs, " columns");
+  return a.size(0) / parts;
 }
 
 LowRankSite::LowRankSite(const AdapterRows& rows, const float* a, const float* b, int64_t R, int64_t K,
@@ -200,18 +213,11 @@ int64_t LowRankSite::axpy_flops() const {
 // place and returned.
 at::Tensor low_rank_add_(at::Tensor out, const at::Tensor& x_in, const at::Tensor& a, const at::Tensor& b,
                          const at::Tensor& spans_in, at::IntArrayRef part_outputs) {
-  TORCH_CHECK(out.scalar_type() == at::kFloat && x_in.scalar_type() == at::kFloat &&
-                  a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat,
-              "low_rank_add_: float32 tensors");
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && a.dim() == 2 && b.dim() == 2,
-              "low_rank_add_: contiguous 2-d factors");
+  TORCH_CHECK(out.scalar_type() == at::kFloat && x_in.scalar_type() == at::kFloat, "low_rank_add_: float32 tensors");
+  const int64_t R = low_rank_columns(a, b, part_outputs, "low_rank_add_");
   const int64_t parts = (int64_t)part_outputs.size(), K = a.size(1), N = b.size(1);
-  TORCH_CHECK(parts > 0 && a.size(0) % parts == 0 && b.size(0) == a.size(0), "low_rank_add_: factor shapes");
-  const int64_t R = a.size(0) / parts;
-  int64_t widths = 0;
-  for (const int64_t w : part_outputs) widths += w;
-  TORCH_CHECK(widths == N && out.size(-1) == N && x_in.size(-1) == K, "low_rank_add_: ", out.sizes(), " += ",
-              x_in.sizes(), " through ", a.sizes(), " and ", b.sizes());
+  TORCH_CHECK(out.size(-1) == N && x_in.size(-1) == K, "low_rank_add_: ", out.sizes(), " += ", x_in.sizes(),
+              " through ", a.sizes(), " and ", b.sizes());
   const int64_t rows = N ? out.numel() / N : 0;
   const at::Tensor view = out.view({rows, N});
   TORCH_CHECK(view.stride(1) == 1, "low_rank_add_: out's rows must have unit stride");

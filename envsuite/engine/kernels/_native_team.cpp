@@ -260,14 +260,8 @@ bool team_fits(at::TensorList weights, at::IntArrayRef paths, int64_t width, int
 std::unique_ptr<LowRankSite> low_rank_site(const at::Tensor& a, const at::Tensor& b, int64_t K,
                                            std::vector<int64_t> part_outputs, const AdapterRows& rows, float* low) {
   if (a.numel() == 0) return nullptr;
-  const int64_t parts = (int64_t)part_outputs.size();
-  int64_t N = 0;
-  for (const int64_t w : part_outputs) N += w;
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && a.scalar_type() == at::kFloat &&
-                  b.scalar_type() == at::kFloat && a.size(1) == K && a.size(0) % parts == 0 &&
-                  b.size(0) == a.size(0) && b.size(1) == N,
-              "decode_layers_adapted: a site's factors ", a.sizes(), " and ", b.sizes(), " for ", K, " -> ", N);
-  const int64_t R = a.size(0) / parts;
+  const int64_t R = low_rank_columns(a, b, part_outputs, "decode_layers_adapted");
+  TORCH_CHECK(a.size(1) == K, "decode_layers_adapted: a site's factors ", a.sizes(), " for inputs of ", K);
   TORCH_CHECK(rows.fits(R), "decode_layers_adapted: a span outside the ", R, " columns of a part");
   return std::make_unique<LowRankSite>(rows, a.const_data_ptr<float>(), b.const_data_ptr<float>(), R, K,
                                        std::move(part_outputs), low);
